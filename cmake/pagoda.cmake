@@ -1,0 +1,20 @@
+# pagoda_add_library(NAME SOURCES ... DEPS ...): one static library per source folder.
+# Includes are rooted at src/ (and the repository root for backends/), so code writes
+# #include "base/status.h".
+function(pagoda_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# pagoda_add_test(NAME SOURCES ... DEPS ...): a GoogleTest binary whose tests ctest lists one by one.
+function(pagoda_add_test name)
+  if(NOT PAGODA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} pagoda_test_support GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,51 @@
+// ModelConfig: the hyperparameters of a decoder-only transformer, read from config.json or from
+// GGUF metadata into one shape. Plain value; validate() checks it before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace pagoda {
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                    // llama3
+  double high_freq_factor = 4.0;                   // llama3
+  int64_t original_max_position_embeddings = 8192; // llama3
+};
+
+struct ModelConfig {
+  std::string architecture;  // "llama" (also Mistral, TinyLlama), "qwen2", "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;  // usually hidden_size / num_heads; Qwen3 sets it explicitly
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  // True when RoPE rotates adjacent pairs (2i, 2i+1): GGUF files of the llama arch, whose
+  // converter permuted Q/K rows. False for rotate-half (x_i, x_{i+d/2}): HF checkpoints, and
+  // GGUF qwen2/qwen3.
+  bool rope_interleaved = false;
+  bool tie_word_embeddings = false;  // no separate output.weight: the LM head is token_embd
+  bool attention_bias = false;       // Q/K/V projections have biases (Qwen2)
+  bool qk_norm = false;              // per-head RMSNorm on q and k before RoPE (Qwen3)
+  int64_t sliding_window = 0;        // 0 = full attention (Mistral v0.1 declares 4096)
+
+  // Checks positivity, divisibility (heads by kv heads), and sane upper bounds, so that sizes
+  // computed from the config cannot overflow. `source` names the file in the message.
+  Status validate(const std::string& source) const;
+
+  // Number of parameters implied by the shapes (for logs and dummy weights).
+  int64_t num_parameters() const;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,19 @@
+// Scalar conversions between f32 and every storage DType, one row at a time: the definition of
+// each format (the CPU backend's fast kernels are checked against these). Rows of quantized
+// types hold a whole number of 32-element blocks.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace pagoda {
+
+// out[0..n) = the values of `n` elements of type t at `src`.
+void dequantize_row(DType t, const void* src, float* out, int64_t n);
+
+// Stores `n` f32 values as type t at `dst` (round to nearest; Q8_0/Q4_0 pick the block scale
+// from the largest magnitude, as GGUF's reference quantizer does).
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+}  // namespace pagoda

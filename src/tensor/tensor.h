@@ -1,0 +1,70 @@
+// Tensor: a non-owning, contiguous, row-major view of typed memory (up to 4 dims).
+//
+// Shapes are written outermost first, like numpy and PyTorch: a linear layer's weight is
+// [out_features, in_features], so one row is one output's weights. (GGUF lists dims innermost
+// first; the loader reverses them.) The view never owns its memory: weights point into a
+// MappedFile or a Buffer kept alive by their owner. Copyable; no synchronization.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "base/check.h"
+#include "tensor/dtype.h"
+
+namespace pagoda {
+
+inline constexpr int kMaxDims = 4;
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int ndim = 0;
+  std::array<int64_t, kMaxDims> shape{};
+
+  Tensor() = default;
+  Tensor(void* d, DType t, std::initializer_list<int64_t> dims) : data(d), dtype(t) {
+    PAGODA_CHECK(dims.size() <= kMaxDims);
+    for (int64_t v : dims) shape[ndim++] = v;
+  }
+
+  int64_t dim(int i) const { return shape[i < 0 ? ndim + i : i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+  int64_t row_len() const { return ndim == 0 ? 1 : shape[ndim - 1]; }   // innermost dim
+  int64_t num_rows() const { return row_len() == 0 ? 0 : numel() / row_len(); }
+  int64_t row_bytes() const { return row_len() / block_elems(dtype) * block_bytes(dtype); }
+  int64_t nbytes() const { return num_rows() * row_bytes(); }
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(); }
+
+  std::string shape_string() const;  // "[64, 512]"
+};
+
+// Owned, 64-byte-aligned memory. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes);  // zero-filled
+  void* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data()); }
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t size_ = 0;
+};
+
+}  // namespace pagoda
