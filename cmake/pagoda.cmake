@@ -8,13 +8,15 @@ function(pagoda_add_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# pagoda_add_test(NAME SOURCES ... DEPS ...): a GoogleTest binary whose tests ctest lists one by one.
+# pagoda_add_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose tests ctest
+# lists one by one. The label "untrusted-input" marks tests that `make test` also runs under ASan.
 function(pagoda_add_test name)
   if(NOT PAGODA_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} pagoda_test_support GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60)
+  set(labels ${name} ${ARG_LABELS})
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${labels}")
 endfunction()

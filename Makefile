@@ -1,0 +1,47 @@
+# The two commands of the Quick start, and a few more for developers.
+#   make run   [MODEL=path] [PROMPT=text]  set up, build (Release), and run the model
+#   make test                              set up, build, and run every test (+ ASan corruption tests)
+#   make test-asan                         the file-parsing and tokenizer tests under ASan+UBSan
+#   make build | make clean
+JOBS ?= 2
+BUILD_DIR ?= build/release
+ASAN_DIR ?= build/asan
+MODEL ?= demo-random
+PROMPT ?= Once upon a time
+MAX_TOKENS ?= 64
+CMAKE_FLAGS ?=
+PAGODA := $(BUILD_DIR)/apps/pagoda/pagoda
+
+.PHONY: all setup build run test test-asan clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: setup $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(PAGODA) generate --model "$(MODEL)" --prompt "$(PROMPT)" --max-tokens $(MAX_TOKENS) --temperature 0
+
+# The ASan run goes first so that the full suite's ctest summary is the last thing printed.
+test: test-asan
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --output-on-failure --timeout 300
+
+# The tests that parse untrusted input (model files, tokenizer files), labelled
+# "untrusted-input", under AddressSanitizer + UBSan.
+ASAN_TARGETS := loader_test tokenizer_test
+test-asan: setup
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
+	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
+	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --output-on-failure --timeout 600 -L untrusted-input
+
+clean:
+	rm -rf build

@@ -1,0 +1,92 @@
+#include "apps/pagoda/model_loading.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string_view>
+
+#include "loader/gguf_file.h"
+
+namespace pagoda::app {
+
+void ModelFlags::add_to(CLI::App& app, bool weights) {
+  app.add_option("--model,-m", model,
+                 "a GGUF file, a Hugging Face directory, or a built-in config name "
+                 "(demo-random, llama-110m, tinyllama-1.1b, qwen2.5-0.5b, ...)")
+      ->capture_default_str();
+  app.add_option("--tokenizer", tokenizer, "tokenizer to use instead of the model's own (GGUF or HF directory)");
+  if (!weights) return;
+  app.add_option("--load-format", load_format, "auto, gguf, safetensors, or dummy (random weights)")
+      ->capture_default_str();
+  app.add_option("--dtype", dtype, "type of dummy weights: auto, f32, f16, bf16, q8_0, q4_0")
+      ->capture_default_str();
+  app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str();
+  app.add_option("--backend", backend, "compute backend")->capture_default_str();
+  app.add_option("--max-model-len", max_model_len,
+                 "longest prompt + output in tokens (default: the model's context length)");
+}
+
+namespace {
+
+bool is_gguf(const std::string& path) {
+  if (path.ends_with(".gguf")) return true;
+  char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+}
+
+Result<std::unique_ptr<Tokenizer>> tokenizer_from(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path == "demo-random") return make_byte_tokenizer();
+  if (fs::is_directory(path)) return load_hf_tokenizer(path);
+  if (fs::is_regular_file(path) && is_gguf(path)) {
+    PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
+    return load_gguf_tokenizer(*gguf);
+  }
+  if (!fs::exists(path)) {
+    if (dummy_preset(path)) {
+      return not_found("the built-in config '" + path + "' has no tokenizer: pass --tokenizer PATH");
+    }
+    return not_found(path + ": no such file or directory");
+  }
+  return invalid_argument(path + ": not a GGUF file or a Hugging Face directory");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags) {
+  return tokenizer_from(flags.tokenizer.empty() ? flags.model : flags.tokenizer);
+}
+
+Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
+  LoadOptions options;
+  PAGODA_ASSIGN_OR_RETURN(options.format, parse_load_format(flags.load_format));
+  // A built-in config name can only mean dummy weights.
+  if (options.format == LoadFormat::kAuto && !std::filesystem::exists(flags.model) &&
+      dummy_preset(flags.model)) {
+    options.format = LoadFormat::kDummy;
+  }
+  if (flags.dtype != "auto") {
+    auto t = dtype_from_name(flags.dtype);
+    if (!t) return invalid_argument("unknown --dtype '" + flags.dtype + "'");
+    options.dummy_dtype = *t;
+  }
+  options.dummy_seed = flags.weights_seed;
+
+  LoadedModel out;
+  PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));
+  PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
+  if (flags.max_model_len > 0) {
+    source.config.max_position_embeddings = flags.max_model_len;
+  }
+  PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend));
+  PAGODA_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(flags));
+  if (out.tokenizer->vocab_size() > out.model->config().vocab_size) {
+    return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
+                            " tokens but the model only " +
+                            std::to_string(out.model->config().vocab_size));
+  }
+  return out;
+}
+
+}  // namespace pagoda::app

@@ -1,0 +1,156 @@
+#include "backends/cpu/kernels/reference/reference_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "base/check.h"
+#include "tensor/convert.h"
+
+namespace pagoda::cpu {
+namespace {
+
+void matmul(const float* x, int64_t m, const Tensor& w, float* y) {
+  const int64_t n = w.num_rows();
+  const int64_t k = w.row_len();
+  // Convert each weight row once and reuse it for every input row.
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t j = 0; j < n; ++j) {
+    dequantize_row(w.dtype, w.row(j), row.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * k;
+      float acc = 0;
+      for (int64_t t = 0; t < k; ++t) acc += xi[t] * row[t];
+      y[i * n + j] = acc;
+    }
+  }
+}
+
+void embedding(const Tensor& table, const TokenId* ids, int64_t n, float* out) {
+  const int64_t dim = table.row_len();
+  for (int64_t i = 0; i < n; ++i) {
+    PAGODA_CHECK(ids[i] >= 0 && ids[i] < table.num_rows());
+    dequantize_row(table.dtype, table.row(ids[i]), out + i * dim, dim);
+  }
+}
+
+void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+              float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sum = 0;
+    for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(dim) + eps));
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+          const int32_t* positions, const float* inv_freq, bool interleaved) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // Angles in double: positions reach 10^5 and more, where f32 angle errors grow visible.
+      double angle = static_cast<double>(positions[t]) * inv_freq[i];
+      float c = static_cast<float>(std::cos(angle));
+      float s = static_cast<float>(std::sin(angle));
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* v = x + (t * num_heads + h) * head_dim;
+        int64_t a = interleaved ? 2 * i : i;
+        int64_t b = interleaved ? 2 * i + 1 : i + half;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+float* slot_ptr(float* base, const KvLayerView& c, int64_t slot) {
+  return base + slot * c.num_kv_heads * c.head_dim;  // blocks are contiguous runs of slots
+}
+
+void store_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+              const KvLayerView& cache) {
+  const int64_t row = cache.num_kv_heads * cache.head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    int64_t slot = slot_mapping[t];
+    PAGODA_CHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size);
+    std::memcpy(slot_ptr(cache.key, cache, slot), k + t * row, static_cast<size_t>(row) * 4);
+    std::memcpy(slot_ptr(cache.value, cache, slot), v + t * row, static_cast<size_t>(row) * 4);
+  }
+}
+
+void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+                     const KvLayerView& cache, const AttentionParams& p, float* out) {
+  const int64_t hd = p.head_dim;
+  const int64_t group = p.num_heads / p.num_kv_heads;
+  std::vector<float> scores;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const AttentionSeq& seq = seqs[s];
+    scores.resize(static_cast<size_t>(seq.context_len));
+    for (int64_t j = 0; j < seq.num_query; ++j) {
+      const int64_t pos = seq.context_len - seq.num_query + j;
+      const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+      const int64_t row = seq.query_start + j;
+      for (int64_t h = 0; h < p.num_heads; ++h) {
+        const int64_t kvh = h / group;
+        const float* qh = q + (row * p.num_heads + h) * hd;
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int64_t t = first; t <= pos; ++t) {
+          int64_t slot = seq.block_table[t / cache.block_size] * cache.block_size + t % cache.block_size;
+          const float* kt = slot_ptr(cache.key, cache, slot) + kvh * hd;
+          float dot = 0;
+          for (int64_t d = 0; d < hd; ++d) dot += qh[d] * kt[d];
+          scores[t] = dot * p.scale;
+          max_score = std::max(max_score, scores[t]);
+        }
+        double denom = 0;
+        for (int64_t t = first; t <= pos; ++t) {
+          scores[t] = std::exp(scores[t] - max_score);
+          denom += scores[t];
+        }
+        float* oh = out + (row * p.num_heads + h) * hd;
+        std::fill(oh, oh + hd, 0.0f);
+        for (int64_t t = first; t <= pos; ++t) {
+          int64_t slot = seq.block_table[t / cache.block_size] * cache.block_size + t % cache.block_size;
+          const float* vt = slot_ptr(cache.value, cache, slot) + kvh * hd;
+          float w = static_cast<float>(scores[t] / denom);
+          for (int64_t d = 0; d < hd; ++d) oh[d] += w * vt[d];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const Kernels& reference_kernels() {
+  static const Kernels kernels{
+      .matmul = matmul,
+      .embedding = embedding,
+      .rms_norm = rms_norm,
+      .rope = rope,
+      .silu_mul = silu_mul,
+      .add = add,
+      .store_kv = store_kv,
+      .paged_attention = paged_attention,
+  };
+  return kernels;
+}
+
+}  // namespace pagoda::cpu

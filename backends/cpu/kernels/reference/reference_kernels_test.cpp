@@ -1,0 +1,191 @@
+// Checks the reference kernels against plain double-precision math written here, and the
+// Q8_0/Q4_0 conversions against a byte-level reading of the GGUF block format.
+#include "backends/cpu/kernels/reference/reference_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/convert.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// fp16 decoded from its bit fields, independently of tensor/half.h.
+double fp16_bits_to_double(uint16_t h) {
+  int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+  double v = exp == 0 ? std::ldexp(mant, -24) : std::ldexp(1024 + mant, exp - 25);
+  return sign ? -v : v;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(Dequantize, Q8_0MatchesBlockFormat) {
+  std::mt19937 rng(1);
+  std::vector<uint8_t> bytes(34 * 3);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (int blk = 0; blk < 3; ++blk) bytes[blk * 34 + 1] &= 0x3b;  // keep scales finite
+  std::vector<float> got(96);
+  dequantize_row(DType::kQ8_0, bytes.data(), got.data(), 96);
+  for (int blk = 0; blk < 3; ++blk) {
+    const uint8_t* b = bytes.data() + blk * 34;
+    double d = fp16_bits_to_double(static_cast<uint16_t>(b[0] | b[1] << 8));
+    for (int j = 0; j < 32; ++j) {
+      double want = d * static_cast<int8_t>(b[2 + j]);
+      EXPECT_EQ(got[blk * 32 + j], static_cast<float>(want)) << blk << " " << j;
+    }
+  }
+}
+
+TEST(Dequantize, Q4_0MatchesBlockFormat) {
+  std::mt19937 rng(2);
+  std::vector<uint8_t> bytes(18 * 4);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (int blk = 0; blk < 4; ++blk) bytes[blk * 18 + 1] &= 0x3b;
+  std::vector<float> got(128);
+  dequantize_row(DType::kQ4_0, bytes.data(), got.data(), 128);
+  for (int blk = 0; blk < 4; ++blk) {
+    const uint8_t* b = bytes.data() + blk * 18;
+    double d = fp16_bits_to_double(static_cast<uint16_t>(b[0] | b[1] << 8));
+    for (int j = 0; j < 32; ++j) {
+      int nibble = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
+      EXPECT_EQ(got[blk * 32 + j], static_cast<float>(d * (nibble - 8))) << blk << " " << j;
+    }
+  }
+}
+
+TEST(Quantize, RoundTripErrorWithinHalfStep) {
+  auto x = random_floats(256, 3);
+  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<uint8_t> q(*dtype_bytes(t, 256));
+    std::vector<float> back(256);
+    quantize_row(t, x.data(), q.data(), 256);
+    dequantize_row(t, q.data(), back.data(), 256);
+    double tol = t == DType::kQ4_0 ? 1.0 / 8 + 1e-3 : t == DType::kQ8_0 ? 0.5 / 127 + 1e-3 : 1e-2;
+    for (int i = 0; i < 256; ++i) EXPECT_NEAR(back[i], x[i], tol) << dtype_name(t) << " " << i;
+  }
+}
+
+TEST(Matmul, AllWeightTypesMatchDoubleReference) {
+  const Kernels& k = reference_kernels();
+  const int64_t m = 3, n = 5, kdim = 64;
+  auto x = random_floats(m * kdim, 4);
+  auto wf = random_floats(n * kdim, 5, 0.5f);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<uint8_t> wbytes(*dtype_bytes(t, n * kdim));
+    for (int64_t r = 0; r < n; ++r) {
+      quantize_row(t, wf.data() + r * kdim, wbytes.data() + r * (wbytes.size() / n), kdim);
+    }
+    Tensor w(wbytes.data(), t, {n, kdim});
+    std::vector<float> y(m * n);
+    k.matmul(x.data(), m, w, y.data());
+    std::vector<float> row(kdim);
+    for (int64_t j = 0; j < n; ++j) {
+      dequantize_row(t, w.row(j), row.data(), kdim);
+      for (int64_t i = 0; i < m; ++i) {
+        double want = 0;
+        for (int64_t c = 0; c < kdim; ++c) want += static_cast<double>(x[i * kdim + c]) * row[c];
+        EXPECT_NEAR(y[i * n + j], want, 1e-4) << dtype_name(t);
+      }
+    }
+  }
+}
+
+TEST(Rope, BothLayoutsRotateTheirPairs) {
+  const Kernels& k = reference_kernels();
+  const int64_t hd = 8, heads = 2;
+  auto x = random_floats(hd * heads, 6);
+  float inv_freq[4] = {1.0f, 0.1f, 0.01f, 0.001f};
+  int32_t pos = 7;
+  for (bool interleaved : {true, false}) {
+    std::vector<float> y = x;
+    k.rope(y.data(), 1, heads, hd, &pos, inv_freq, interleaved);
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < 4; ++i) {
+        int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + 4;
+        double ang = pos * static_cast<double>(inv_freq[i]);
+        double x0 = x[h * hd + a], x1 = x[h * hd + b];
+        EXPECT_NEAR(y[h * hd + a], x0 * std::cos(ang) - x1 * std::sin(ang), 1e-6);
+        EXPECT_NEAR(y[h * hd + b], x0 * std::sin(ang) + x1 * std::cos(ang), 1e-6);
+      }
+    }
+  }
+}
+
+// Paged attention over a shuffled block table equals dense causal attention computed here.
+TEST(PagedAttention, MatchesDenseCausalAttentionWithGqaAndWindow) {
+  const Kernels& k = reference_kernels();
+  const int64_t heads = 4, kv_heads = 2, hd = 8, block = 4, ctx = 11, nq = 3;
+  KvLayerView cache{nullptr, nullptr, 6, block, kv_heads, hd};
+  std::vector<float> kc(6 * block * kv_heads * hd), vc(kc.size());
+  cache.key = kc.data();
+  cache.value = vc.data();
+  std::vector<BlockId> table = {4, 1, 5};  // logical block i -> physical block
+  auto keys = random_floats(ctx * kv_heads * hd, 7);
+  auto vals = random_floats(ctx * kv_heads * hd, 8);
+  std::vector<int64_t> slots(ctx);
+  for (int64_t t = 0; t < ctx; ++t) slots[t] = table[t / block] * block + t % block;
+  k.store_kv(keys.data(), vals.data(), slots.data(), ctx, cache);
+  auto q = random_floats(nq * heads * hd, 9);
+  for (int64_t window : {0, 5}) {
+    AttentionSeq seq{0, nq, ctx, table.data()};
+    AttentionParams params{heads, kv_heads, hd, 0.35f, window};
+    std::vector<float> out(nq * heads * hd);
+    k.paged_attention(q.data(), &seq, 1, cache, params, out.data());
+    for (int64_t j = 0; j < nq; ++j) {
+      int64_t pos = ctx - nq + j;
+      int64_t first = window ? std::max<int64_t>(0, pos - window + 1) : 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        int64_t kvh = h / 2;
+        std::vector<double> w;
+        double mx = -1e300, sum = 0;
+        for (int64_t t = first; t <= pos; ++t) {
+          double d = 0;
+          for (int64_t c = 0; c < hd; ++c) d += q[(j * heads + h) * hd + c] * keys[(t * kv_heads + kvh) * hd + c];
+          w.push_back(d * 0.35);
+          mx = std::max(mx, w.back());
+        }
+        for (auto& v : w) sum += (v = std::exp(v - mx));
+        for (int64_t c = 0; c < hd; ++c) {
+          double want = 0;
+          for (int64_t t = first; t <= pos; ++t) want += w[t - first] / sum * vals[(t * kv_heads + kvh) * hd + c];
+          EXPECT_NEAR(out[(j * heads + h) * hd + c], want, 1e-5) << "window " << window;
+        }
+      }
+    }
+  }
+}
+
+TEST(Elementwise, RmsNormSiluAdd) {
+  const Kernels& k = reference_kernels();
+  auto x = random_floats(2 * 16, 10);
+  auto w = random_floats(16, 11);
+  std::vector<float> y(32);
+  k.rms_norm(x.data(), w.data(), 2, 16, 1e-5f, y.data());
+  for (int r = 0; r < 2; ++r) {
+    double ss = 0;
+    for (int i = 0; i < 16; ++i) ss += x[r * 16 + i] * static_cast<double>(x[r * 16 + i]);
+    double inv = 1 / std::sqrt(ss / 16 + 1e-5);
+    for (int i = 0; i < 16; ++i) EXPECT_NEAR(y[r * 16 + i], x[r * 16 + i] * inv * w[i], 1e-5);
+  }
+  std::vector<float> out(32);
+  k.silu_mul(x.data(), w.data(), 16, out.data());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_NEAR(out[i], x[i] / (1 + std::exp(-static_cast<double>(x[i]))) * w[i], 1e-6);
+  }
+  std::vector<float> acc = x;
+  k.add(acc.data(), x.data(), 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(acc[i], 2 * x[i]);
+}
+
+}  // namespace
+}  // namespace pagoda::cpu

@@ -1,0 +1,80 @@
+// Kernels: the table of compute operations a backend provides to the model.
+//
+// This is the seam between the model (which knows the math of an architecture) and a backend
+// (which knows how to do each op fast on its hardware). Every entry has a scalar reference in
+// backends/cpu/kernels/reference; fast variants must match it. Activations are f32; weight
+// matrices stay in their stored DType and the kernel converts on the fly. All pointers are
+// borrowed; kernels allocate nothing the caller sees. Tables are immutable: thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "base/types.h"
+#include "tensor/tensor.h"
+
+namespace pagoda {
+
+// The paged KV cache of one layer, as the backend lays it out: key and value caches of shape
+// [num_blocks, block_size, num_kv_heads, head_dim] f32. Token slot s lives at block s/block_size,
+// offset s%block_size.
+struct KvLayerView {
+  float* key = nullptr;
+  float* value = nullptr;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// One sequence's slice of a flat batch for attention.
+struct AttentionSeq {
+  int64_t query_start = 0;   // first row of this sequence in q / out
+  int64_t num_query = 0;     // rows of this sequence (new tokens this step)
+  int64_t context_len = 0;   // tokens in the cache after this step (computed + new)
+  const BlockId* block_table = nullptr;  // ceil(context_len / block_size) block ids
+};
+
+struct AttentionParams {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;           // usually 1/sqrt(head_dim)
+  int64_t sliding_window = 0;   // 0 = full causal attention; else keys in (pos - window, pos]
+};
+
+struct Kernels {
+  // y[m, n] = sum_k x[m, k] * w[n, k].  x: [m, k] f32; w: [n, k] any DType; y: [m, n] f32.
+  void (*matmul)(const float* x, int64_t m, const Tensor& w, float* y);
+
+  // out[i, :] = row ids[i] of table, converted to f32.  table: [rows, dim] any DType.
+  void (*embedding)(const Tensor& table, const TokenId* ids, int64_t n, float* out);
+
+  // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight.  x, y: [rows, dim]; weight: [dim] f32.
+  // y may alias x.
+  void (*rms_norm)(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                   float* y);
+
+  // Rotary embedding in place on x: [num_tokens, num_heads, head_dim] f32. Token t is rotated by
+  // angle positions[t] * inv_freq[i] for pair i (head_dim/2 pairs). interleaved: pairs are
+  // (2i, 2i+1); otherwise (i, i + head_dim/2) ("rotate half").
+  void (*rope)(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+               const int32_t* positions, const float* inv_freq, bool interleaved);
+
+  // out[i] = silu(gate[i]) * up[i] for n elements; out may alias gate.
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
+
+  // y[i] += x[i] for n elements.
+  void (*add)(float* y, const float* x, int64_t n);
+
+  // Copies k, v: [num_tokens, num_kv_heads, head_dim] f32 into the cache at slot_mapping[t].
+  void (*store_kv)(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+                   const KvLayerView& cache);
+
+  // Causal attention of each sequence's queries over its cached keys/values (GQA: query head h
+  // reads kv head h / (num_heads / num_kv_heads)). Query row j of a sequence sits at position
+  // context_len - num_query + j. q, out: [num_tokens, num_heads, head_dim] f32.
+  void (*paged_attention)(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+                          const KvLayerView& cache, const AttentionParams& params, float* out);
+};
+
+}  // namespace pagoda

@@ -1,0 +1,204 @@
+#include "model/arch/llama.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/layers/rope_freqs.h"
+#include "tensor/convert.h"
+
+namespace pagoda {
+namespace {
+
+// A small tensor (norm weight, bias) converted to f32 once at load.
+struct F32Vector {
+  Buffer data;
+  const float* ptr() const { return data.as<float>(); }
+};
+
+struct LayerWeights {
+  F32Vector attn_norm, ffn_norm;
+  Tensor wq, wk, wv, wo;            // [out, in] in their file type
+  F32Vector bq, bk, bv;             // Qwen2 only
+  F32Vector q_norm, k_norm;         // Qwen3 only, [head_dim]
+  Tensor w_gate, w_up, w_down;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(ModelSource source, const Backend& backend)
+      : source_(std::move(source)), cfg_(source_.config), k_(backend.kernels()) {}
+
+  Status init(const Backend& backend);
+
+  const ModelConfig& config() const override { return cfg_; }
+  Tensor forward(const ForwardBatch& batch, const KvCacheTensors& kv) override;
+  void compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows,
+                      float* logits) override;
+
+ private:
+  Result<Tensor> matrix(const std::string& name, int64_t rows, int64_t cols);
+  Result<F32Vector> vector(const std::string& name, int64_t len);
+  void add_bias(float* x, int64_t rows, const F32Vector& bias, int64_t len);
+  void ensure_workspace(int64_t num_tokens);
+
+  ModelSource source_;
+  const ModelConfig& cfg_;
+  const Kernels& k_;
+  const Backend* backend_ = nullptr;
+  Tensor token_embd_;   // [vocab, hidden]
+  Tensor lm_head_;      // [vocab, hidden]; token_embd_ when tied
+  F32Vector output_norm_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+
+  // Workspace, grown to the largest batch seen: x, h [T, hidden]; q, attn [T, heads*hd];
+  // k, v [T, kv_heads*hd]; gate, up [T, inter].
+  int64_t capacity_ = 0;
+  std::vector<float> x_, h_, q_, k_buf_, v_buf_, attn_, gate_, up_;
+};
+
+Result<Tensor> LlamaModel::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  PAGODA_ASSIGN_OR_RETURN(Tensor t, source_.weights.get(name, {rows, cols}));
+  if (!backend_->supports_weight_type(t.dtype)) {
+    return unimplemented(source_.path + ": backend " + backend_->name() +
+                         " cannot compute on tensor " + name + " of type " +
+                         std::string(dtype_name(t.dtype)));
+  }
+  return t;
+}
+
+Result<F32Vector> LlamaModel::vector(const std::string& name, int64_t len) {
+  PAGODA_ASSIGN_OR_RETURN(Tensor t, source_.weights.get(name, {len}));
+  F32Vector v{Buffer(static_cast<size_t>(len) * sizeof(float))};
+  dequantize_row(t.dtype, t.data, v.data.as<float>(), len);
+  return v;
+}
+
+Status LlamaModel::init(const Backend& backend) {
+  backend_ = &backend;
+  const int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim;
+  const int64_t q_dim = cfg_.num_heads * hd, kv_dim = cfg_.num_kv_heads * hd;
+  PAGODA_ASSIGN_OR_RETURN(token_embd_, matrix("token_embd.weight", cfg_.vocab_size, hidden));
+  if (cfg_.tie_word_embeddings) {
+    lm_head_ = token_embd_;
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(lm_head_, matrix("output.weight", cfg_.vocab_size, hidden));
+  }
+  PAGODA_ASSIGN_OR_RETURN(output_norm_, vector("output_norm.weight", hidden));
+  layers_.resize(static_cast<size_t>(cfg_.num_layers));
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    LayerWeights& l = layers_[static_cast<size_t>(i)];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    PAGODA_ASSIGN_OR_RETURN(l.attn_norm, vector(p + "attn_norm.weight", hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.ffn_norm, vector(p + "ffn_norm.weight", hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wq, matrix(p + "attn_q.weight", q_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wk, matrix(p + "attn_k.weight", kv_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wv, matrix(p + "attn_v.weight", kv_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wo, matrix(p + "attn_output.weight", hidden, q_dim));
+    if (cfg_.attention_bias) {
+      PAGODA_ASSIGN_OR_RETURN(l.bq, vector(p + "attn_q.bias", q_dim));
+      PAGODA_ASSIGN_OR_RETURN(l.bk, vector(p + "attn_k.bias", kv_dim));
+      PAGODA_ASSIGN_OR_RETURN(l.bv, vector(p + "attn_v.bias", kv_dim));
+    }
+    if (cfg_.qk_norm) {
+      PAGODA_ASSIGN_OR_RETURN(l.q_norm, vector(p + "attn_q_norm.weight", hd));
+      PAGODA_ASSIGN_OR_RETURN(l.k_norm, vector(p + "attn_k_norm.weight", hd));
+    }
+    PAGODA_ASSIGN_OR_RETURN(l.w_gate, matrix(p + "ffn_gate.weight", cfg_.intermediate_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.w_up, matrix(p + "ffn_up.weight", cfg_.intermediate_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.w_down, matrix(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
+  }
+  inv_freq_ = rope_inv_freq(cfg_);
+  return Status::ok_status();
+}
+
+void LlamaModel::ensure_workspace(int64_t n) {
+  if (n <= capacity_) return;
+  capacity_ = n;
+  auto grow = [n](std::vector<float>& v, int64_t width) { v.resize(static_cast<size_t>(n * width)); };
+  const int64_t q_dim = cfg_.num_heads * cfg_.head_dim, kv_dim = cfg_.num_kv_heads * cfg_.head_dim;
+  grow(x_, cfg_.hidden_size);
+  grow(h_, cfg_.hidden_size);
+  grow(q_, q_dim);
+  grow(attn_, q_dim);
+  grow(k_buf_, kv_dim);
+  grow(v_buf_, kv_dim);
+  grow(gate_, cfg_.intermediate_size);
+  grow(up_, cfg_.intermediate_size);
+}
+
+void LlamaModel::add_bias(float* x, int64_t rows, const F32Vector& bias, int64_t len) {
+  for (int64_t r = 0; r < rows; ++r) k_.add(x + r * len, bias.ptr(), len);
+}
+
+Tensor LlamaModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv) {
+  const int64_t n = batch.num_tokens();
+  const int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim;
+  const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  ensure_workspace(n);
+  float *x = x_.data(), *h = h_.data(), *q = q_.data(), *k = k_buf_.data(), *v = v_buf_.data();
+  float *attn = attn_.data(), *gate = gate_.data(), *up = up_.data();
+
+  const AttentionParams attn_params{nh, nkv, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                                    cfg_.sliding_window};
+  k_.embedding(token_embd_, batch.token_ids.data(), n, x);
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const LayerWeights& l = layers_[li];
+    const KvLayerView cache = kv.layer(static_cast<int64_t>(li));
+
+    k_.rms_norm(x, l.attn_norm.ptr(), n, hidden, eps, h);
+    k_.matmul(h, n, l.wq, q);
+    k_.matmul(h, n, l.wk, k);
+    k_.matmul(h, n, l.wv, v);
+    if (cfg_.attention_bias) {
+      add_bias(q, n, l.bq, nh * hd);
+      add_bias(k, n, l.bk, nkv * hd);
+      add_bias(v, n, l.bv, nkv * hd);
+    }
+    if (cfg_.qk_norm) {  // every head's vector is one row of the norm
+      k_.rms_norm(q, l.q_norm.ptr(), n * nh, hd, eps, q);
+      k_.rms_norm(k, l.k_norm.ptr(), n * nkv, hd, eps, k);
+    }
+    k_.rope(q, n, nh, hd, batch.positions.data(), inv_freq_.data(), cfg_.rope_interleaved);
+    k_.rope(k, n, nkv, hd, batch.positions.data(), inv_freq_.data(), cfg_.rope_interleaved);
+    k_.store_kv(k, v, batch.slot_mapping.data(), n, cache);
+    k_.paged_attention(q, batch.seqs.data(), static_cast<int64_t>(batch.seqs.size()), cache,
+                       attn_params, attn);
+    k_.matmul(attn, n, l.wo, h);
+    k_.add(x, h, n * hidden);
+
+    k_.rms_norm(x, l.ffn_norm.ptr(), n, hidden, eps, h);
+    k_.matmul(h, n, l.w_gate, gate);
+    k_.matmul(h, n, l.w_up, up);
+    k_.silu_mul(gate, up, n * cfg_.intermediate_size, gate);
+    k_.matmul(gate, n, l.w_down, h);
+    k_.add(x, h, n * hidden);
+  }
+  k_.rms_norm(x, output_norm_.ptr(), n, hidden, eps, h);
+  return Tensor(h, DType::kF32, {n, hidden});
+}
+
+void LlamaModel::compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows,
+                                float* logits) {
+  const int64_t dim = cfg_.hidden_size;
+  std::vector<float> picked(static_cast<size_t>(num_rows * dim));
+  for (int64_t i = 0; i < num_rows; ++i) {
+    PAGODA_CHECK(rows[i] >= 0 && rows[i] < hidden.dim(0));
+    const float* src = hidden.as<float>() + rows[i] * dim;
+    std::copy(src, src + dim, picked.begin() + i * dim);
+  }
+  k_.matmul(picked.data(), num_rows, lm_head_, logits);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> create_llama_model(ModelSource source, const Backend& backend) {
+  PAGODA_RETURN_IF_ERROR(source.config.validate(source.path));
+  auto model = std::make_unique<LlamaModel>(std::move(source), backend);
+  PAGODA_RETURN_IF_ERROR(model->init(backend));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace pagoda

@@ -1,0 +1,41 @@
+// KvCacheTensors: the memory of the paged KV cache, one key and one value tensor per layer of
+// shape [num_blocks, block_size, num_kv_heads, head_dim] f32 (the layout of backend/kernels.h).
+//
+// The block bookkeeping (who owns which block) lives in kv/; this class only holds the memory.
+// Owned by the runner; the engine thread alone reads and writes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/kernels.h"
+#include "base/status.h"
+#include "loader/model_config.h"
+#include "tensor/tensor.h"
+
+namespace pagoda {
+
+class KvCacheTensors {
+ public:
+  // Allocates num_blocks blocks of block_size tokens for every layer of `config`; fails with
+  // kResourceExhausted when the size overflows or the memory cannot be had.
+  static Result<KvCacheTensors> allocate(const ModelConfig& config, int64_t num_blocks,
+                                         int64_t block_size);
+
+  // Bytes one block takes across all layers (keys and values).
+  static int64_t bytes_per_block(const ModelConfig& config, int64_t block_size);
+
+  KvLayerView layer(int64_t i) const;
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+
+ private:
+  int64_t num_blocks_ = 0;
+  int64_t block_size_ = 0;
+  int64_t num_kv_heads_ = 0;
+  int64_t head_dim_ = 0;
+  std::vector<Buffer> keys_;    // per layer
+  std::vector<Buffer> values_;  // per layer
+};
+
+}  // namespace pagoda

@@ -1,0 +1,42 @@
+// Model: a decoder-only transformer's forward pass over a ForwardBatch, computed with a
+// backend's kernels on weights from a ModelSource.
+//
+// One implementation per architecture family lives in model/arch/. A Model keeps its weights
+// (and the mappings behind them) alive and owns a scratch workspace, so it is used by one thread
+// at a time (the engine thread).
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "base/status.h"
+#include "loader/model_source.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "tensor/tensor.h"
+
+namespace pagoda {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+
+  // Runs every layer on the batch, writing the new tokens' K/V into `kv`. Returns the final
+  // normed hidden states [num_tokens, hidden_size] f32, a view into the model's workspace that
+  // stays valid until the next call.
+  virtual Tensor forward(const ForwardBatch& batch, const KvCacheTensors& kv) = 0;
+
+  // logits[i, :] = LM head applied to hidden row rows[i].  hidden: [num_tokens, hidden_size]
+  // f32 from forward(); logits: [num_rows, vocab_size] f32, caller-owned.
+  virtual void compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows,
+                              float* logits) = 0;
+};
+
+// Builds the model for source.config.architecture ("llama", "qwen2", "qwen3"), taking over the
+// weights. Fails naming the source for an unknown architecture, a missing tensor, a shape
+// mismatch, or a weight type the backend cannot compute on.
+Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend);
+
+}  // namespace pagoda

@@ -1,0 +1,134 @@
+// The pagoda binary as a user runs it: stdout holds only the generated text or the JSON ids,
+// stderr one summary or error line, and the exit status says which.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "support/test_data.h"
+
+namespace pagoda {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the pagoda binary with `args` (already shell-quoted), capturing stdout and stderr.
+RunResult run_pagoda(const std::string& args) {
+  std::string err_file = ::testing::TempDir() + "pagoda_cli_stderr.txt";
+  std::string cmd = std::string(PAGODA_BINARY) + " " + args + " 2>" + err_file;
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(Cli, GenerateStories260KGoldenText) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  RunResult r = run_pagoda("generate --model " + quote(model) +
+                           " --prompt '' --max-tokens 256 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(txt);
+  std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  want.pop_back();  // the file's final newline
+  EXPECT_EQ(r.out, want);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("prompt tokens: 1, generated tokens: 256"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokens/s"), std::string::npos);
+}
+
+TEST(Cli, SeededSamplingIsReproducible) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  std::string args = "generate --model " + quote(model) +
+                     " --prompt 'Once upon a time' --max-tokens 40 --temperature 0.9 --top-p 0.95 --top-k 40 --seed 7";
+  RunResult a = run_pagoda(args), b = run_pagoda(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+}
+
+TEST(Cli, TokenizePrintsJsonIds) {
+  PAGODA_TEST_FILE(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+  RunResult r = run_pagoda("tokenize --model " + quote(vocab) + " --prompt 'Hello world' --no-add-special");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[15043, 3186]\n");  // llama.cpp's vector for "Hello world"
+  RunResult with_bos = run_pagoda("tokenize --model " + quote(vocab) + " --prompt 'Hello world'");
+  EXPECT_EQ(with_bos.out, "[1, 15043, 3186]\n");
+}
+
+TEST(Cli, DemoModelRunsWithNothingDownloaded) {
+  RunResult r = run_pagoda("generate --model demo-random --prompt 'Hi' --max-tokens 8 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("generated tokens: 8"), std::string::npos) << r.err;
+}
+
+TEST(Cli, HelpOnEverySubcommand) {
+  for (const char* sub : {"", "generate ", "tokenize "}) {
+    RunResult r = run_pagoda(std::string(sub) + "--help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find("--model"), std::string::npos) << sub << r.out;
+  }
+}
+
+TEST(Cli, ErrorsAreOneLineAndNonZero) {
+  const char* cases[] = {
+      "generate --model /nonexistent/model.gguf --prompt hi",
+      "generate --model demo-random --temperature -1 --prompt hi",
+      "generate --model demo-random --max-tokens 100000 --prompt hi",
+      "generate --model demo-random --no-such-flag",
+      "frobnicate",
+  };
+  for (const char* args : cases) {
+    RunResult r = run_pagoda(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_EQ(count_lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("pagoda: error: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
+TEST(Cli, CorruptModelFileNamesFileAndProblem) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  std::string path = ::testing::TempDir() + "truncated-stories.gguf";
+  {
+    std::ifstream in(model, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  RunResult r = run_pagoda("generate --model " + quote(path) + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace pagoda
