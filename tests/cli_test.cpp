@@ -92,10 +92,15 @@ TEST(Cli, DemoModelRunsWithNothingDownloaded) {
 }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"", "generate ", "tokenize "}) {
-    RunResult r = run_pagoda(std::string(sub) + "--help");
+  RunResult top = run_pagoda("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.out.find("generate"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("tokenize"), std::string::npos) << top.out;
+  for (const char* sub : {"generate", "tokenize"}) {
+    RunResult r = run_pagoda(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.out.find("--model"), std::string::npos) << sub << r.out;
+    EXPECT_NE(r.out.find("--prompt"), std::string::npos) << sub << r.out;
   }
 }
 

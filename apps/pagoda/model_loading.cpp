@@ -18,7 +18,8 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
   if (!weights) return;
   app.add_option("--load-format", load_format, "auto, gguf, safetensors, or dummy (random weights)")
       ->capture_default_str();
-  app.add_option("--dtype", dtype, "type of dummy weights: auto, f32, f16, bf16, q8_0, q4_0")
+  app.add_option("--dtype", dtype,
+                 "type of dummy weights: f32, f16, bf16, q8_0, q4_0; auto = bf16 above 200M parameters, else f32")
       ->capture_default_str();
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str();
   app.add_option("--backend", backend, "compute backend")->capture_default_str();
@@ -70,6 +71,8 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
     auto t = dtype_from_name(flags.dtype);
     if (!t) return invalid_argument("unknown --dtype '" + flags.dtype + "'");
     options.dummy_dtype = *t;
+  } else if (auto preset = dummy_preset(flags.model); preset && preset->num_parameters() > 200'000'000) {
+    options.dummy_dtype = DType::kBF16;  // what such checkpoints ship in; f32 would double the memory
   }
   options.dummy_seed = flags.weights_seed;
 
