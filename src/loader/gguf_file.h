@@ -5,10 +5,16 @@
 // problem (never a crash, never an allocation sized by an unchecked field). Metadata arrays are
 // not copied: numeric arrays stay views into the mapping. Vocab-only files (no tensors) may end
 // right after the metadata, without alignment padding. Immutable after open: thread-safe to read.
+//
+// Accepted tensor types: F32, F16, BF16, Q8_0, Q4_0 (any other ggml type fails with
+// kUnimplemented naming it). Metadata arrays of arrays are validated but their elements are not
+// exposed (GgufValue::elem_type == kArray, raw == nullptr, strings empty).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,9 +31,20 @@ enum class GgufType : uint32_t {
   kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
 };
 
+// The name of a metadata value type, e.g. "uint32", "string", "array".
+std::string_view gguf_type_name(GgufType t);
+
+// ggml's id of a tensor type (F32=0, F16=1, Q4_0=2, Q8_0=8, BF16=30) <-> DType. The name of any
+// ggml type id, supported or not ("Q4_K"), or "unknown" past the known ids.
+std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type);
+uint32_t ggml_type_of(DType t);
+std::string_view ggml_type_name(uint32_t ggml_type);
+
 struct GgufValue {
   GgufType type = GgufType::kUint8;
   // Scalars (set according to type): integers in i/u, floats in f, bool in b, strings in s.
+  // Unsigned integers set u, and also i when the value fits int64; signed integers set i, and
+  // also u when the value is not negative.
   int64_t i = 0;
   uint64_t u = 0;
   double f = 0;
@@ -44,14 +61,19 @@ struct GgufValue {
 struct GgufTensorInfo {
   std::string name;
   Tensor tensor;      // dims outermost first (GGUF's order reversed); data points into the mapping
-  uint64_t offset;    // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of the data section
 };
 
 class GgufFile {
  public:
+  // Maps and validates `path`. Fails with kDataLoss (truncated or corrupted: the message starts
+  // with the path and names the field), kUnimplemented (GGUF v1, big-endian files, unsupported
+  // tensor types) or the mapping's kNotFound / kIoError.
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
 
+  // The path given to open().
   const std::string& path() const;
+  // The format version (2 or 3) and the data alignment (general.alignment, default 32).
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
@@ -65,21 +87,33 @@ class GgufFile {
   Result<std::vector<std::string_view>> get_string_array(std::string_view key) const;
   Result<std::vector<float>> get_float_array(std::string_view key) const;
   Result<std::vector<int64_t>> get_int_array(std::string_view key) const;
+  // All metadata in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
 
+  // All tensors in file order; find_tensor returns nullptr when `name` is absent.
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
-  // The mapping that tensors point into; keep it alive as long as the tensors are used.
+  // The mapping that tensors point into; keep it alive as long as the tensors are used. (A
+  // tensor whose address in the mapping is not aligned for its type, possible only with
+  // general.alignment < 4, is copied into memory owned by this GgufFile instead: keep the
+  // GgufFile alive, not just the mapping, when that matters.)
   std::shared_ptr<const MappedFile> mapping() const { return file_; }
+  // Offset of the tensor data section in the file (0 when there are no tensors).
+  uint64_t data_offset() const { return data_offset_; }
 
  private:
   GgufFile() = default;
+  Status type_error(std::string_view key, const GgufValue& v, const char* expected) const;
+
   std::shared_ptr<const MappedFile> file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;  // name -> index in tensors_
+  std::vector<std::shared_ptr<Buffer>> copies_;              // misaligned tensors, copied
   friend class GgufParser;
 };
 

@@ -14,11 +14,16 @@
 //   blk.N.ffn_down.weight [hidden, inter]
 // Shapes are outermost first (see tensor/tensor.h). Weights stay in their file type and point
 // into the memory mapping when the file's layout allows; the WeightMap keeps the mappings alive.
+// Everything here is plain values and free functions: a WeightMap is immutable once loaded and
+// then safe to read from any thread.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,11 +40,15 @@ class WeightMap {
   // The tensor `name` checked against `shape` (outermost first); fails naming source, tensor,
   // expected and actual shapes, or "missing tensor".
   Result<Tensor> get(const std::string& name, std::initializer_list<int64_t> shape) const;
+  Result<Tensor> get(const std::string& name, std::span<const int64_t> shape) const;
 
+  // Adds (or replaces) a tensor; its memory must be kept alive through keep_alive().
   void add(std::string name, Tensor t) { tensors_[std::move(name)] = t; }
   // Keeps `owner` (a mapping, a Buffer) alive as long as this map.
   void keep_alive(std::shared_ptr<const void> owner) { owners_.push_back(std::move(owner)); }
+  // Every tensor by canonical name.
   const std::map<std::string, Tensor>& all() const { return tensors_; }
+  // The file or directory the weights came from (the prefix of error messages).
   void set_source(std::string source) { source_ = std::move(source); }
   const std::string& source() const { return source_; }
 
@@ -50,7 +59,8 @@ class WeightMap {
 };
 
 enum class LoadFormat { kAuto, kGguf, kSafetensors, kDummy };
-Result<LoadFormat> parse_load_format(const std::string& name);  // "auto", "gguf", "safetensors", "dummy"
+// "auto", "gguf", "safetensors", "dummy"; anything else is kInvalidArgument listing the choices.
+Result<LoadFormat> parse_load_format(const std::string& name);
 
 struct LoadOptions {
   LoadFormat format = LoadFormat::kAuto;
@@ -68,14 +78,56 @@ struct ModelSource {
 
 // Loads the config and weights at `path`:
 //   - a file ending in .gguf (or any file starting with the GGUF magic): GGUF;
-//   - a directory with config.json: Hugging Face (model.safetensors or an index of shards);
+//   - a directory with config.json (or that config.json itself): Hugging Face (model.safetensors
+//     or an index of shards);
 //   - with format kDummy: a config.json, an HF directory, a GGUF, or a preset name from
 //     dummy_presets(); weights are deterministic random values of options.dummy_dtype.
+// The config is validated and check_weights() passes before this returns. Errors name the file
+// or directory (and the tensor); unknown tensors in the files are ignored.
 Result<ModelSource> load_model(const std::string& path, const LoadOptions& options);
 
 // Names of the built-in configs usable with --load-format dummy ("demo-random", "tinyllama-1.1b",
-// "llama-110m", "qwen2.5-0.5b", ...).
+// "llama-110m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b"); dummy_preset returns nullopt for
+// any other name.
 std::vector<std::string> dummy_presets();
 std::optional<ModelConfig> dummy_preset(const std::string& name);
+
+// One tensor a model with a given config needs, under its canonical name.
+struct WeightSpec {
+  enum class Kind {
+    kMatrix,  // 2-D weight (including token_embd and output): any dtype
+    kNorm,    // 1-D RMSNorm weight: f32, f16 or bf16
+    kBias,    // 1-D bias: f32, f16 or bf16
+  };
+  std::string name;
+  std::vector<int64_t> shape;  // outermost first
+  Kind kind = Kind::kMatrix;
+};
+
+// Every tensor `config` needs, in a fixed order (token_embd, output (unless tied), output_norm,
+// then each block's tensors), including attention biases (attention_bias) and the q/k norms
+// (qk_norm). The config must be valid.
+std::vector<WeightSpec> expected_weights(const ModelConfig& config);
+
+// Checks that `weights` holds every tensor of expected_weights(config) with the right shape and
+// a usable dtype (norms and biases unquantized). Fails with kNotFound ("<source>: missing tensor
+// blk.3.attn_k.weight") or kDataLoss naming the source, the tensor and the expected and actual
+// shapes. Extra tensors are allowed.
+Status check_weights(const ModelConfig& config, const WeightMap& weights);
+
+// The canonical name of a Hugging Face Llama/Qwen tensor name ("model.layers.3.self_attn.q_proj.
+// weight" -> "blk.3.attn_q.weight"; the "model." prefix is optional), or nullopt for names that
+// are not weights of these models (e.g. rotary_emb.inv_freq).
+std::optional<std::string> canonical_name_from_hf(const std::string& hf_name);
+// The inverse: the Hugging Face name of a canonical name, or nullopt.
+std::optional<std::string> hf_name_from_canonical(const std::string& canonical_name);
+
+// Deterministic random weights for `config`: every tensor of expected_weights(config), matrices
+// uniform in [-1/sqrt(in), 1/sqrt(in)] stored as `dtype`, norms 1 + small noise and biases small
+// noise, both always f32. The same (config, dtype, seed) gives identical bytes. Fails with
+// kInvalidArgument when `dtype` is quantized and a row length is not a multiple of 32.
+// `source` names the config in messages and becomes the map's source.
+Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
+                                     const std::string& source);
 
 }  // namespace pagoda

@@ -1,0 +1,270 @@
+#include "loader/config_parsers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "base/mapped_file.h"
+#include "loader/json_util.h"
+
+namespace pagoda {
+
+using nlohmann::json;
+using namespace loader_internal;
+
+namespace {
+
+struct HfArchitecture {
+  const char* class_name;  // architectures[0]
+  const char* model_type;  // model_type
+  const char* architecture;
+};
+constexpr HfArchitecture kHfArchitectures[] = {
+    {"LlamaForCausalLM", "llama", "llama"},
+    {"MistralForCausalLM", "mistral", "llama"},
+    {"Qwen2ForCausalLM", "qwen2", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+};
+
+Result<std::string> hf_architecture(const json& j, const std::string& source) {
+  auto it = j.find("architectures");
+  if (it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->empty() || !(*it)[0].is_string()) {
+      return data_loss(source + ": architectures must be a non-empty array of strings");
+    }
+    std::string name = (*it)[0].get<std::string>();
+    for (const auto& a : kHfArchitectures) {
+      if (name == a.class_name) return std::string(a.architecture);
+    }
+    return unimplemented(source + ": unsupported architecture " + name);
+  }
+  PAGODA_ASSIGN_OR_RETURN(std::optional<std::string> model_type, json_string(j, "model_type", source));
+  if (!model_type) return data_loss(source + ": neither architectures nor model_type is given");
+  for (const auto& a : kHfArchitectures) {
+    if (*model_type == a.model_type) return std::string(a.architecture);
+  }
+  return unimplemented(source + ": unsupported model_type " + *model_type);
+}
+
+Result<int64_t> required_int(const json& j, const char* key, const std::string& source) {
+  PAGODA_ASSIGN_OR_RETURN(std::optional<int64_t> v, json_int(j, key, source));
+  if (!v) return data_loss(source + ": missing field " + key);
+  return *v;
+}
+
+Status hf_rope_scaling(const json& j, const std::string& source, RopeScaling* out) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_object()) return data_loss(source + ": rope_scaling must be an object or null");
+  const json& rs = *it;
+  std::string where = source + ": rope_scaling";
+  PAGODA_ASSIGN_OR_RETURN(std::optional<std::string> type, json_string(rs, "rope_type", where));
+  if (!type) {
+    PAGODA_ASSIGN_OR_RETURN(type, json_string(rs, "type", where));
+  }
+  if (!type) return data_loss(where + " has no rope_type");
+  if (*type == "default") return {};
+  if (*type != "linear" && *type != "llama3") {
+    return unimplemented(source + ": unsupported rope_scaling type " + *type);
+  }
+  PAGODA_ASSIGN_OR_RETURN(std::optional<double> factor, json_number(rs, "factor", where));
+  if (!factor) return data_loss(where + " has no factor");
+  out->factor = *factor;
+  if (*type == "linear") {
+    out->type = RopeScaling::Type::kLinear;
+    return {};
+  }
+  out->type = RopeScaling::Type::kLlama3;
+  PAGODA_ASSIGN_OR_RETURN(std::optional<double> low, json_number(rs, "low_freq_factor", where));
+  PAGODA_ASSIGN_OR_RETURN(std::optional<double> high, json_number(rs, "high_freq_factor", where));
+  PAGODA_ASSIGN_OR_RETURN(std::optional<int64_t> orig,
+                          json_int(rs, "original_max_position_embeddings", where));
+  if (low) out->low_freq_factor = *low;
+  if (high) out->high_freq_factor = *high;
+  if (orig) out->original_max_position_embeddings = *orig;
+  return {};
+}
+
+// Optional GGUF metadata: the value when the key is present, `fallback` when it is not; a key of
+// the wrong type is an error.
+Result<int64_t> gguf_int_or(const GgufFile& g, const std::string& key, int64_t fallback) {
+  if (!g.find(key)) return fallback;
+  return g.get_int(key);
+}
+Result<double> gguf_float_or(const GgufFile& g, const std::string& key, double fallback) {
+  if (!g.find(key)) return fallback;
+  return g.get_float(key);
+}
+
+// llama.cpp stores Llama 3's rope scaling as a per-frequency divisor tensor, rope_freqs.weight
+// [head_dim / 2]. Recover the RopeScaling parameters by assuming Meta's published constants
+// (low 1, high 4, original context 8192) with the factor read off the tensor, and accept them
+// only if they reproduce every divisor.
+Status rope_scaling_from_freqs(const GgufFile& g, const GgufTensorInfo& t, ModelConfig* c) {
+  const std::string where = g.path() + ": rope_freqs.weight";
+  if (t.tensor.dtype != DType::kF32 || t.tensor.ndim != 1 || t.tensor.shape[0] * 2 != c->head_dim) {
+    return unimplemented(where + " must be f32 [head_dim / 2]; has " + t.tensor.shape_string() + " " +
+                         std::string(dtype_name(t.tensor.dtype)));
+  }
+  const float* divisors = t.tensor.as<const float>();
+  int64_t n = t.tensor.shape[0];
+  float factor = *std::max_element(divisors, divisors + n);
+  if (factor == 1.0f) return {};  // no scaling
+  RopeScaling rs;
+  rs.type = RopeScaling::Type::kLlama3;
+  rs.factor = factor;
+  double low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor;
+  double high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor;
+  for (int64_t i = 0; i < n; ++i) {
+    double freq = std::pow(c->rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c->head_dim));
+    double wavelen = 2 * std::numbers::pi / freq;
+    double expected;
+    if (wavelen < high_wavelen) {
+      expected = 1.0;
+    } else if (wavelen > low_wavelen) {
+      expected = rs.factor;
+    } else {
+      double smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) /
+                      (rs.high_freq_factor - rs.low_freq_factor);
+      expected = 1.0 / ((1 - smooth) / rs.factor + smooth);
+    }
+    if (std::fabs(divisors[i] - expected) > 1e-3 * expected) {
+      return unimplemented(where + " holds rope frequency factors that do not match Llama 3 scaling");
+    }
+  }
+  c->rope_scaling = rs;
+  return {};
+}
+
+}  // namespace
+
+Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std::string& source) {
+  PAGODA_ASSIGN_OR_RETURN(json j, parse_json(json_text, source));
+  if (!j.is_object()) return data_loss(source + ": config is not a JSON object");
+  ModelConfig c;
+  PAGODA_ASSIGN_OR_RETURN(c.architecture, hf_architecture(j, source));
+  PAGODA_ASSIGN_OR_RETURN(c.vocab_size, required_int(j, "vocab_size", source));
+  PAGODA_ASSIGN_OR_RETURN(c.hidden_size, required_int(j, "hidden_size", source));
+  PAGODA_ASSIGN_OR_RETURN(c.intermediate_size, required_int(j, "intermediate_size", source));
+  PAGODA_ASSIGN_OR_RETURN(c.num_layers, required_int(j, "num_hidden_layers", source));
+  PAGODA_ASSIGN_OR_RETURN(c.num_heads, required_int(j, "num_attention_heads", source));
+  if (c.num_heads <= 0) return data_loss(source + ": num_attention_heads must be positive");
+  PAGODA_ASSIGN_OR_RETURN(auto kv_heads, json_int(j, "num_key_value_heads", source));
+  c.num_kv_heads = kv_heads.value_or(c.num_heads);
+  PAGODA_ASSIGN_OR_RETURN(auto head_dim, json_int(j, "head_dim", source));
+  c.head_dim = head_dim.value_or(c.hidden_size / c.num_heads);
+  if (!head_dim && c.hidden_size % c.num_heads != 0) {
+    return data_loss(source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not given");
+  }
+  bool is_qwen = c.architecture == "qwen2" || c.architecture == "qwen3";
+  PAGODA_ASSIGN_OR_RETURN(auto max_pos, json_int(j, "max_position_embeddings", source));
+  c.max_position_embeddings = max_pos.value_or(is_qwen ? 32768 : 2048);
+  PAGODA_ASSIGN_OR_RETURN(auto eps, json_number(j, "rms_norm_eps", source));
+  c.rms_norm_eps = eps.value_or(1e-6);  // transformers' default for all three families
+  PAGODA_ASSIGN_OR_RETURN(auto theta, json_number(j, "rope_theta", source));
+  c.rope_theta = theta.value_or(10000.0);
+  PAGODA_RETURN_IF_ERROR(hf_rope_scaling(j, source, &c.rope_scaling));
+  PAGODA_ASSIGN_OR_RETURN(auto tie, json_bool(j, "tie_word_embeddings", source));
+  c.tie_word_embeddings = tie.value_or(false);
+  PAGODA_ASSIGN_OR_RETURN(auto window, json_int(j, "sliding_window", source));
+  PAGODA_ASSIGN_OR_RETURN(auto use_window, json_bool(j, "use_sliding_window", source));
+  // Qwen2/3 configs name a window but switch it off with use_sliding_window=false.
+  c.sliding_window = use_window.value_or(true) ? window.value_or(0) : 0;
+  PAGODA_ASSIGN_OR_RETURN(auto bias, json_bool(j, "attention_bias", source));
+  c.attention_bias = c.architecture == "qwen2" ? true : bias.value_or(false);
+  c.qk_norm = c.architecture == "qwen3";
+  c.rope_interleaved = false;
+  PAGODA_ASSIGN_OR_RETURN(auto mlp_bias, json_bool(j, "mlp_bias", source));
+  if (mlp_bias.value_or(false)) return unimplemented(source + ": mlp_bias is not supported");
+  PAGODA_ASSIGN_OR_RETURN(auto act, json_string(j, "hidden_act", source));
+  if (act && *act != "silu") return unimplemented(source + ": unsupported hidden_act " + *act);
+  PAGODA_RETURN_IF_ERROR(c.validate(source));
+  return c;
+}
+
+Result<ModelConfig> config_from_hf_file(const std::string& path) {
+  PAGODA_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return config_from_hf_json(text, path);
+}
+
+Result<ModelConfig> config_from_gguf(const GgufFile& g) {
+  const std::string& path = g.path();
+  PAGODA_ASSIGN_OR_RETURN(std::string arch, g.get_string("general.architecture"));
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
+    return unimplemented(path + ": unsupported architecture " + arch);
+  }
+  auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  ModelConfig c;
+  c.architecture = arch;
+  PAGODA_ASSIGN_OR_RETURN(c.hidden_size, g.get_int(key("embedding_length")));
+  PAGODA_ASSIGN_OR_RETURN(c.intermediate_size, g.get_int(key("feed_forward_length")));
+  PAGODA_ASSIGN_OR_RETURN(c.num_layers, g.get_int(key("block_count")));
+  PAGODA_ASSIGN_OR_RETURN(c.num_heads, g.get_int(key("attention.head_count")));
+  if (c.num_heads <= 0) return data_loss(path + ": " + key("attention.head_count") + " must be positive");
+  PAGODA_ASSIGN_OR_RETURN(c.num_kv_heads, gguf_int_or(g, key("attention.head_count_kv"), c.num_heads));
+  PAGODA_ASSIGN_OR_RETURN(c.head_dim, gguf_int_or(g, key("attention.key_length"), c.hidden_size / c.num_heads));
+  PAGODA_ASSIGN_OR_RETURN(int64_t value_len, gguf_int_or(g, key("attention.value_length"), c.head_dim));
+  if (value_len != c.head_dim) {
+    return unimplemented(path + ": value_length " + std::to_string(value_len) + " differs from key_length " +
+                         std::to_string(c.head_dim));
+  }
+  PAGODA_ASSIGN_OR_RETURN(int64_t rope_dims, gguf_int_or(g, key("rope.dimension_count"), c.head_dim));
+  if (rope_dims != c.head_dim) {
+    return unimplemented(path + ": partial rotary embeddings (rope.dimension_count " +
+                         std::to_string(rope_dims) + " of head_dim " + std::to_string(c.head_dim) +
+                         ") are not supported");
+  }
+  PAGODA_ASSIGN_OR_RETURN(c.max_position_embeddings, gguf_int_or(g, key("context_length"), 2048));
+  PAGODA_ASSIGN_OR_RETURN(c.rms_norm_eps, gguf_float_or(g, key("attention.layer_norm_rms_epsilon"), 1e-5));
+  PAGODA_ASSIGN_OR_RETURN(c.rope_theta, gguf_float_or(g, key("rope.freq_base"), 10000.0));
+  PAGODA_ASSIGN_OR_RETURN(c.sliding_window, gguf_int_or(g, key("attention.sliding_window"), 0));
+
+  // Rope scaling: rope.scaling.type (+ .factor), or the older rope.scale_linear.
+  std::string scaling_type = "none";
+  if (g.find(key("rope.scaling.type"))) {
+    PAGODA_ASSIGN_OR_RETURN(scaling_type, g.get_string(key("rope.scaling.type")));
+  }
+  PAGODA_ASSIGN_OR_RETURN(double factor, gguf_float_or(g, key("rope.scaling.factor"), 0.0));
+  PAGODA_ASSIGN_OR_RETURN(double scale_linear, gguf_float_or(g, key("rope.scale_linear"), 0.0));
+  if (scaling_type == "none" && scale_linear != 0.0 && scale_linear != 1.0) {
+    scaling_type = "linear";
+    factor = scale_linear;
+  }
+  if (scaling_type == "linear") {
+    if (factor != 0.0 && factor != 1.0) {
+      c.rope_scaling.type = RopeScaling::Type::kLinear;
+      c.rope_scaling.factor = factor;
+    }
+  } else if (scaling_type != "none") {
+    return unimplemented(path + ": unsupported rope scaling type " + scaling_type);
+  }
+
+  // Vocabulary size: explicit, else the tokenizer's, else the embedding's rows.
+  if (g.find(key("vocab_size"))) {
+    PAGODA_ASSIGN_OR_RETURN(c.vocab_size, g.get_int(key("vocab_size")));
+  } else if (const GgufValue* tokens = g.find("tokenizer.ggml.tokens");
+             tokens && tokens->type == GgufType::kArray) {
+    c.vocab_size = static_cast<int64_t>(std::min<uint64_t>(tokens->count, INT64_MAX));
+  } else if (const GgufTensorInfo* embd = g.find_tensor("token_embd.weight")) {
+    c.vocab_size = embd->tensor.shape[0];
+  } else {
+    return data_loss(path + ": cannot tell the vocabulary size (no " + key("vocab_size") +
+                     ", tokenizer.ggml.tokens or token_embd.weight)");
+  }
+
+  c.rope_interleaved = arch == "llama";
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+  c.attention_bias = arch == "qwen2" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = arch == "qwen3";
+  PAGODA_RETURN_IF_ERROR(c.validate(path));
+  if (const GgufTensorInfo* freqs = g.find_tensor("rope_freqs.weight")) {
+    if (c.rope_scaling.type != RopeScaling::Type::kNone) {
+      return unimplemented(path + ": both rope_freqs.weight and a rope scaling type are given");
+    }
+    PAGODA_RETURN_IF_ERROR(rope_scaling_from_freqs(g, *freqs, &c));
+  }
+  return c;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,415 @@
+#include "loader/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "loader/config_parsers.h"
+#include "loader/gguf_writer.h"
+#include "loader/loader_test_util.h"
+#include "loader/model_source.h"
+#include "support/test_data.h"
+
+namespace pagoda {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.architecture = "llama";
+  c.vocab_size = 100;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  return c;
+}
+
+TEST(ModelConfig, Validate) {
+  EXPECT_TRUE(small_config().validate("x").ok());
+  auto expect_bad = [](ModelConfig c, const std::string& needle) {
+    Status s = c.validate("cfg.json");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message().rfind("cfg.json: ", 0), 0u) << s.message();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  ModelConfig c = small_config();
+  c.num_kv_heads = 3;
+  expect_bad(c, "not a multiple of num_kv_heads");
+  c = small_config();
+  c.num_kv_heads = 8;
+  expect_bad(c, "num_kv_heads");
+  c = small_config();
+  c.head_dim = 15;
+  expect_bad(c, "odd");
+  c = small_config();
+  c.vocab_size = 0;
+  expect_bad(c, "vocab_size");
+  c = small_config();
+  c.vocab_size = (int64_t{1} << 24) + 1;
+  expect_bad(c, "vocab_size");
+  c = small_config();
+  c.hidden_size = int64_t{1} << 40;
+  expect_bad(c, "hidden_size");
+  c = small_config();
+  c.num_layers = 1025;
+  expect_bad(c, "num_layers");
+  c = small_config();
+  c.num_heads = -4;
+  expect_bad(c, "num_heads");
+  c = small_config();
+  c.rms_norm_eps = 0;
+  expect_bad(c, "rms_norm_eps");
+  c = small_config();
+  c.rope_theta = NAN;
+  expect_bad(c, "rope_theta");
+  c = small_config();
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.high_freq_factor = 1;  // == low
+  expect_bad(c, "llama3");
+  c = small_config();
+  c.architecture = "";
+  expect_bad(c, "architecture");
+}
+
+TEST(ModelConfig, NumParameters) {
+  // Known totals of the real models.
+  EXPECT_NEAR(static_cast<double>(dummy_preset("tinyllama-1.1b")->num_parameters()), 1.100e9, 0.001e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("qwen2.5-0.5b")->num_parameters()), 0.494e9, 0.001e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("qwen3-0.6b")->num_parameters()), 0.596e9, 0.001e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("llama-3.2-1b")->num_parameters()), 1.236e9, 0.001e9);
+  // It agrees with the tensor list.
+  for (const std::string& name : dummy_presets()) {
+    ModelConfig c = *dummy_preset(name);
+    int64_t total = 0;
+    for (const WeightSpec& s : expected_weights(c)) {
+      int64_t n = 1;
+      for (int64_t d : s.shape) n *= d;
+      total += n;
+    }
+    EXPECT_EQ(total, c.num_parameters()) << name;
+  }
+}
+
+// ---- config.json --------------------------------------------------------------------------
+
+constexpr const char* kLlama32Json = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": false,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 131072,
+  "mlp_bias": false, "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": true,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "torch_dtype": "bfloat16", "vocab_size": 128256})";
+
+TEST(ConfigFromHf, Llama32) {
+  auto r = config_from_hf_json(kLlama32Json, "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const ModelConfig& c = *r;
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.num_layers, 16);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.rope_interleaved);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.sliding_window, 0);
+}
+
+TEST(ConfigFromHf, MistralAndDefaults) {
+  auto r = config_from_hf_json(R"({"architectures": ["MistralForCausalLM"], "vocab_size": 32000,
+      "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096,
+      "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "rope_theta": 10000.0})",
+                               "m.json");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->architecture, "llama");
+  EXPECT_EQ(r->head_dim, 128);
+  EXPECT_EQ(r->sliding_window, 4096);
+  EXPECT_FALSE(r->tie_word_embeddings);
+  EXPECT_EQ(r->rope_scaling.type, RopeScaling::Type::kNone);
+
+  // Only model_type, null sliding window, no kv heads, no rope_theta.
+  r = config_from_hf_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "sliding_window": null, "rope_scaling": null})",
+                          "x");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->num_kv_heads, 4);
+  EXPECT_EQ(r->head_dim, 16);
+  EXPECT_EQ(r->sliding_window, 0);
+  EXPECT_DOUBLE_EQ(r->rope_theta, 10000.0);
+}
+
+TEST(ConfigFromHf, Qwen2AndQwen3) {
+  auto q2 = config_from_hf_json(R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+      "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+      "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+      "use_sliding_window": false, "tie_word_embeddings": true, "max_window_layers": 21})",
+                                "q2");
+  ASSERT_TRUE(q2.ok()) << q2.status().message();
+  EXPECT_EQ(q2->architecture, "qwen2");
+  EXPECT_TRUE(q2->attention_bias);
+  EXPECT_TRUE(q2->tie_word_embeddings);
+  EXPECT_EQ(q2->sliding_window, 0);
+  EXPECT_EQ(q2->head_dim, 64);
+  EXPECT_FALSE(q2->qk_norm);
+
+  auto q3 = config_from_hf_json(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+      "head_dim": 128, "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+      "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+      "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+      "tie_word_embeddings": true, "use_sliding_window": false, "vocab_size": 151936})",
+                                "q3");
+  ASSERT_TRUE(q3.ok()) << q3.status().message();
+  EXPECT_EQ(q3->architecture, "qwen3");
+  EXPECT_TRUE(q3->qk_norm);
+  EXPECT_FALSE(q3->attention_bias);
+  EXPECT_EQ(q3->head_dim, 128);
+  EXPECT_DOUBLE_EQ(q3->rope_theta, 1e6);
+}
+
+TEST(ConfigFromHf, Errors) {
+  auto expect_error = [](const std::string& json, StatusCode code, const std::string& needle) {
+    auto r = config_from_hf_json(json, "dir/config.json");
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_EQ(r.status().code(), code) << r.status().message();
+    EXPECT_EQ(r.status().message().rfind("dir/config.json: ", 0), 0u) << r.status().message();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  const std::string base = R"("vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4)";
+  expect_error("{", StatusCode::kDataLoss, "invalid JSON");
+  expect_error("[]", StatusCode::kDataLoss, "not a JSON object");
+  expect_error(R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}", StatusCode::kUnimplemented,
+               "unsupported architecture GPT2LMHeadModel");
+  expect_error(R"({"model_type": "gemma", )" + base + "}", StatusCode::kUnimplemented, "gemma");
+  expect_error("{" + base + "}", StatusCode::kDataLoss, "neither architectures nor model_type");
+  expect_error(R"({"model_type": "llama", "vocab_size": 100})", StatusCode::kDataLoss,
+               "missing field hidden_size");
+  expect_error(R"({"model_type": "llama", "hidden_size": "64", "vocab_size": 100, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4})",
+               StatusCode::kDataLoss, "hidden_size must be an integer");
+  expect_error(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}, )" + base + "}",
+               StatusCode::kUnimplemented, "unsupported rope_scaling type yarn");
+  expect_error(R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 4}, )" + base + "}",
+               StatusCode::kUnimplemented, "dynamic");
+  expect_error(R"({"model_type": "llama", "num_key_value_heads": 3, )" + base + "}",
+               StatusCode::kInvalidArgument, "num_kv_heads");
+  expect_error(R"({"model_type": "llama", "hidden_act": "gelu", )" + base + "}",
+               StatusCode::kUnimplemented, "gelu");
+  expect_error(R"({"model_type": "llama", "vocab_size": 1e300, "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4})",
+               StatusCode::kDataLoss, "vocab_size");
+  // Linear scaling is accepted, legacy "type" key too.
+  auto r = config_from_hf_json(R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2.0}, )" +
+                                   base + "}",
+                               "x");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.factor, 2.0);
+}
+
+// ---- GGUF metadata -------------------------------------------------------------------------
+
+TEST(ConfigFromGguf, Stories260K) {
+  PAGODA_TEST_FILE(path, "stories260K/stories260K.gguf");
+  auto g = GgufFile::open(path);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto r = config_from_gguf(**g);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const ModelConfig& c = *r;
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.num_layers, 5);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.intermediate_size, 172);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_NEAR(c.rms_norm_eps, 1e-5, 1e-10);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_TRUE(c.rope_interleaved);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+}
+
+TEST(ConfigFromGguf, VocabFileHasHyperparameters) {
+  PAGODA_TEST_FILE(path, "vocab/ggml-vocab-llama-spm.gguf");
+  auto g = GgufFile::open(path);
+  ASSERT_TRUE(g.ok());
+  auto r = config_from_gguf(**g);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->num_layers, 32);
+  EXPECT_EQ(r->hidden_size, 4096);
+  EXPECT_EQ(r->vocab_size, 32000);
+  EXPECT_TRUE(r->tie_word_embeddings);  // no tensors at all
+}
+
+class ConfigFromGgufCrafted : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir(); }
+  GgufWriter base(const std::string& arch) {
+    GgufWriter w;
+    w.add_string("general.architecture", arch);
+    w.add_u32(arch + ".embedding_length", 64);
+    w.add_u32(arch + ".feed_forward_length", 128);
+    w.add_u32(arch + ".block_count", 2);
+    w.add_u32(arch + ".attention.head_count", 4);
+    w.add_u32(arch + ".vocab_size", 100);
+    return w;
+  }
+  Result<ModelConfig> parse(const GgufWriter& w) {
+    std::string path = dir_ + "/c" + std::to_string(n_++) + ".gguf";
+    EXPECT_TRUE(w.write(path).ok());
+    auto g = GgufFile::open(path);
+    if (!g.ok()) return g.status();
+    return config_from_gguf(**g);
+  }
+  std::string dir_;
+  int n_ = 0;
+};
+
+TEST_F(ConfigFromGgufCrafted, ArchitecturesAndDefaults) {
+  auto r = parse(base("qwen2"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->architecture, "qwen2");
+  EXPECT_TRUE(r->attention_bias);
+  EXPECT_FALSE(r->rope_interleaved);
+  EXPECT_EQ(r->num_kv_heads, 4);
+  EXPECT_EQ(r->head_dim, 16);
+  EXPECT_EQ(r->vocab_size, 100);
+  EXPECT_TRUE(r->tie_word_embeddings);
+
+  GgufWriter q3 = base("qwen3");
+  q3.add_u32("qwen3.attention.key_length", 32);
+  q3.add_u32("qwen3.attention.value_length", 32);
+  q3.add_u32("qwen3.attention.head_count_kv", 2);
+  q3.add_f32("qwen3.rope.freq_base", 1e6f);
+  q3.add_f32("qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+  r = parse(q3);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->qk_norm);
+  EXPECT_FALSE(r->attention_bias);
+  EXPECT_EQ(r->head_dim, 32);
+  EXPECT_EQ(r->num_kv_heads, 2);
+  EXPECT_DOUBLE_EQ(r->rope_theta, 1e6);
+
+  GgufWriter lin = base("llama");
+  lin.add_string("llama.rope.scaling.type", "linear");
+  lin.add_f32("llama.rope.scaling.factor", 4.0f);
+  r = parse(lin);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.factor, 4.0);
+  EXPECT_TRUE(r->rope_interleaved);
+
+  // Vocabulary size from the tokenizer when <arch>.vocab_size is absent.
+  GgufWriter tok;
+  tok.add_string("general.architecture", "llama");
+  tok.add_u32("llama.embedding_length", 64);
+  tok.add_u32("llama.feed_forward_length", 128);
+  tok.add_u32("llama.block_count", 2);
+  tok.add_u32("llama.attention.head_count", 4);
+  tok.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
+  r = parse(tok);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->vocab_size, 3);
+}
+
+TEST_F(ConfigFromGgufCrafted, Errors) {
+  GgufWriter w = base("gpt2");
+  auto r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("unsupported architecture gpt2"), std::string::npos);
+
+  w = base("llama");
+  w.add_string("llama.rope.scaling.type", "yarn");
+  r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("yarn"), std::string::npos);
+
+  w = base("llama");
+  w.add_u32("llama.rope.dimension_count", 8);
+  r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("partial rotary"), std::string::npos);
+
+  w = base("llama");
+  w.add_u32("llama.attention.head_count_kv", 3);
+  EXPECT_EQ(parse(w).status().code(), StatusCode::kInvalidArgument);
+
+  GgufWriter missing;
+  missing.add_string("general.architecture", "llama");
+  r = parse(missing);
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("llama.embedding_length"), std::string::npos);
+
+  w = GgufWriter();
+  w.add_string("general.architecture", "llama");
+  w.add_string("llama.embedding_length", "64");
+  r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+}
+
+// llama.cpp's rope_freqs.weight for Llama 3 scaling, computed the way its converter does.
+std::vector<float> llama3_freq_factors(double theta, int64_t head_dim, double factor) {
+  std::vector<float> out;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    double freq = 1.0 / std::pow(theta, static_cast<double>(i) / static_cast<double>(head_dim));
+    double wavelen = 2 * std::numbers::pi / freq;
+    if (wavelen < 8192.0 / 4.0) {
+      out.push_back(1.0f);
+    } else if (wavelen > 8192.0 / 1.0) {
+      out.push_back(static_cast<float>(factor));
+    } else {
+      double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      out.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
+TEST_F(ConfigFromGgufCrafted, Llama3RopeFreqs) {
+  GgufWriter w = base("llama");
+  w.add_f32("llama.rope.freq_base", 500000.0f);
+  std::vector<float> factors = llama3_freq_factors(500000.0, 16, 32.0);
+  w.add_tensor("rope_freqs.weight", DType::kF32, {8}, testing::f32_bytes(factors));
+  auto r = parse(w);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.factor, 32.0);
+  EXPECT_EQ(r->rope_scaling.original_max_position_embeddings, 8192);
+
+  w = base("llama");
+  w.add_f32("llama.rope.freq_base", 500000.0f);
+  factors[3] *= 1.5f;
+  w.add_tensor("rope_freqs.weight", DType::kF32, {8}, testing::f32_bytes(factors));
+  r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("rope_freqs.weight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagoda

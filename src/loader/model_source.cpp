@@ -1,0 +1,146 @@
+#include "loader/model_source.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "loader/config_parsers.h"
+#include "loader/gguf_file.h"
+#include "loader/safetensors_file.h"
+
+namespace pagoda {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool starts_with_gguf_magic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+enum class PathKind { kMissing, kGguf, kHfDir, kHfConfig, kOther };
+
+// What `path` is on disk: a GGUF file (by magic), an HF directory (has config.json), a
+// config.json file, or something else.
+PathKind classify(const std::string& path) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return PathKind::kMissing;
+  if (fs::is_directory(st)) {
+    return fs::exists(fs::path(path) / "config.json", ec) ? PathKind::kHfDir : PathKind::kOther;
+  }
+  if (starts_with_gguf_magic(path)) return PathKind::kGguf;
+  if (fs::path(path).filename() == "config.json") return PathKind::kHfConfig;
+  return PathKind::kOther;
+}
+
+// The HF model directory of a directory or of its config.json.
+std::string hf_dir_of(const std::string& path, PathKind kind) {
+  if (kind != PathKind::kHfConfig) return path;
+  std::string parent = fs::path(path).parent_path().string();
+  return parent.empty() ? std::string(".") : parent;
+}
+
+Status not_a_model(const std::string& path, PathKind kind) {
+  if (kind == PathKind::kMissing) return not_found(path + ": no such file or directory");
+  return invalid_argument(path + ": neither a GGUF file nor a Hugging Face model directory with config.json");
+}
+
+Result<ModelSource> load_gguf(const std::string& path) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> opened, GgufFile::open(path));
+  std::shared_ptr<const GgufFile> gguf(std::move(opened));
+  ModelSource src;
+  src.path = path;
+  src.format = LoadFormat::kGguf;
+  PAGODA_ASSIGN_OR_RETURN(src.config, config_from_gguf(*gguf));
+  src.weights.set_source(path);
+  for (const GgufTensorInfo& t : gguf->tensors()) src.weights.add(t.name, t.tensor);
+  src.weights.keep_alive(gguf);  // the file and any aligned copies it made
+  PAGODA_RETURN_IF_ERROR(check_weights(src.config, src.weights));
+  return src;
+}
+
+Result<ModelSource> load_hf(const std::string& path, const std::string& dir) {
+  ModelSource src;
+  src.path = path;
+  src.format = LoadFormat::kSafetensors;
+  PAGODA_ASSIGN_OR_RETURN(src.config, config_from_hf_file((fs::path(dir) / "config.json").string()));
+  PAGODA_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, open_safetensors_dir(dir));
+  src.weights.set_source(dir);
+  for (const auto& [name, tensor] : ckpt.tensors) {
+    if (std::optional<std::string> canonical = canonical_name_from_hf(name)) {
+      src.weights.add(std::move(*canonical), tensor);
+    }
+  }
+  for (auto& file : ckpt.files) src.weights.keep_alive(file);
+  PAGODA_RETURN_IF_ERROR(check_weights(src.config, src.weights));
+  return src;
+}
+
+Result<ModelSource> load_dummy(const std::string& path, const LoadOptions& options) {
+  ModelSource src;
+  src.path = path;
+  src.format = LoadFormat::kDummy;
+  PathKind kind = classify(path);
+  if (kind == PathKind::kGguf) {
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::open(path));
+    PAGODA_ASSIGN_OR_RETURN(src.config, config_from_gguf(*gguf));
+  } else if (kind == PathKind::kHfDir) {
+    PAGODA_ASSIGN_OR_RETURN(src.config, config_from_hf_file((fs::path(path) / "config.json").string()));
+  } else if (kind == PathKind::kMissing) {
+    std::optional<ModelConfig> preset = dummy_preset(path);
+    if (!preset) {
+      std::string names;
+      for (const std::string& n : dummy_presets()) names += (names.empty() ? "" : ", ") + n;
+      return not_found(path + ": neither a file nor a dummy preset (presets: " + names + ")");
+    }
+    src.config = *preset;
+  } else if (std::error_code ec; fs::is_directory(path, ec)) {
+    return not_a_model(path, kind);
+  } else {  // config.json, or any other file: read as a config.json
+    PAGODA_ASSIGN_OR_RETURN(src.config, config_from_hf_file(path));
+  }
+  PAGODA_RETURN_IF_ERROR(src.config.validate(path));
+  PAGODA_ASSIGN_OR_RETURN(src.weights,
+                          make_dummy_weights(src.config, options.dummy_dtype, options.dummy_seed, path));
+  PAGODA_RETURN_IF_ERROR(check_weights(src.config, src.weights));
+  return src;
+}
+
+}  // namespace
+
+Result<LoadFormat> parse_load_format(const std::string& name) {
+  if (name == "auto") return LoadFormat::kAuto;
+  if (name == "gguf") return LoadFormat::kGguf;
+  if (name == "safetensors") return LoadFormat::kSafetensors;
+  if (name == "dummy") return LoadFormat::kDummy;
+  return invalid_argument("unknown load format '" + name + "' (expected auto, gguf, safetensors or dummy)");
+}
+
+Result<ModelSource> load_model(const std::string& path, const LoadOptions& options) {
+  if (options.format == LoadFormat::kDummy) return load_dummy(path, options);
+  PathKind kind = classify(path);
+  switch (options.format) {
+    case LoadFormat::kGguf:
+      if (kind == PathKind::kMissing) return not_a_model(path, kind);
+      return load_gguf(path);  // GgufFile::open reports a bad magic
+    case LoadFormat::kSafetensors:
+      if (kind != PathKind::kHfDir && kind != PathKind::kHfConfig) {
+        if (kind == PathKind::kMissing) return not_a_model(path, kind);
+        return invalid_argument(path + ": not a Hugging Face model directory (no config.json)");
+      }
+      return load_hf(path, hf_dir_of(path, kind));
+    default:
+      break;
+  }
+  switch (kind) {
+    case PathKind::kGguf: return load_gguf(path);
+    case PathKind::kHfDir:
+    case PathKind::kHfConfig: return load_hf(path, hf_dir_of(path, kind));
+    default: return not_a_model(path, kind);
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,164 @@
+// WeightMap lookups, the canonical tensor list of a config, and Hugging Face name mapping.
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
+#include "loader/model_source.h"
+
+namespace pagoda {
+
+namespace {
+
+std::string shape_string(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Per-block tensor names: Hugging Face suffix after "model.layers.N." -> canonical suffix after
+// "blk.N.".
+struct BlockName {
+  std::string_view hf;
+  std::string_view canonical;
+};
+constexpr BlockName kBlockNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+struct GlobalName {
+  std::string_view hf;
+  std::string_view canonical;
+};
+constexpr GlobalName kGlobalNames[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+
+// Splits "<prefix>N.<rest>" into N (digits) and rest; false when `name` does not match.
+bool split_block(std::string_view name, std::string_view prefix, std::string_view* layer,
+                 std::string_view* rest) {
+  if (!name.starts_with(prefix)) return false;
+  name.remove_prefix(prefix.size());
+  size_t digits = 0;
+  while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
+  if (digits == 0 || digits > 9 || digits >= name.size() || name[digits] != '.') return false;
+  *layer = name.substr(0, digits);
+  *rest = name.substr(digits + 1);
+  return true;
+}
+
+}  // namespace
+
+const Tensor* WeightMap::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+Result<Tensor> WeightMap::get(const std::string& name, std::initializer_list<int64_t> shape) const {
+  return get(name, std::span<const int64_t>(shape.begin(), shape.size()));
+}
+
+Result<Tensor> WeightMap::get(const std::string& name, std::span<const int64_t> shape) const {
+  const Tensor* t = find(name);
+  if (!t) return not_found(source_ + ": missing tensor " + name);
+  bool same = t->ndim == static_cast<int>(shape.size()) &&
+              std::equal(shape.begin(), shape.end(), t->shape.begin());
+  if (!same) {
+    return data_loss(source_ + ": tensor " + name + " has shape " + t->shape_string() +
+                     ", expected " + shape_string(shape));
+  }
+  return *t;
+}
+
+std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
+  using Kind = WeightSpec::Kind;
+  std::vector<WeightSpec> out;
+  const int64_t q_dim = c.num_heads * c.head_dim;
+  const int64_t kv_dim = c.num_kv_heads * c.head_dim;
+  out.push_back({"token_embd.weight", {c.vocab_size, c.hidden_size}, Kind::kMatrix});
+  if (!c.tie_word_embeddings) {
+    out.push_back({"output.weight", {c.vocab_size, c.hidden_size}, Kind::kMatrix});
+  }
+  out.push_back({"output_norm.weight", {c.hidden_size}, Kind::kNorm});
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    std::string p = "blk." + std::to_string(layer) + ".";
+    out.push_back({p + "attn_norm.weight", {c.hidden_size}, Kind::kNorm});
+    out.push_back({p + "attn_q.weight", {q_dim, c.hidden_size}, Kind::kMatrix});
+    out.push_back({p + "attn_k.weight", {kv_dim, c.hidden_size}, Kind::kMatrix});
+    out.push_back({p + "attn_v.weight", {kv_dim, c.hidden_size}, Kind::kMatrix});
+    if (c.attention_bias) {
+      out.push_back({p + "attn_q.bias", {q_dim}, Kind::kBias});
+      out.push_back({p + "attn_k.bias", {kv_dim}, Kind::kBias});
+      out.push_back({p + "attn_v.bias", {kv_dim}, Kind::kBias});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "attn_q_norm.weight", {c.head_dim}, Kind::kNorm});
+      out.push_back({p + "attn_k_norm.weight", {c.head_dim}, Kind::kNorm});
+    }
+    out.push_back({p + "attn_output.weight", {c.hidden_size, q_dim}, Kind::kMatrix});
+    out.push_back({p + "ffn_norm.weight", {c.hidden_size}, Kind::kNorm});
+    out.push_back({p + "ffn_gate.weight", {c.intermediate_size, c.hidden_size}, Kind::kMatrix});
+    out.push_back({p + "ffn_up.weight", {c.intermediate_size, c.hidden_size}, Kind::kMatrix});
+    out.push_back({p + "ffn_down.weight", {c.hidden_size, c.intermediate_size}, Kind::kMatrix});
+  }
+  return out;
+}
+
+Status check_weights(const ModelConfig& config, const WeightMap& weights) {
+  for (const WeightSpec& spec : expected_weights(config)) {
+    PAGODA_ASSIGN_OR_RETURN(Tensor t, weights.get(spec.name, spec.shape));
+    if (spec.kind != WeightSpec::Kind::kMatrix && is_quantized(t.dtype)) {
+      return data_loss(weights.source() + ": tensor " + spec.name + " has type " +
+                       std::string(dtype_name(t.dtype)) + "; norms and biases must be f32, f16 or bf16");
+    }
+    if (t.data == nullptr) return data_loss(weights.source() + ": tensor " + spec.name + " has no data");
+  }
+  return {};
+}
+
+std::optional<std::string> canonical_name_from_hf(const std::string& hf_name) {
+  for (const GlobalName& g : kGlobalNames) {
+    if (hf_name == g.hf) return std::string(g.canonical);
+    // Checkpoints saved from the bare model (not *ForCausalLM) lack the "model." prefix.
+    if (g.hf.starts_with("model.") && hf_name == g.hf.substr(6)) return std::string(g.canonical);
+  }
+  std::string_view layer, rest;
+  if (!split_block(hf_name, "model.layers.", &layer, &rest) &&
+      !split_block(hf_name, "layers.", &layer, &rest)) {
+    return std::nullopt;
+  }
+  for (const BlockName& b : kBlockNames) {
+    if (rest == b.hf) return "blk." + std::string(layer) + "." + std::string(b.canonical);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> hf_name_from_canonical(const std::string& canonical_name) {
+  for (const GlobalName& g : kGlobalNames) {
+    if (canonical_name == g.canonical) return std::string(g.hf);
+  }
+  std::string_view layer, rest;
+  if (!split_block(canonical_name, "blk.", &layer, &rest)) return std::nullopt;
+  for (const BlockName& b : kBlockNames) {
+    if (rest == b.canonical) return "model.layers." + std::string(layer) + "." + std::string(b.hf);
+  }
+  return std::nullopt;
+}
+
+}  // namespace pagoda
