@@ -59,11 +59,12 @@ std::vector<uint8_t> SafetensorsWriter::to_bytes() const {
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
-  std::vector<uint8_t> out(8);
+  // Sized once and filled with memcpy (GCC 12 at -O3 misreports inserts into a small vector).
+  std::vector<uint8_t> out(8 + text.size() + data_.size());
   uint64_t len = text.size();
   std::memcpy(out.data(), &len, 8);
-  out.insert(out.end(), text.begin(), text.end());
-  out.insert(out.end(), data_.begin(), data_.end());
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  if (!data_.empty()) std::memcpy(out.data() + 8 + text.size(), data_.data(), data_.size());
   return out;
 }
 
