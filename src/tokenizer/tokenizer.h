@@ -45,6 +45,9 @@ class Tokenizer {
   // Every id that ends generation (EOS plus e.g. <|eot_id|>, <|im_end|> where the files say so).
   virtual std::vector<TokenId> stop_ids() const = 0;
   virtual bool is_special(TokenId id) const = 0;
+  // True when decode() drops one leading space of its output (SentencePiece's dummy prefix:
+  // "▁Hello" alone decodes to "Hello"). IncrementalDetokenizer follows the same rule.
+  virtual bool decode_strips_leading_space() const { return false; }
 };
 
 // From the tokenizer.ggml.* metadata of a GGUF file (model "llama" = SentencePiece BPE,
@@ -57,14 +60,19 @@ Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const GgufFile& gguf);
 Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& dir);
 
 // The embedded demo model's tokenizer: ids 0..255 are bytes, 256 = <s> (BOS), 257 = </s> (EOS).
+// encode() adds BOS with add_special, and reads "<s>" / "</s>" in the text as those tokens.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 // Incremental detokenizer: push ids one at a time, get back only complete UTF-8 text (bytes of
-// a character split across tokens are held until the character is complete).
+// a character split across tokens are held until the character is complete). The pieces of
+// push() followed by flush() concatenate to decode(all ids, skip_special), including the
+// leading-space rule of decode_strips_leading_space(). One per stream; not thread-safe.
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special)
       : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  // The text that `id` completes (possibly empty); ill-formed bytes come out as U+FFFD as soon
+  // as no later byte could make them valid.
   std::string push(TokenId id);
   std::string flush();  // whatever is held, with invalid bytes as U+FFFD
 
