@@ -110,7 +110,9 @@ Status rope_scaling_from_freqs(const GgufFile& g, const GgufTensorInfo& t, Model
   const float* divisors = t.tensor.as<const float>();
   int64_t n = t.tensor.shape[0];
   float factor = *std::max_element(divisors, divisors + n);
-  if (factor == 1.0f) return {};  // no scaling
+  if (!std::isfinite(factor)) {
+    return unimplemented(where + " holds rope frequency factors that are not finite");
+  }
   RopeScaling rs;
   rs.type = RopeScaling::Type::kLlama3;
   rs.factor = factor;
@@ -129,11 +131,13 @@ Status rope_scaling_from_freqs(const GgufFile& g, const GgufTensorInfo& t, Model
                       (rs.high_freq_factor - rs.low_freq_factor);
       expected = 1.0 / ((1 - smooth) / rs.factor + smooth);
     }
-    if (std::fabs(divisors[i] - expected) > 1e-3 * expected) {
+    // Written so that NaN (and inf - inf) fails: a comparison with NaN is always false.
+    if (!(std::fabs(divisors[i] - expected) <= 1e-3 * expected)) {
       return unimplemented(where + " holds rope frequency factors that do not match Llama 3 scaling");
     }
   }
-  c->rope_scaling = rs;
+  // Factor 1 expects every divisor to be 1 (checked above): no scaling.
+  if (factor != 1.0f) c->rope_scaling = rs;
   return {};
 }
 

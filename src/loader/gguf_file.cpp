@@ -477,6 +477,12 @@ namespace {
 Status missing_key(const std::string& path, std::string_view key) {
   return not_found(path + ": missing metadata key " + std::string(key));
 }
+// The array getters copy out count elements (up to 8 bytes per byte of the file for a uint8
+// array read as int64): a bad_alloc there becomes a Status, never an escaping exception.
+Status array_too_big(const std::string& path, std::string_view key, uint64_t count) {
+  return resource_exhausted(path + ": out of memory copying metadata array " + std::string(key) +
+                            " (" + std::to_string(count) + " elements)");
+}
 }  // namespace
 
 Result<std::string> GgufFile::get_string(std::string_view key) const {
@@ -521,7 +527,11 @@ Result<std::vector<std::string_view>> GgufFile::get_string_array(std::string_vie
   if (v->type != GgufType::kArray || v->elem_type != GgufType::kString) {
     return type_error(key, *v, "array of string");
   }
-  return v->strings;
+  try {
+    return v->strings;
+  } catch (const std::bad_alloc&) {
+    return array_too_big(path(), key, v->count);
+  }
 }
 
 Result<std::vector<float>> GgufFile::get_float_array(std::string_view key) const {
@@ -531,7 +541,12 @@ Result<std::vector<float>> GgufFile::get_float_array(std::string_view key) const
       v->elem_type == GgufType::kBool) {
     return type_error(key, *v, "array of numbers");
   }
-  std::vector<float> out(v->count);
+  std::vector<float> out;
+  try {
+    out.resize(v->count);
+  } catch (const std::bad_alloc&) {
+    return array_too_big(path(), key, v->count);
+  }
   uint64_t size = scalar_size(v->elem_type);
   for (uint64_t k = 0; k < v->count; ++k) {
     const uint8_t* p = v->raw + k * size;
@@ -555,7 +570,12 @@ Result<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const
   if (v->type != GgufType::kArray || !is_integer_type(v->elem_type)) {
     return type_error(key, *v, "array of integers");
   }
-  std::vector<int64_t> out(v->count);
+  std::vector<int64_t> out;
+  try {
+    out.resize(v->count);
+  } catch (const std::bad_alloc&) {
+    return array_too_big(path(), key, v->count);
+  }
   uint64_t size = scalar_size(v->elem_type);
   for (uint64_t k = 0; k < v->count; ++k) {
     if (!load_int(v->elem_type, v->raw + k * size, &out[k])) {

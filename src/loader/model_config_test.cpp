@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "loader/config_parsers.h"
@@ -409,6 +410,35 @@ TEST_F(ConfigFromGgufCrafted, Llama3RopeFreqs) {
   r = parse(w);
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(r.status().message().find("rope_freqs.weight"), std::string::npos);
+
+  // Non-finite divisors must not slip through (NaN compares false against any tolerance): an
+  // all-NaN tensor, and one whose factor is infinite, are refused rather than yielding a
+  // RopeScaling with a NaN / inf factor that validate() would have rejected.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    w = base("llama");
+    w.add_f32("llama.rope.freq_base", 500000.0f);
+    factors = std::isnan(bad) ? std::vector<float>(8, bad) : llama3_freq_factors(500000.0, 16, bad);
+    w.add_tensor("rope_freqs.weight", DType::kF32, {8}, testing::f32_bytes(factors));
+    r = parse(w);
+    ASSERT_FALSE(r.ok()) << "factor " << bad << " accepted: " << r->rope_scaling.factor;
+    EXPECT_NE(r.status().message().find("rope_freqs.weight"), std::string::npos) << r.status().message();
+  }
+  // A largest divisor of 1 is "no scaling" only when every divisor is 1: divisors below 1, or
+  // NaN after a leading 1 (std::max_element then returns the 1), are refused, not ignored.
+  for (float bad : {0.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    w = base("llama");
+    factors.assign(8, 1.0f);
+    factors[5] = bad;
+    w.add_tensor("rope_freqs.weight", DType::kF32, {8}, testing::f32_bytes(factors));
+    r = parse(w);
+    ASSERT_FALSE(r.ok()) << "divisor " << bad << " ignored";
+    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  }
+  w = base("llama");
+  w.add_tensor("rope_freqs.weight", DType::kF32, {8}, testing::f32_bytes(std::vector<float>(8, 1.0f)));
+  r = parse(w);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScaling::Type::kNone);
 }
 
 }  // namespace
