@@ -2,6 +2,7 @@
 // stderr one summary or error line, and the exit status says which.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -22,7 +23,10 @@ struct RunResult {
 
 // Runs the pagoda binary with `args` (already shell-quoted), capturing stdout and stderr.
 RunResult run_pagoda(const std::string& args) {
-  std::string err_file = ::testing::TempDir() + "pagoda_cli_stderr.txt";
+  // Tests run in parallel processes: each run gets its own stderr file.
+  static int counter = 0;
+  std::string err_file = ::testing::TempDir() + "pagoda_cli_stderr." + std::to_string(::getpid()) +
+                         "." + std::to_string(counter++) + ".txt";
   std::string cmd = std::string(PAGODA_BINARY) + " " + args + " 2>" + err_file;
   RunResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -36,6 +40,7 @@ RunResult run_pagoda(const std::string& args) {
   std::ostringstream ss;
   ss << in.rdbuf();
   r.err = ss.str();
+  std::remove(err_file.c_str());
   return r;
 }
 
@@ -123,7 +128,7 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
 
 TEST(Cli, CorruptModelFileNamesFileAndProblem) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
-  std::string path = ::testing::TempDir() + "truncated-stories.gguf";
+  std::string path = ::testing::TempDir() + "truncated-stories." + std::to_string(::getpid()) + ".gguf";
   {
     std::ifstream in(model, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -1,5 +1,9 @@
 #include "tokenizer/bpe_tokenizer.h"
 
+#include <uninorm.h>
+
+#include <cstdlib>
+
 #include "tokenizer/unicode.h"
 
 namespace pagoda {
@@ -80,8 +84,27 @@ std::vector<std::string_view> BpeTokenizer::pre_tokenize(std::string_view text,
   return pieces;
 }
 
+namespace {
+// The NFC form of valid UTF-8 text (libunistring); invalid UTF-8 is returned unchanged, as
+// there is no canonical form to compose.
+std::string nfc_normalize(std::string_view text) {
+  size_t length = 0;
+  uint8_t* composed = u8_normalize(UNINORM_NFC, reinterpret_cast<const uint8_t*>(text.data()),
+                                   text.size(), nullptr, &length);
+  if (!composed) return std::string(text);
+  std::string out(reinterpret_cast<const char*>(composed), length);
+  std::free(composed);
+  return out;
+}
+}  // namespace
+
 void BpeTokenizer::encode_text(std::string_view text, bool /*at_start*/,
                                std::vector<TokenId>& out) const {
+  std::string normalized;
+  if (options_.nfc) {
+    normalized = nfc_normalize(text);
+    text = normalized;
+  }
   std::string storage;
   for (std::string_view word : pre_tokenize(text, storage)) encode_word(word, out);
 }

@@ -24,6 +24,7 @@ class BpeTokenizer final : public VocabTokenizer {
     std::vector<Regex> splits;      // pre-tokenizer regexes, applied one after the other
     bool add_prefix_space = false;  // ByteLevel(add_prefix_space): " " before unspaced text
     bool ignore_merges = false;     // a pre-token found in the vocabulary is one token
+    bool nfc = false;               // NFC normalizer (Qwen): compose text before splitting
   };
 
   // Fails (naming spec.source) on an invalid spec. The caller then fills merges() (ids from

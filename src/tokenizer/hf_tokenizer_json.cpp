@@ -5,8 +5,7 @@
 // Split/ByteLevel/Digits pre-tokenizers, and SentencePiece-style vocabularies (Prepend/Replace
 // normalizers or a Metaspace pre-tokenizer, byte fallback); TemplateProcessing post-processors;
 // added tokens. Anything else fails with kUnimplemented rather than tokenizing differently from
-// the reference. The one exception: an NFC normalizer is accepted but not applied, which only
-// matters for input that is not already in NFC (rare: most text, and all test vectors, is).
+// the reference. NFC normalization uses libunistring.
 #include <algorithm>
 #include <filesystem>
 #include <limits>
@@ -400,11 +399,11 @@ class HfLoader {
   Result<std::unique_ptr<VocabTokenizer>> build_byte_level(
       const json& model, const std::vector<const json*>& normalizers,
       const std::vector<const json*>& pre_tokenizers) {
-    for (const json* n : normalizers) {
-      // NFC: accepted, not applied (text that is already NFC, as almost all is, is unaffected).
-      if (type_of(*n) != "NFC") return unsupported("normalizer \"" + type_of(*n) + "\"");
-    }
     BpeTokenizer::Options options;
+    for (const json* n : normalizers) {
+      if (type_of(*n) != "NFC") return unsupported("normalizer \"" + type_of(*n) + "\"");
+      options.nfc = true;
+    }
     options.ignore_merges = get_bool(model, "ignore_merges", false);
     for (size_t i = 0; i < pre_tokenizers.size(); ++i) {
       const json& p = *pre_tokenizers[i];

@@ -318,6 +318,10 @@ TEST(TokenizerVectors, Qwen3Json) {
     EXPECT_EQ(ids.front(), 151667);
     EXPECT_FALSE(tok.is_special(151667));
     EXPECT_EQ(tok.decode(ids, true), "<think>\nok</think>");
+    // The NFC normalizer composes "e" + U+0301 into U+00E9 before splitting and merging.
+    const std::string composed = "Caf\xC3\xA9 na\xC3\xAFve", decomposed = "Cafe\xCC\x81 nai\xCC\x88ve";
+    EXPECT_EQ(tok.encode(decomposed, false), tok.encode(composed, false));
+    EXPECT_EQ(tok.decode(tok.encode(decomposed, false), false), composed);
   }
   {
     const Loaded& g = load_gguf(convert_to_gguf(*l.tokenizer, "qwen2"));
