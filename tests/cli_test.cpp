@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "support/test_data.h"
 
 namespace pagoda {
@@ -88,6 +90,48 @@ TEST(Cli, TokenizePrintsJsonIds) {
   EXPECT_EQ(r.out, "[15043, 3186]\n");  // llama.cpp's vector for "Hello world"
   RunResult with_bos = run_pagoda("tokenize --model " + quote(vocab) + " --prompt 'Hello world'");
   EXPECT_EQ(with_bos.out, "[1, 15043, 3186]\n");
+}
+
+TEST(Cli, BatchFileGivesOneResultPerLineInOrder) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "prompts." + std::to_string(::getpid()) + ".jsonl";
+  const std::string out = dir + "results." + std::to_string(::getpid()) + ".jsonl";
+  std::ofstream(in) << "{\"prompt\": \"Once upon a time\", \"max_tokens\": 12, \"temperature\": 0}\n"
+                    << "\n"
+                    << "{\"prompt\": \"Lily had a dog\", \"n\": 2, \"temperature\": 1.0, \"seed\": 3}\n"
+                    << "{\"prompt\": \"Tom saw\", \"stop\": [\".\"], \"max_tokens\": 60, \"temperature\": 0}\n";
+  RunResult r = run_pagoda("generate --model " + quote(model) + " --input-file " + quote(in) +
+                           " --output-file " + quote(out) + " --max-tokens 9");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream results(out);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(results, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  RunResult single = run_pagoda("generate --model " + quote(model) + " --prompt 'Once upon a time' -n 12 -t 0");
+  auto first = nlohmann::json::parse(lines[0]), second = nlohmann::json::parse(lines[1]),
+       third = nlohmann::json::parse(lines[2]);
+  EXPECT_EQ(first["text"], single.out);
+  EXPECT_EQ(first["token_ids"].size(), 12u);
+  EXPECT_EQ(first["finish_reason"], "length");
+  EXPECT_EQ(first["usage"]["completion_tokens"], 12);
+  ASSERT_EQ(second["outputs"].size(), 2u);
+  EXPECT_EQ(second["usage"]["completion_tokens"], 18);  // n = 2, the default --max-tokens 9 each
+  EXPECT_EQ(third["finish_reason"], "stop");
+  EXPECT_EQ(third["text"].get<std::string>().find('.'), std::string::npos);
+
+  std::ofstream(in) << "{\"prompt\": \"ok\"}\n{\"prompt\": \"x\", \"top_p\": \"high\"}\n";
+  RunResult bad = run_pagoda("generate --model " + quote(model) + " --input-file " + quote(in));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find(in + ":2: 'top_p' must be a number"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, BenchThroughputReportsRates) {
+  RunResult r = run_pagoda("bench throughput --model demo-random --input-len 16 --output-len 8 --num-prompts 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("requests/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("output tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Total num output tokens:  32"), std::string::npos) << r.out;
 }
 
 TEST(Cli, DemoModelRunsWithNothingDownloaded) {

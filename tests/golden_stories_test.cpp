@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/pagoda/generate.h"
-#include "apps/pagoda/model_loading.h"
+#include "apps/pagoda/engine_setup.h"
+#include "engine/llm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "support/test_data.h"
 
@@ -35,17 +35,19 @@ TEST(GoldenStories260K, GreedyFromBosMatchesReference) {
   cpu::register_cpu_backend();
   app::ModelFlags flags;
   flags.model = model_path;
-  auto loaded = app::load_model_and_tokenizer(flags);
-  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  auto setup = app::make_engine(flags, app::EngineFlags{});
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  std::shared_ptr<const Tokenizer> tokenizer = setup->tokenizer;
+  LLM llm(std::move(setup->core));
 
-  std::vector<TokenId> prompt = loaded->tokenizer->encode("", /*add_special=*/true);
-  ASSERT_EQ(prompt, std::vector<TokenId>{1});  // BOS alone
-  app::GenerateOptions options;
-  options.max_tokens = 256;
-  options.sampling.temperature = 0;
-  std::vector<TokenId> got;
-  auto stats = app::generate(*loaded, prompt, options, [&](TokenId id) { got.push_back(id); });
-  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  GenerateRequest request;
+  request.prompt = "";  // BOS alone
+  request.params.max_tokens = 256;
+  request.params.temperature = 0;
+  auto result = llm.generate({request});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_EQ((*result)[0].prompt_token_ids, std::vector<TokenId>{1});
+  const std::vector<TokenId>& got = (*result)[0].outputs[0].token_ids;
 
   std::vector<TokenId> want = read_ids(ids_path);
   ASSERT_EQ(want.size(), 256u);
@@ -54,7 +56,8 @@ TEST(GoldenStories260K, GreedyFromBosMatchesReference) {
   std::string text = slurp(txt_path);
   ASSERT_TRUE(!text.empty() && text.back() == '\n');
   text.pop_back();  // the file's own final newline; the generated text ends with "you."
-  EXPECT_EQ(loaded->tokenizer->decode(got, /*skip_special=*/true), text);
+  EXPECT_EQ(tokenizer->decode(got, /*skip_special=*/true), text);
+  EXPECT_EQ((*result)[0].outputs[0].text, text);  // the streamed, incrementally decoded text
 }
 
 }  // namespace

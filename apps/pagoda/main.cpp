@@ -1,69 +1,14 @@
-// pagoda: the one binary, with subcommands like vllm's (generate, tokenize; serve and bench
-// arrive with their issues). Errors are one line on stderr and a non-zero exit.
-#include <unistd.h>
-
+// pagoda: the one binary, with subcommands like vllm's: generate, tokenize, bench (serve arrives
+// with its issue). Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <iostream>
 #include <string>
 
-#include "apps/pagoda/generate.h"
-#include "apps/pagoda/model_loading.h"
+#include "apps/pagoda/commands.h"
 #include "backends/cpu/cpu_backend.h"
 
 namespace pagoda::app {
 namespace {
-
-int fail(const Status& status) {
-  std::fprintf(stderr, "pagoda: error: %s\n", status.message().c_str());
-  return 1;
-}
-
-struct GenerateFlags {
-  ModelFlags model;
-  std::string prompt;
-  int64_t max_tokens = 16;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  int64_t top_k = 0;
-  double min_p = 0.0;
-  std::optional<uint64_t> seed;
-  bool ignore_eos = false;
-  bool no_add_special = false;
-};
-
-int run_generate(const GenerateFlags& f) {
-  auto loaded = load_model_and_tokenizer(f.model);
-  if (!loaded.ok()) return fail(loaded.status());
-  Tokenizer& tok = *loaded->tokenizer;
-  std::vector<TokenId> prompt = tok.encode(f.prompt, !f.no_add_special);
-
-  GenerateOptions options;
-  options.max_tokens = f.max_tokens;
-  options.sampling = {f.temperature, f.top_p, f.top_k, f.min_p};
-  options.seed = f.seed;
-  options.ignore_eos = f.ignore_eos;
-  IncrementalDetokenizer detok(tok, /*skip_special=*/true);
-  auto stats = generate(*loaded, prompt, options, [&](TokenId id) {
-    std::string text = detok.push(id);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  });
-  std::string rest = detok.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
-  if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
-  std::fflush(stdout);
-  if (!stats.ok()) return fail(stats.status());
-  double decode_rate = stats->decode_seconds > 0 && stats->generated_tokens > 1
-                           ? (stats->generated_tokens - 1) / stats->decode_seconds
-                           : 0.0;
-  double prefill_rate = stats->prefill_seconds > 0 ? stats->prompt_tokens / stats->prefill_seconds : 0.0;
-  std::fprintf(stderr,
-               "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f tokens/s, decode: %.1f tokens/s\n",
-               static_cast<long long>(stats->prompt_tokens),
-               static_cast<long long>(stats->generated_tokens), prefill_rate, decode_rate);
-  return 0;
-}
 
 int run_tokenize(const ModelFlags& model, const std::string& prompt, bool no_add_special) {
   auto tok = load_tokenizer(model);
@@ -87,17 +32,25 @@ int main_impl(int argc, char** argv) {
 
   GenerateFlags gen;
   CLI::App* generate_cmd = app.add_subcommand(
-      "generate", "generate text from a prompt; prints only the text on stdout, a summary on stderr");
+      "generate",
+      "generate text: one --prompt (only the text on stdout, a summary line on stderr), or an "
+      "--input-file of JSONL requests (one JSON result per line)");
   gen.model.add_to(*generate_cmd, /*weights=*/true);
+  gen.engine.add_to(*generate_cmd);
   generate_cmd->add_option("--prompt,-p", gen.prompt, "the prompt text (may be empty: BOS only)");
+  generate_cmd->add_option("--input-file", gen.input_file,
+                           "JSONL file, one request per line: {\"prompt\": ..., OpenAI sampling fields}");
+  generate_cmd->add_option("--output-file", gen.output_file, "where --input-file results go (default: stdout)");
   generate_cmd->add_option("--max-tokens,-n", gen.max_tokens, "tokens to generate")->capture_default_str();
   generate_cmd->add_option("--temperature,-t", gen.temperature, "0 = greedy")->capture_default_str();
   generate_cmd->add_option("--top-p", gen.top_p, "nucleus sampling mass in (0, 1]")->capture_default_str();
   generate_cmd->add_option("--top-k", gen.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
   generate_cmd->add_option("--min-p", gen.min_p, "drop tokens below min_p x the top probability")->capture_default_str();
-  generate_cmd->add_option("--seed", gen.seed, "sampling seed (default: random)");
+  generate_cmd->add_option("--request-seed", gen.request_seed, "sampling seed of the prompt (default: from --seed)");
   generate_cmd->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence tokens");
   generate_cmd->add_flag("--no-add-special", gen.no_add_special, "do not add BOS/EOS to the prompt");
+  generate_cmd->add_flag("--verbose,-v", gen.verbose, "log the KV cache size on stderr");
+  generate_cmd->get_option("--prompt")->excludes("--input-file");
 
   ModelFlags tok_model;
   std::string tok_prompt;
@@ -106,6 +59,18 @@ int main_impl(int argc, char** argv) {
   tok_model.add_to(*tokenize_cmd, /*weights=*/false);
   tokenize_cmd->add_option("--prompt,-p", tok_prompt, "the text to tokenize");
   tokenize_cmd->add_flag("--no-add-special", tok_no_special, "leave out BOS/EOS");
+
+  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks, as vllm bench");
+  bench_cmd->require_subcommand(1);
+  BenchThroughputFlags thr;
+  CLI::App* thr_cmd = bench_cmd->add_subcommand("throughput", "offline throughput on random prompts");
+  thr.model.add_to(*thr_cmd, /*weights=*/true);
+  thr.engine.add_to(*thr_cmd);
+  thr_cmd->add_option("--input-len", thr.input_len, "prompt tokens per request")->capture_default_str();
+  thr_cmd->add_option("--output-len", thr.output_len, "output tokens per request")->capture_default_str();
+  thr_cmd->add_option("--num-prompts", thr.num_prompts, "requests")->capture_default_str();
+  thr_cmd->add_option("--dataset-seed", thr.dataset_seed, "seed of the random prompts")->capture_default_str();
+  thr_cmd->add_option("--output-json", thr.output_json, "also write the results as JSON here");
 
   try {
     app.parse(argc, argv);
@@ -119,6 +84,7 @@ int main_impl(int argc, char** argv) {
   }
   if (generate_cmd->parsed()) return run_generate(gen);
   if (tokenize_cmd->parsed()) return run_tokenize(tok_model, tok_prompt, tok_no_special);
+  if (thr_cmd->parsed()) return run_bench_throughput(thr);
   return 2;
 }
 

@@ -23,8 +23,6 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
       ->capture_default_str();
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str();
   app.add_option("--backend", backend, "compute backend")->capture_default_str();
-  app.add_option("--max-model-len", max_model_len,
-                 "longest prompt + output in tokens (default: the model's context length)");
 }
 
 namespace {
@@ -79,9 +77,6 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
   LoadedModel out;
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
-  if (flags.max_model_len > 0) {
-    source.config.max_position_embeddings = flags.max_model_len;
-  }
   PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend));
   PAGODA_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(flags));
   if (out.tokenizer->vocab_size() > out.model->config().vocab_size) {

@@ -25,7 +25,6 @@ struct ModelFlags {
   std::string dtype = "auto";      // dummy weights: f32, f16, bf16, q8_0, q4_0
   uint64_t weights_seed = 0;       // dummy weights
   std::string backend = "cpu";
-  int64_t max_model_len = 0;       // 0 = the model's max_position_embeddings
 
   void add_to(CLI::App& app, bool weights);
 };

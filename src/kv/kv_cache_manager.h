@@ -1,20 +1,25 @@
 // KvCacheManager: which KV blocks each request owns, and automatic prefix caching on top of a
 // BlockPool. Bookkeeping only; the memory itself lives in the runner's KvCacheTensors.
 //
-// Full blocks are identified by a chained hash: hash_i = H(hash_{i-1}, tokens of block i, and,
-// for block 0 only, the request's cache salt). H is XXH3-64; lookups also compare the stored
-// token ids of the block, so two different blocks that collide on the hash never match each
-// other (a collision of the whole chain with an identical last block is not detected: 2^-64).
+// Full blocks are indexed by a chained hash: hash_i = H(hash_{i-1}, tokens of block i), with
+// hash_{-1} derived from the hash of the request's cache salt. H is XXH3-64, which is fast but not
+// collision-resistant (its seed is public), so the hash only narrows the search: a hit must also
+// match the block's token ids, its parent link (block i's parent must be the very block that
+// matched block i - 1, in the same cached generation) and, for block 0, the exact salt string.
+// A hit therefore holds exactly the salted prefix asked for, by construction, even when crafted
+// prompts collide on every hash (see BlockPool).
 // Hashes of a request's full blocks are computed incrementally as its tokens grow, so a
 // request's tokens must only ever be appended to. Used by the engine thread only.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
 #include "base/types.h"
 #include "kv/block_pool.h"
 
@@ -43,11 +48,13 @@ class KvCacheManager {
 
   // The longest cached prefix of `tokens` (a request's tokens so far) in whole blocks, at most
   // (tokens.size() - 1) tokens so the last token is always recomputed for its logits. `salt`
-  // isolates prefixes (0 = none). Empty when caching is off. Counts queries and hits. Keeps the
+  // isolates prefixes: only a request with exactly the same salt string shares them ("" = none).
+  // Empty when caching is off. Counts queries and hits. Keeps the
   // request's block hashes for allocate_slots (free(id) drops them if it is never admitted).
   // The blocks stay valid only until the next allocation for another request: pass them to
   // allocate_slots for `id` right away.
-  ComputedBlocks get_computed_blocks(RequestId id, std::span<const TokenId> tokens, uint64_t salt);
+  ComputedBlocks get_computed_blocks(RequestId id, std::span<const TokenId> tokens,
+                                     std::string_view salt);
 
   // Gives request `id` slots for tokens [0, num_computed_tokens + num_new_tokens): blocks are
   // added until the request owns blocks_for(num_computed_tokens + num_new_tokens) of them.
@@ -66,7 +73,7 @@ class KvCacheManager {
   // tokens[0, min(num_computed_tokens + num_new_tokens, tokens.size())) not yet committed.
   // `salt` must be the one given to get_computed_blocks.
   bool allocate_slots(RequestId id, std::span<const TokenId> tokens, int64_t num_computed_tokens,
-                      int64_t num_new_tokens, const ComputedBlocks& hit, uint64_t salt);
+                      int64_t num_new_tokens, const ComputedBlocks& hit, std::string_view salt);
 
   // The request's blocks in order (empty for an unknown id).
   std::span<const BlockId> block_table(RequestId id) const;
@@ -83,22 +90,34 @@ class KvCacheManager {
   const BlockPool& pool() const { return pool_; }
   bool reset_prefix_cache() { return pool_.reset_prefix_cache(); }
 
+  // The pool's invariants, plus for every request: each committed block is cached under the
+  // request's hash for it and links to the request's previous block (live), block 0 to the
+  // request's salt; its other blocks are uncached and exclusively its own. For tests.
+  Status check_invariants() const;
+
+  // Test-only: replaces H (see above) so tests can force hash collisions, e.g. a constant.
+  // Only while no request is known.
+  using BlockHasher = uint64_t (*)(uint64_t parent_hash, std::span<const TokenId> tokens);
+  void set_block_hasher_for_testing(BlockHasher hasher);
+
  private:
   struct PerRequest {
     std::vector<BlockId> blocks;
     std::vector<uint64_t> hashes;  // of full blocks, computed incrementally
     int64_t num_cached_blocks = 0; // leading blocks already committed to the cache
-    uint64_t salt = 0;             // the salt `hashes` were computed with
+    std::string salt;              // the salt `hashes` were computed with
   };
-  void extend_hashes(PerRequest& r, std::span<const TokenId> tokens, uint64_t salt) const;
+  void extend_hashes(PerRequest& r, std::span<const TokenId> tokens, std::string_view salt) const;
 
   KvCacheConfig config_;
   BlockPool pool_;
   std::unordered_map<RequestId, PerRequest> requests_;
   PrefixCacheStats stats_;
+  BlockHasher hasher_ = nullptr;  // nullptr: XXH3
 };
 
-// Hash of a cache salt string (0 for an empty salt).
+// Hash of a cache salt string (0 for an empty salt). Mixed into the root of every hash chain;
+// sharing is decided by the exact salt string, not by this hash.
 uint64_t cache_salt_hash(std::string_view salt);
 
 }  // namespace pagoda

@@ -1,5 +1,7 @@
 #include "tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -15,15 +17,33 @@ std::string Tensor::shape_string() const {
   return s + "]";
 }
 
+namespace {
+// Large buffers (KV caches, dummy weights) come straight from mmap: page-aligned, and zero pages
+// are only committed when first touched, so a big KV cache costs nothing until it is used.
+constexpr size_t kMmapThreshold = size_t{1} << 20;
+}  // namespace
+
 Buffer::Buffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
+  if (bytes >= kMmapThreshold) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = std::unique_ptr<void, Free>(p, Free{bytes});
+    return;
+  }
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  data_.reset(p);
+  data_ = std::unique_ptr<void, Free>(p, Free{0});
 }
 
-void Buffer::Free::operator()(void* p) const { std::free(p); }
+void Buffer::Free::operator()(void* p) const {
+  if (mapped_bytes) {
+    ::munmap(p, mapped_bytes);
+  } else {
+    std::free(p);
+  }
+}
 
 }  // namespace pagoda

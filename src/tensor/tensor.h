@@ -49,7 +49,7 @@ struct Tensor {
   std::string shape_string() const;  // "[64, 512]"
 };
 
-// Owned, 64-byte-aligned memory. Move-only.
+// Owned, 64-byte-aligned, zero-filled memory. Move-only.
 class Buffer {
  public:
   Buffer() = default;
@@ -61,6 +61,7 @@ class Buffer {
 
  private:
   struct Free {
+    size_t mapped_bytes;  // non-zero: the memory came from mmap (no initializer: see unique_ptr)
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> data_;

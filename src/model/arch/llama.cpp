@@ -44,7 +44,7 @@ class LlamaModel final : public Model {
 
   ModelSource source_;
   const ModelConfig& cfg_;
-  const Kernels& k_;
+  const Kernels k_;  // a copy: function pointers, so the Backend object need not outlive the model
   const Backend* backend_ = nullptr;
   Tensor token_embd_;   // [vocab, hidden]
   Tensor lm_head_;      // [vocab, hidden]; token_embd_ when tied

@@ -1,0 +1,260 @@
+#include "engine/engine_core.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "base/check.h"
+#include "kv/kv_cache_manager.h"
+
+namespace pagoda {
+
+namespace {
+
+int64_t available_memory_bytes() {
+  long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : (int64_t{1} << 32);
+}
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {  // splitmix64 of a combined value
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Result<int64_t> parse_byte_size(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    return invalid_argument("not a byte size: '" + text + "' (e.g. 4GiB, 512MiB, 1000000)");
+  }
+  std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "KiB" || unit == "K") mult = 1024.0;
+  else if (unit == "MiB" || unit == "M") mult = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "TB") mult = 1e12;
+  else return invalid_argument("unknown unit in byte size '" + text + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  double bytes = value * mult;
+  if (!(bytes > 0) || bytes > 9.0e18) return invalid_argument("byte size out of range: '" + text + "'");
+  return static_cast<int64_t>(bytes);
+}
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> model,
+                                                       std::shared_ptr<const Tokenizer> tokenizer,
+                                                       const EngineConfig& config) {
+  std::unique_ptr<EngineCore> core(new EngineCore());
+  core->config_ = config;
+  core->tokenizer_ = std::move(tokenizer);
+  const ModelConfig& mc = model->config();
+  SchedulerConfig& sc = core->config_.scheduler;
+  if (sc.max_model_len == 0) sc.max_model_len = mc.max_position_embeddings;
+  if (sc.max_model_len < 1 || sc.max_model_len > mc.max_position_embeddings) {
+    return invalid_argument("--max-model-len must be in [1, " + std::to_string(mc.max_position_embeddings) +
+                            "] (the model's context length)");
+  }
+  if (config.block_size < 1 || config.block_size > 256) return invalid_argument("--block-size must be in [1, 256]");
+  if (sc.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
+  if (sc.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
+  if (sc.long_prefill_token_threshold < 0) return invalid_argument("--long-prefill-token-threshold must be >= 0");
+
+  const int64_t bs = config.block_size;
+  core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs);
+  const int64_t blocks_per_seq = (sc.max_model_len + bs - 1) / bs;
+  int64_t memory = config.kv_cache_memory;
+  if (memory == 0) {
+    const double all_seqs = static_cast<double>(blocks_per_seq) * static_cast<double>(sc.max_num_seqs) *
+                            static_cast<double>(core->bytes_per_block_);
+    memory = static_cast<int64_t>(std::min(all_seqs, available_memory_bytes() / 4.0));
+  }
+  core->num_blocks_ = memory / core->bytes_per_block_;
+  if (core->num_blocks_ < blocks_per_seq) {
+    return invalid_argument("the KV cache (" + std::to_string(memory) + " bytes, " +
+                            std::to_string(core->num_blocks_ * bs) + " tokens) cannot hold one sequence of --max-model-len " +
+                            std::to_string(sc.max_model_len) + " tokens; raise --kv-cache-memory or lower --max-model-len");
+  }
+  if (core->num_blocks_ > (int64_t{1} << 30)) core->num_blocks_ = int64_t{1} << 30;
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs));
+  core->runner_ = std::make_unique<ModelRunner>(std::move(model), std::move(kv));
+  KvCacheConfig kvc{static_cast<int32_t>(core->num_blocks_), config.block_size, config.enable_prefix_caching};
+  core->scheduler_ = std::make_unique<Scheduler>(sc, kvc);
+  return core;
+}
+
+std::string EngineCore::kv_cache_summary() const {
+  return "KV cache: " + std::to_string(num_blocks_) + " blocks of " + std::to_string(config_.block_size) +
+         " tokens (" + std::to_string(bytes_per_block_) + " bytes each), up to " +
+         std::to_string(num_blocks_ * config_.block_size) + " tokens at once";
+}
+
+Status EngineCore::prepare(GenerateRequest& r) const {
+  const int64_t vocab = runner_->config().vocab_size;
+  if (r.prompt_token_ids.empty()) r.prompt_token_ids = tokenizer_->encode(r.prompt, r.add_special_tokens);
+  if (r.prompt_token_ids.empty()) return invalid_argument("the prompt is empty");
+  for (TokenId id : r.prompt_token_ids) {
+    if (id < 0 || id >= vocab) return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  PAGODA_RETURN_IF_ERROR(r.params.validate(vocab));
+  const int64_t len = static_cast<int64_t>(r.prompt_token_ids.size());
+  const int64_t max_len = config_.scheduler.max_model_len;
+  if (len + r.params.max_tokens > max_len) {
+    return invalid_argument("this model's maximum context length is " + std::to_string(max_len) +
+                            " tokens; the prompt has " + std::to_string(len) + " and max_tokens asks for " +
+                            std::to_string(r.params.max_tokens) + " more");
+  }
+  return Status::ok_status();
+}
+
+Status EngineCore::add_request(RequestId id, const GenerateRequest& r) {
+  if (children_.count(id)) return invalid_argument("duplicate request id " + std::to_string(id));
+  std::vector<TokenId> stop_ids = r.params.stop_token_ids;
+  if (!r.params.ignore_eos) {
+    for (TokenId t : tokenizer_->stop_ids()) stop_ids.push_back(t);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<RequestId> added;
+  for (int64_t i = 0; i < r.params.n; ++i) {
+    const RequestId seq_id = next_seq_id_++;
+    auto req = std::make_unique<Request>();
+    req->id = seq_id;
+    req->prompt_tokens = r.prompt_token_ids;
+    req->stop = StopRules{r.params.max_tokens, r.params.min_tokens, stop_ids};
+    req->priority = r.priority;
+    req->arrival_seq = next_arrival_++;
+    req->cache_salt = r.cache_salt;
+    req->use_prefix_cache = !r.params.prompt_logprobs.has_value();
+    const uint64_t seed = r.params.seed ? *r.params.seed + static_cast<uint64_t>(i) : mix_seed(config_.seed, seq_id);
+    runner_->add_request(seq_id, r.params, seed, stop_ids);
+    Status st = scheduler_->add_request(std::move(req));
+    if (!st.ok()) {
+      runner_->remove_request(seq_id);
+      for (RequestId done : added) {
+        scheduler_->finish_request(done, FinishReason::kAbort);
+        runner_->remove_request(done);
+        seqs_.erase(done);
+      }
+      return st;
+    }
+    Sequence s;
+    s.parent = id;
+    s.index = i;
+    s.prompt_tokens = static_cast<int64_t>(r.prompt_token_ids.size());
+    s.output = std::make_unique<SequenceOutput>(*tokenizer_, r.params.stop, r.params.include_stop_str_in_output,
+                                                r.params.skip_special_tokens);
+    s.want_logprobs = r.params.logprobs.has_value();
+    s.want_prompt_logprobs = r.params.prompt_logprobs.has_value();
+    s.arrival = now;
+    seqs_.emplace(seq_id, std::move(s));
+    added.push_back(seq_id);
+  }
+  children_[id] = std::move(added);
+  return Status::ok_status();
+}
+
+double EngineCore::since(const Sequence& s) const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - s.arrival).count();
+}
+
+OutputChunk EngineCore::finish_chunk(RequestId seq_id, Sequence& s, FinishReason reason, TokenId stop_token) {
+  OutputChunk c;
+  c.request_id = s.parent;
+  c.index = s.index;
+  s.output->finish();
+  c.text = s.output->take_ready_text();
+  c.finish_reason = reason;
+  c.stop_string = s.output->stop_string();
+  c.stop_token = stop_token;
+  c.prompt_tokens = s.prompt_tokens;
+  c.completion_tokens = s.num_output_tokens;
+  c.cached_tokens = s.num_cached_tokens;
+  c.timings.queued_s = std::max(0.0, s.queued_s);
+  c.timings.first_token_s = std::max(0.0, s.first_token_s);
+  c.timings.finished_s = since(s);
+  runner_->remove_request(seq_id);
+  auto& siblings = children_[s.parent];
+  siblings.erase(std::remove(siblings.begin(), siblings.end(), seq_id), siblings.end());
+  if (siblings.empty()) children_.erase(s.parent);
+  return c;
+}
+
+std::vector<OutputChunk> EngineCore::abort(RequestId id) {
+  std::vector<OutputChunk> out;
+  auto it = children_.find(id);
+  if (it == children_.end()) return out;
+  const std::vector<RequestId> seq_ids = it->second;
+  for (RequestId seq_id : seq_ids) {
+    scheduler_->finish_request(seq_id, FinishReason::kAbort);
+    auto s = seqs_.find(seq_id);
+    out.push_back(finish_chunk(seq_id, s->second, FinishReason::kAbort, -1));
+    seqs_.erase(s);
+  }
+  return out;
+}
+
+std::vector<OutputChunk> EngineCore::step() {
+  SchedulerOutput scheduled = scheduler_->schedule();
+  if (scheduled.empty()) return {};
+  for (const ScheduledSeq& seq : scheduled.seqs) {
+    Sequence& s = seqs_.at(seq.request_id);
+    if (s.queued_s < 0) s.queued_s = since(s);
+  }
+  ModelRunnerOutput produced = runner_->execute(scheduled);
+  for (PromptLogprobsOutput& p : produced.prompt_logprobs) {
+    auto& pending = seqs_.at(p.request_id).pending_prompt_logprobs;
+    pending.insert(pending.end(), p.entries.begin(), p.entries.end());
+  }
+  std::vector<RequestUpdate> updates = scheduler_->update_from_output(scheduled, produced);
+
+  std::vector<OutputChunk> chunks;
+  for (RequestUpdate& u : updates) {
+    auto it = seqs_.find(u.request_id);
+    PAGODA_CHECK(it != seqs_.end());
+    Sequence& s = it->second;
+    s.num_cached_tokens = u.num_cached_tokens;
+    if (s.first_token_s < 0) s.first_token_s = since(s);
+    FinishReason reason = u.finish_reason;
+    OutputChunk c;
+    c.request_id = s.parent;
+    c.index = s.index;
+    for (size_t i = 0; i < u.new_tokens.size(); ++i) {
+      const TokenId t = u.new_tokens[i];
+      ++s.num_output_tokens;
+      c.token_ids.push_back(t);
+      if (s.want_logprobs) c.logprobs.push_back(u.samples[i]);
+      if (reason == FinishReason::kStop && t == u.stop_token) continue;  // a stop id shows no text
+      if (s.output->push(t)) {
+        if (reason == FinishReason::kNone) scheduler_->finish_request(u.request_id, FinishReason::kStop);
+        reason = FinishReason::kStop;
+        u.stop_token = -1;
+      }
+    }
+    if (s.want_prompt_logprobs) c.prompt_logprobs = std::move(s.pending_prompt_logprobs);
+    s.pending_prompt_logprobs.clear();
+    if (reason != FinishReason::kNone) {
+      OutputChunk last = finish_chunk(u.request_id, s, reason, u.stop_token);
+      last.token_ids = std::move(c.token_ids);
+      last.logprobs = std::move(c.logprobs);
+      last.prompt_logprobs = std::move(c.prompt_logprobs);
+      chunks.push_back(std::move(last));
+      seqs_.erase(it);
+    } else {
+      c.text = s.output->take_ready_text();
+      chunks.push_back(std::move(c));
+    }
+  }
+  return chunks;
+}
+
+}  // namespace pagoda

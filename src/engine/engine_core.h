@@ -1,0 +1,89 @@
+// EngineCore: the continuous-batching loop body, single-threaded: schedule -> execute ->
+// update -> process outputs. Owns the scheduler, the model runner (with the KV cache memory)
+// and the per-sequence output processing; borrows the tokenizer. Engine (engine.h) runs it on
+// its own thread; LLM (llm.h) drives it directly. Not thread-safe.
+//
+// KV cache size: config.kv_cache_memory bytes, or by default a quarter of the memory available
+// at start-up, but never more than max_num_seqs full-length sequences need.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine_types.h"
+#include "engine/output_processor.h"
+#include "runner/model_runner.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+class EngineCore {
+ public:
+  // Sizes the KV cache and builds the scheduler and runner. Fails on bad limits or when not
+  // even one full-length sequence fits in the KV cache memory.
+  static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<Model> model,
+                                                    std::shared_ptr<const Tokenizer> tokenizer,
+                                                    const EngineConfig& config);
+
+  // Checks a request without adding it (thread-safe: reads only immutable state): tokenizes if
+  // needed (filling prompt_token_ids) and validates parameters and lengths. The message names
+  // the bad parameter.
+  Status prepare(GenerateRequest& request) const;
+
+  // Adds a prepared request under `id` (its n sequences run as separate scheduler requests that
+  // share the prompt's cached blocks).
+  Status add_request(RequestId id, const GenerateRequest& request);
+
+  // Ends every sequence of request `id` with reason abort; returns their final chunks.
+  std::vector<OutputChunk> abort(RequestId id);
+
+  // One engine step; returns the output chunks it produced.
+  std::vector<OutputChunk> step();
+
+  bool has_unfinished() const { return scheduler_->has_unfinished(); }
+  SchedulerStats stats() const { return scheduler_->stats(); }
+  const ModelConfig& model_config() const { return runner_->config(); }
+  const EngineConfig& config() const { return config_; }
+  // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once"
+  std::string kv_cache_summary() const;
+
+ private:
+  EngineCore() = default;
+  struct Sequence {
+    RequestId parent = 0;
+    int64_t index = 0;
+    int64_t prompt_tokens = 0;
+    std::unique_ptr<SequenceOutput> output;
+    bool want_logprobs = false;
+    bool want_prompt_logprobs = false;
+    int64_t num_output_tokens = 0;
+    int64_t num_cached_tokens = 0;
+    std::vector<SampledOutput> pending_prompt_logprobs;  // until the first chunk carries them
+    std::chrono::steady_clock::time_point arrival;
+    double queued_s = -1;
+    double first_token_s = -1;
+  };
+  double since(const Sequence& s) const;
+  OutputChunk finish_chunk(RequestId seq_id, Sequence& s, FinishReason reason, TokenId stop_token);
+
+  EngineConfig config_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int64_t num_blocks_ = 0;
+  int64_t bytes_per_block_ = 0;
+  RequestId next_seq_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  std::unordered_map<RequestId, Sequence> seqs_;                 // by scheduler id
+  std::unordered_map<RequestId, std::vector<RequestId>> children_;  // request id -> seq ids
+};
+
+// Parses a byte size such as "4GiB", "512MiB", "1.5GB", "1000000" (errors name the text).
+Result<int64_t> parse_byte_size(const std::string& text);
+
+}  // namespace pagoda

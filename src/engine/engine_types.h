@@ -1,0 +1,61 @@
+// The engine's public vocabulary: what a caller submits (GenerateRequest), how the engine is
+// configured (EngineConfig), and what streams back (OutputChunk). Plain structs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/types.h"
+#include "sample/sampler.h"
+#include "sched/request.h"
+#include "sched/scheduler.h"
+#include "sched/scheduler_output.h"
+
+namespace pagoda {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;            // max_model_len 0 = the model's context length
+  int32_t block_size = 16;              // 1..256
+  int64_t kv_cache_memory = 0;          // bytes; 0 = default (see engine_core.h)
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;                    // seeds requests that give no seed of their own
+};
+
+struct GenerateRequest {
+  std::string prompt;                   // tokenized when prompt_token_ids is empty
+  std::vector<TokenId> prompt_token_ids;
+  bool add_special_tokens = true;
+  SamplingParams params;
+  int64_t priority = 0;
+  std::string cache_salt;
+};
+
+struct RequestTimings {
+  double queued_s = 0;       // arrival -> first scheduled
+  double first_token_s = 0;  // arrival -> first output token
+  double finished_s = 0;     // arrival -> finished
+};
+
+// One piece of one sequence's output. The last chunk of a sequence has finish_reason set and
+// carries the usage and timings.
+struct OutputChunk {
+  RequestId request_id = 0;
+  int64_t index = 0;                     // which of the request's n sequences
+  std::string text;                      // new text (complete UTF-8)
+  std::vector<TokenId> token_ids;        // new tokens
+  std::vector<SampledOutput> logprobs;   // parallel to token_ids when params.logprobs is set
+  std::vector<SampledOutput> prompt_logprobs;  // first chunk only, when asked; entry i is for
+                                               // prompt token i + 1
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_string;               // the stop string that ended it, if one did
+  TokenId stop_token = -1;               // the stop token id that ended it, if one did
+  int64_t prompt_tokens = 0;             // usage, set on the last chunk
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+  RequestTimings timings;                // set on the last chunk
+  bool finished() const { return finish_reason != FinishReason::kNone; }
+};
+
+}  // namespace pagoda

@@ -1,0 +1,59 @@
+// The messages between the scheduler and the model runner, one pair per engine step.
+//
+// SchedulerOutput says which tokens of which requests to compute this step; ModelRunnerOutput
+// brings back the sampled tokens. Views point into the Scheduler's requests and stay valid until
+// update_from_output() of the same step. Plain structs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/types.h"
+
+namespace pagoda {
+
+struct ScheduledSeq {
+  RequestId request_id = 0;
+  std::span<const TokenId> tokens;          // the tokens to compute this step
+  int64_t num_computed_tokens = 0;          // before this step: the position of tokens[0]
+  std::span<const BlockId> block_table;     // every block of the request, in order
+  bool sample = false;                      // the step reaches the request's last token: sample
+  std::span<const TokenId> prompt_tokens;   // for penalties and prompt logprobs
+  std::span<const TokenId> output_tokens;
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;
+  int64_t num_scheduled_tokens = 0;
+  std::vector<RequestId> preempted;         // preempted this step (their KV is gone)
+
+  bool empty() const { return seqs.empty(); }
+};
+
+struct TokenLogprobEntry {
+  TokenId token = 0;
+  float logprob = 0;
+};
+
+struct SampledOutput {
+  RequestId request_id = 0;
+  TokenId token = 0;
+  float logprob = 0;
+  std::vector<TokenLogprobEntry> top_logprobs;  // when the request asked for logprobs
+};
+
+// Logprobs of prompt tokens computed this step: entries[i] is for prompt token first_index + i
+// (the first prompt token has none: nothing precedes it).
+struct PromptLogprobsOutput {
+  RequestId request_id = 0;
+  int64_t first_index = 0;
+  std::vector<SampledOutput> entries;  // token = the prompt token, with its logprob and top-N
+};
+
+struct ModelRunnerOutput {
+  std::vector<SampledOutput> sampled;  // one per ScheduledSeq with sample == true, same order
+  std::vector<PromptLogprobsOutput> prompt_logprobs;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,149 @@
+// Scheduler unit tests with a fake runner: token budget, chunking, decode-first ordering,
+// preemption choice, admission rules, rejection and abort.
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace pagoda {
+namespace {
+
+std::unique_ptr<Request> make_request(RequestId id, int64_t prompt_len, int64_t max_tokens, int64_t priority = 0) {
+  auto r = std::make_unique<Request>();
+  r->id = id;
+  r->prompt_tokens.resize(static_cast<size_t>(prompt_len));
+  std::iota(r->prompt_tokens.begin(), r->prompt_tokens.end(), static_cast<TokenId>(id * 1000));
+  r->stop.max_tokens = max_tokens;
+  r->arrival_seq = id;
+  r->priority = priority;
+  return r;
+}
+
+// Samples token 7 for every sequence that asks.
+ModelRunnerOutput fake_run(const SchedulerOutput& out) {
+  ModelRunnerOutput r;
+  for (const auto& s : out.seqs) {
+    if (s.sample) r.sampled.push_back({s.request_id, 7, 0, {}});
+  }
+  return r;
+}
+
+int64_t scheduled_for(const SchedulerOutput& out, RequestId id) {
+  for (const auto& s : out.seqs) {
+    if (s.request_id == id) return static_cast<int64_t>(s.tokens.size());
+  }
+  return 0;
+}
+
+TEST(Scheduler, LongPromptIsChunkedAndDecodesGoFirst) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 32;
+  Scheduler s(c, {64, 16, true});
+  ASSERT_TRUE(s.add_request(make_request(1, 10, 5)).ok());
+  auto o1 = s.schedule();
+  EXPECT_EQ(scheduled_for(o1, 1), 10);
+  s.update_from_output(o1, fake_run(o1));
+  ASSERT_TRUE(s.add_request(make_request(2, 100, 5)).ok());
+  for (int64_t want : {31, 31, 31, 7}) {  // request 1 decodes one token each step first
+    auto o = s.schedule();
+    EXPECT_EQ(scheduled_for(o, 1), s.find(1) ? 1 : 0);
+    EXPECT_EQ(scheduled_for(o, 2), want);
+    EXPECT_LE(o.num_scheduled_tokens, 32);
+    for (const auto& seq : o.seqs) {
+      if (seq.request_id == 2) {
+        EXPECT_EQ(seq.sample, want == 7);
+      }
+    }
+    s.update_from_output(o, fake_run(o));
+  }
+}
+
+TEST(Scheduler, FinishesAtMaxTokensAndStopIdsAfterMinTokens) {
+  Scheduler s({}, {64, 16, true});
+  auto r = make_request(1, 4, 10);
+  r->stop.stop_token_ids = {7};
+  r->stop.min_tokens = 2;
+  ASSERT_TRUE(s.add_request(std::move(r)).ok());
+  std::vector<RequestUpdate> last;
+  int steps = 0;
+  while (s.has_unfinished()) {
+    auto o = s.schedule();
+    last = s.update_from_output(o, fake_run(o));
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);  // 7 is sampled every step; it only counts as a stop after 2 tokens
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(last[0].stop_token, 7);
+  EXPECT_EQ(s.kv().num_free_blocks(), 64);
+}
+
+TEST(Scheduler, PreemptsMostRecentAndNeverToAdmit) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 1000;
+  Scheduler s(c, {6, 4, false});  // 24 token slots for three requests of up to 16 tokens
+  for (RequestId id : {1, 2, 3}) {
+    ASSERT_TRUE(s.add_request(make_request(id, 6, 10)).ok());
+  }
+  auto o = s.schedule();
+  EXPECT_EQ(o.seqs.size(), 3u);  // 2 blocks each
+  s.update_from_output(o, fake_run(o));
+  int64_t steps_with_preemption = 0;
+  while (s.has_unfinished()) {
+    o = s.schedule();
+    for (RequestId victim : o.preempted) EXPECT_NE(victim, 1u) << "the oldest request is preempted last";
+    if (!o.preempted.empty()) {
+      ++steps_with_preemption;
+      // A step that preempted admits nobody: everything scheduled was already running.
+      for (const auto& seq : o.seqs) EXPECT_GT(seq.num_computed_tokens, 0);
+    }
+    s.update_from_output(o, fake_run(o));
+    ASSERT_TRUE(s.kv().pool().check_invariants().ok());
+  }
+  EXPECT_GT(steps_with_preemption, 0);
+  EXPECT_EQ(s.stats().num_preemptions, steps_with_preemption);
+  EXPECT_EQ(s.kv().num_free_blocks(), 6);
+}
+
+TEST(Scheduler, PriorityPolicyAdmitsLowerFirst) {
+  SchedulerConfig c;
+  c.policy = SchedulingPolicy::kPriority;
+  c.max_num_seqs = 1;
+  Scheduler s(c, {64, 16, true});
+  ASSERT_TRUE(s.add_request(make_request(1, 4, 2, /*priority=*/5)).ok());
+  ASSERT_TRUE(s.add_request(make_request(2, 4, 2, /*priority=*/-1)).ok());
+  auto o = s.schedule();
+  ASSERT_EQ(o.seqs.size(), 1u);
+  EXPECT_EQ(o.seqs[0].request_id, 2u);
+}
+
+TEST(Scheduler, RejectsWhatCanNeverFit) {
+  SchedulerConfig c;
+  c.max_model_len = 100;
+  Scheduler s(c, {4, 16, true});  // 64 token slots
+  EXPECT_FALSE(s.add_request(make_request(1, 90, 20)).ok());  // beyond max_model_len
+  EXPECT_FALSE(s.add_request(make_request(2, 60, 10)).ok());  // more blocks than the cache
+  EXPECT_FALSE(s.add_request(make_request(3, 0, 10)).ok());   // empty prompt
+  EXPECT_TRUE(s.add_request(make_request(4, 30, 10)).ok());
+  EXPECT_EQ(s.num_unfinished(), 1);
+}
+
+TEST(Scheduler, AbortFreesBlocksWherever) {
+  SchedulerConfig c;
+  c.max_num_seqs = 1;
+  Scheduler s(c, {64, 16, true});
+  ASSERT_TRUE(s.add_request(make_request(1, 40, 10)).ok());
+  ASSERT_TRUE(s.add_request(make_request(2, 40, 10)).ok());
+  auto o = s.schedule();
+  s.update_from_output(o, fake_run(o));
+  EXPECT_LT(s.kv().num_free_blocks(), 64);
+  EXPECT_TRUE(s.finish_request(2, FinishReason::kAbort));  // waiting
+  EXPECT_TRUE(s.finish_request(1, FinishReason::kAbort));  // running
+  EXPECT_FALSE(s.finish_request(1, FinishReason::kAbort));
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.kv().num_free_blocks(), 64);
+}
+
+}  // namespace
+}  // namespace pagoda

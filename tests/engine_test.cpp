@@ -1,0 +1,338 @@
+// The engine on a real model (stories260K): continuous batching must not change what any request
+// generates. Batched = alone, chunked = unchunked, cached = uncached, preempted = never preempted;
+// plus stop strings, n > 1, logprobs, rejection and abort.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "apps/pagoda/model_loading.h"
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "engine/llm.h"
+#include "support/test_data.h"
+
+namespace pagoda {
+namespace {
+
+constexpr const char* kModel = "stories260K/stories260K.gguf";
+
+std::unique_ptr<EngineCore> make_core(const std::string& path, EngineConfig config) {
+  cpu::register_cpu_backend();
+  app::ModelFlags flags;
+  flags.model = path;
+  auto loaded = app::load_model_and_tokenizer(flags);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+  if (!loaded.ok()) return nullptr;
+  std::shared_ptr<const Tokenizer> tok(std::move(loaded->tokenizer));
+  auto core = EngineCore::create(std::move(loaded->model), tok, config);
+  EXPECT_TRUE(core.ok()) << core.status().message();
+  return core.ok() ? std::move(*core) : nullptr;
+}
+
+std::vector<std::string> stories_prompts(int n) {
+  const char* names[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Anna", "Tim", "Mia"};
+  const char* things[] = {"a red ball", "a big dog", "a little cat", "a toy car"};
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string p = "Once upon a time, " + std::string(names[i % 8]) + " found " + things[(i / 8) % 4];
+    if (i % 3 == 1) p += ". " + std::string(names[(i + 3) % 8]) + " was happy";
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<GenerateRequest> requests_for(const std::vector<std::string>& prompts, const SamplingParams& p) {
+  std::vector<GenerateRequest> rs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    rs[i].prompt = prompts[i];
+    rs[i].params = p;
+  }
+  return rs;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+// Each prompt run alone, in its own engine call.
+std::vector<std::vector<TokenId>> run_alone(LLM& llm, const std::vector<GenerateRequest>& rs) {
+  std::vector<std::vector<TokenId>> out;
+  for (const auto& r : rs) {
+    auto res = llm.generate(std::vector<GenerateRequest>{r});
+    EXPECT_TRUE(res.ok());
+    out.push_back(res.ok() ? (*res)[0].outputs[0].token_ids : std::vector<TokenId>{});
+  }
+  return out;
+}
+
+TEST(Engine, BatchOf32EqualsEachAlone) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  auto rs = requests_for(stories_prompts(32), greedy(40));
+  auto batched = llm.generate(rs);
+  ASSERT_TRUE(batched.ok()) << batched.status().message();
+  auto alone = run_alone(llm, rs);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ((*batched)[i].outputs[0].token_ids, alone[i]) << "prompt " << i;
+    EXPECT_EQ((*batched)[i].outputs[0].token_ids.size(), 40u);
+  }
+}
+
+TEST(Engine, SeededSamplingIgnoresBatchComposition) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_p = 0.95;
+  p.max_tokens = 30;
+  auto rs = requests_for(stories_prompts(12), p);
+  for (size_t i = 0; i < rs.size(); ++i) rs[i].params.seed = 1000 + i;
+  auto batched = llm.generate(rs);
+  ASSERT_TRUE(batched.ok());
+  // A different batch: every other request, in reverse order.
+  std::vector<GenerateRequest> other;
+  for (size_t i = rs.size(); i-- > 0;) if (i % 2 == 0) other.push_back(rs[i]);
+  auto second = llm.generate(other);
+  ASSERT_TRUE(second.ok());
+  for (size_t k = 0; k < other.size(); ++k) {
+    size_t i = rs.size() - 2 - 2 * k + (rs.size() % 2);
+    EXPECT_EQ((*second)[k].outputs[0].token_ids, (*batched)[i].outputs[0].token_ids) << i;
+  }
+  auto alone = run_alone(llm, {rs[3]});
+  EXPECT_EQ(alone[0], (*batched)[3].outputs[0].token_ids);
+}
+
+TEST(Engine, ChunkedPrefillEqualsUnchunked) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig small;
+  small.scheduler.max_num_batched_tokens = 8;
+  LLM chunked(make_core(model, small));
+  LLM whole(make_core(model, {}));
+  auto rs = requests_for(stories_prompts(6), greedy(20));
+  rs[0].prompt += ", and they played together all day long in the sunny park near the river";
+  auto a = chunked.generate(rs), b = whole.generate(rs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ((*a)[i].outputs[0].token_ids, (*b)[i].outputs[0].token_ids) << i;
+}
+
+TEST(Engine, PrefixCacheComputesOnlyTheTail) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM cached(make_core(model, {}));
+  EngineConfig off;
+  off.enable_prefix_caching = false;
+  LLM uncached(make_core(model, off));
+  // A shared prefix of at least 3 blocks of 16 tokens.
+  std::string prefix =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+      "with her friends. One day, she saw a big red ball under a tree and ran to get it";
+  GenerateRequest first, second;
+  first.prompt = prefix + " and her dog.";
+  second.prompt = prefix + ". One day, she saw a bird.";
+  first.params = second.params = greedy(24);
+  ASSERT_TRUE(cached.core().prepare(first).ok());
+  ASSERT_TRUE(cached.core().prepare(second).ok());
+  size_t common = 0;
+  while (common < first.prompt_token_ids.size() && first.prompt_token_ids[common] == second.prompt_token_ids[common]) ++common;
+  ASSERT_GE(common, 48u) << "the shared prefix must span 3 blocks";
+  auto r1 = cached.generate({first});
+  auto r2 = cached.generate({second});
+  ASSERT_TRUE(r1.ok() && r2.ok());
+  EXPECT_EQ((*r1)[0].cached_tokens, 0);
+  EXPECT_EQ((*r2)[0].cached_tokens, static_cast<int64_t>(common / 16 * 16));
+  EXPECT_GT(cached.core().stats().prefix_cache.hits, 0);
+  auto u2 = uncached.generate({second});
+  ASSERT_TRUE(u2.ok());
+  EXPECT_EQ((*u2)[0].cached_tokens, 0);
+  EXPECT_EQ((*r2)[0].outputs[0].token_ids, (*u2)[0].outputs[0].token_ids);
+  EXPECT_EQ(uncached.core().stats().prefix_cache.hits, 0);
+}
+
+TEST(Engine, PreemptionKeepsOutputsExact) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig tight;
+  tight.block_size = 4;
+  tight.scheduler.max_model_len = 128;
+  // 64 blocks of 4 tokens = 256 tokens for 10 requests of ~60 tokens each.
+  tight.kv_cache_memory = 64 * 4 * 2 * 5 * 4 * 8 * 4;
+  auto core = make_core(model, tight);
+  ASSERT_TRUE(core);
+  LLM llm(std::move(core));
+  auto rs = requests_for(stories_prompts(10), greedy(48));
+  auto batched = llm.generate(rs);
+  ASSERT_TRUE(batched.ok()) << batched.status().message();
+  EXPECT_GT(llm.core().stats().num_preemptions, 0);
+  LLM roomy(make_core(model, {}));
+  auto alone = run_alone(roomy, rs);
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ((*batched)[i].outputs[0].token_ids, alone[i]) << i;
+  EXPECT_EQ(llm.core().stats().kv_usage, 0.0);
+}
+
+TEST(Engine, StopStringSpanningTokens) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.params = greedy(40);
+  auto base = llm.generate({r});
+  ASSERT_TRUE(base.ok());
+  const std::string full = (*base)[0].outputs[0].text;
+  // A stop string made of the last 2 bytes of one token's text and the first 2 of the next's.
+  app::ModelFlags flags;
+  flags.model = model;
+  auto tokenizer = app::load_tokenizer(flags);
+  ASSERT_TRUE(tokenizer.ok());
+  const auto& ids = (*base)[0].outputs[0].token_ids;
+  size_t offset = 0, k = 0;
+  std::string stop;
+  for (; k + 1 < ids.size(); ++k) {
+    std::string a = (*tokenizer)->decode(std::vector<TokenId>(ids.begin(), ids.begin() + k + 1), true);
+    std::string b = (*tokenizer)->decode(std::vector<TokenId>(ids.begin(), ids.begin() + k + 2), true);
+    if (k > 5 && a.size() >= 2 && b.size() >= a.size() + 3 && a.back() != ' ') {
+      stop = b.substr(a.size() - 2, 4);  // 2 bytes from token k, 2 from token k + 1
+      offset = a.size() - 2;
+      break;
+    }
+  }
+  ASSERT_FALSE(stop.empty());
+  ASSERT_EQ(full.find(stop), offset) << "pick a stop string whose first occurrence spans the tokens";
+  r.params.stop = {stop};
+  auto cut = llm.generate({r});
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ((*cut)[0].outputs[0].text, full.substr(0, offset));
+  EXPECT_EQ((*cut)[0].outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ((*cut)[0].outputs[0].stop_string, stop);
+  r.params.include_stop_str_in_output = true;
+  auto kept = llm.generate({r});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ((*kept)[0].outputs[0].text, full.substr(0, offset + stop.size()));
+}
+
+TEST(Engine, NSequencesShareThePromptAndFollowTheirSeeds) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  GenerateRequest r;
+  r.prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park";
+  r.params.temperature = 1.0;
+  r.params.max_tokens = 20;
+  r.params.n = 3;
+  r.params.seed = 77;
+  auto res = llm.generate({r});
+  ASSERT_TRUE(res.ok());
+  ASSERT_EQ((*res)[0].outputs.size(), 3u);
+  EXPECT_GT((*res)[0].cached_tokens, 0);  // later sequences hit the first one's prompt blocks
+  EXPECT_EQ((*res)[0].completion_tokens, 60);
+  for (int64_t i = 0; i < 3; ++i) {
+    GenerateRequest one = r;
+    one.params.n = 1;
+    one.params.seed = 77 + i;
+    auto single = llm.generate({one});
+    ASSERT_TRUE(single.ok());
+    EXPECT_EQ((*single)[0].outputs[0].token_ids, (*res)[0].outputs[static_cast<size_t>(i)].token_ids) << i;
+  }
+  EXPECT_NE((*res)[0].outputs[0].token_ids, (*res)[0].outputs[1].token_ids);
+}
+
+TEST(Engine, LogprobsOfGreedyTokens) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.params = greedy(10);
+  r.params.logprobs = 3;
+  r.params.prompt_logprobs = 2;
+  auto res = llm.generate({r});
+  ASSERT_TRUE(res.ok());
+  const auto& o = (*res)[0].outputs[0];
+  ASSERT_EQ(o.logprobs.size(), o.token_ids.size());
+  for (size_t i = 0; i < o.logprobs.size(); ++i) {
+    const auto& lp = o.logprobs[i];
+    ASSERT_EQ(lp.top_logprobs.size(), 3u);
+    EXPECT_EQ(lp.top_logprobs[0].token, o.token_ids[i]);  // greedy picks the most likely
+    EXPECT_FLOAT_EQ(lp.logprob, lp.top_logprobs[0].logprob);
+    EXPECT_LE(lp.logprob, 0.0f);
+    double mass = 0;
+    for (const auto& t : lp.top_logprobs) mass += std::exp(static_cast<double>(t.logprob));
+    EXPECT_LE(mass, 1.0 + 1e-5);
+  }
+  const auto& prompt = (*res)[0].prompt_token_ids;
+  ASSERT_EQ((*res)[0].prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) EXPECT_EQ((*res)[0].prompt_logprobs[i].token, prompt[i + 1]);
+}
+
+TEST(Engine, RejectsWhatCanNeverFitAndKeepsServing) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig c;
+  c.scheduler.max_model_len = 64;
+  LLM llm(make_core(model, c));
+  GenerateRequest too_long;
+  too_long.prompt = "Once upon a time";
+  too_long.params = greedy(100);
+  auto bad = llm.generate({too_long});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("maximum context length is 64"), std::string::npos) << bad.status().message();
+  GenerateRequest bad_param = too_long;
+  bad_param.params = greedy(4);
+  bad_param.params.top_p = 2;
+  auto bad2 = llm.generate({bad_param});
+  ASSERT_FALSE(bad2.ok());
+  EXPECT_NE(bad2.status().message().find("top_p"), std::string::npos);
+  auto good = llm.generate({"Once upon a time"}, greedy(8));
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ((*good)[0].outputs[0].token_ids.size(), 8u);
+}
+
+TEST(Engine, ThreadedStreamsAndAbortReturnBlocks) {
+  PAGODA_TEST_FILE(model, kModel);
+  Engine engine(make_core(model, {}));
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.params = greedy(200);
+  r.params.ignore_eos = true;
+  // A running request, aborted by dropping its stream after the first chunk.
+  {
+    auto s = engine.submit(r);
+    ASSERT_TRUE(s.ok());
+    auto first = s->next(std::chrono::seconds(30));
+    ASSERT_TRUE(first.has_value());
+  }
+  // Queued ones, aborted before they could run much: many at once.
+  {
+    std::vector<RequestStream> streams;
+    for (int i = 0; i < 20; ++i) {
+      auto s = engine.submit(r);
+      ASSERT_TRUE(s.ok());
+      streams.push_back(std::move(*s));
+    }
+    for (int i = 0; i < 20; i += 2) engine.abort(streams[static_cast<size_t>(i)].id());
+  }
+  // A normal request still completes, with its text streamed in order.
+  GenerateRequest ok = r;
+  ok.params = greedy(16);
+  auto s = engine.submit(ok);
+  ASSERT_TRUE(s.ok());
+  std::string text;
+  int64_t tokens = 0;
+  FinishReason reason = FinishReason::kNone;
+  while (auto c = s->next(std::chrono::seconds(30))) {
+    text += c->text;
+    tokens += static_cast<int64_t>(c->token_ids.size());
+    if (c->finished()) reason = c->finish_reason;
+  }
+  EXPECT_TRUE(s->done());
+  EXPECT_EQ(tokens, 16);
+  EXPECT_EQ(reason, FinishReason::kLength);
+  EXPECT_FALSE(text.empty());
+  for (int i = 0; i < 200 && (engine.stats().num_running + engine.stats().num_waiting) > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(engine.stats().num_running, 0);
+  EXPECT_EQ(engine.stats().num_waiting, 0);
+  EXPECT_EQ(engine.stats().kv_usage, 0.0);
+}
+
+}  // namespace
+}  // namespace pagoda
