@@ -63,6 +63,7 @@ int main_impl(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks, as vllm bench");
   bench_cmd->require_subcommand(1);
   BenchThroughputFlags thr;
+  thr.model.byte_tokenizer_fallback = true;
   CLI::App* thr_cmd = bench_cmd->add_subcommand("throughput", "offline throughput on random prompts");
   thr.model.add_to(*thr_cmd, /*weights=*/true);
   thr.engine.add_to(*thr_cmd);

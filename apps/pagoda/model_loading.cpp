@@ -54,6 +54,10 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_from(const std::string& path) {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags) {
+  if (flags.tokenizer.empty() && flags.byte_tokenizer_fallback && !std::filesystem::exists(flags.model) &&
+      dummy_preset(flags.model)) {
+    return make_byte_tokenizer();
+  }
   return tokenizer_from(flags.tokenizer.empty() ? flags.model : flags.tokenizer);
 }
 

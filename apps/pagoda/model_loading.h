@@ -25,6 +25,9 @@ struct ModelFlags {
   std::string dtype = "auto";      // dummy weights: f32, f16, bf16, q8_0, q4_0
   uint64_t weights_seed = 0;       // dummy weights
   std::string backend = "cpu";
+  // Benchmarks on a built-in config without a tokenizer use the byte tokenizer (their prompts
+  // are random ids; only the output text, which nobody reads, suffers).
+  bool byte_tokenizer_fallback = false;
 
   void add_to(CLI::App& app, bool weights);
 };

@@ -136,16 +136,7 @@ class GgufVocabLoader {
       } else if (spec_.kinds[id] == TokenKind::kControl) {
         spec_.bytes[id] = text;
       } else {
-        std::string bytes;
-        for (size_t pos = 0; pos < text.size();) {
-          if (text.compare(pos, unicode::kSpaceMarker.size(), unicode::kSpaceMarker) == 0) {
-            bytes.push_back(' ');
-            pos += unicode::kSpaceMarker.size();
-          } else {
-            bytes.push_back(text[pos++]);
-          }
-        }
-        spec_.bytes[id] = std::move(bytes);
+        spec_.bytes[id] = unicode::spm_piece_to_bytes(text);
       }
     }
     PAGODA_ASSIGN_OR_RETURN(auto tokenizer,

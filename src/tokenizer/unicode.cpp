@@ -163,4 +163,17 @@ int code_point_to_byte(char32_t cp) {
   return -1;
 }
 
+std::string spm_piece_to_bytes(std::string_view text) {
+  std::string bytes;
+  for (size_t pos = 0; pos < text.size();) {
+    if (text.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
+      bytes.push_back(' ');
+      pos += kSpaceMarker.size();
+    } else {
+      bytes.push_back(text[pos++]);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace pagoda::unicode

@@ -47,4 +47,7 @@ int code_point_to_byte(char32_t cp);
 // "▁" (U+2581), SentencePiece's whitespace marker.
 inline constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
 
+// A SentencePiece piece's text as bytes: every kSpaceMarker becomes ' '.
+std::string spm_piece_to_bytes(std::string_view text);
+
 }  // namespace pagoda::unicode
