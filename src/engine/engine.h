@@ -21,6 +21,7 @@ namespace pagoda {
 class Engine;
 
 // The output of one submitted request, chunk by chunk. Move-only; thread-compatible (one reader).
+// A stream must not outlive the Engine that made it.
 class RequestStream {
  public:
   RequestStream(RequestStream&&) noexcept = default;

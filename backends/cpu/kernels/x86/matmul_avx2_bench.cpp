@@ -1,0 +1,96 @@
+// Micro-benchmark of the matmul kernels on the projection shapes of a 1.1B Llama (hidden 2048,
+// intermediate 5632). Reports multiply-adds per second (items_per_second, as GMAC/s x 1e9) and,
+// for decode (m = 1), the weight bytes streamed per second, to compare with the machine's memory
+// bandwidth. Not part of ctest: run build/.../cpu_matmul_bench by hand.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/cpu_thread_pool.h"
+#include "backends/cpu/kernels/reference/reference_kernels.h"
+#include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "tensor/convert.h"
+#include "tensor/tensor.h"
+
+namespace pagoda::cpu {
+namespace {
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  Tensor w;
+};
+
+Weights random_weights(DType t, int64_t n, int64_t k) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(k));
+  const int64_t row_bytes = static_cast<int64_t>(*dtype_bytes(t, static_cast<uint64_t>(k)));
+  Weights out;
+  out.bytes.resize(static_cast<size_t>(n * row_bytes));
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& v : row) v = dist(rng);
+    quantize_row(t, row.data(), out.bytes.data() + r * row_bytes, k);
+  }
+  out.w = Tensor(out.bytes.data(), t, {n, k});
+  return out;
+}
+
+// Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
+// kernel when reference is true.
+void run(benchmark::State& state, bool reference) {
+  const CpuFeatures& f = cpu_features();
+  if (!reference && !(f.avx2 && f.fma && f.f16c)) {
+    state.SkipWithError("CPU lacks avx2/fma/f16c");
+    return;
+  }
+  const auto t = static_cast<DType>(state.range(0));
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  const bool threaded = state.range(4) != 0;
+  Weights w = random_weights(t, n, k);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  for (auto _ : state) {
+    if (reference) {
+      reference_kernels().matmul(x.data(), m, w.w, y.data());
+    } else {
+      matmul_avx2_pooled(x.data(), m, w.w, y.data(), threaded ? &cpu_thread_pool() : nullptr);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * m * n * k);
+  state.SetBytesProcessed(state.iterations() * w.w.nbytes());
+  state.SetLabel(
+      std::string(dtype_name(t)) +
+      (threaded ? " threads=" + std::to_string(cpu_thread_pool().num_threads()) : " 1 thread"));
+}
+
+void BM_MatmulAvx2(benchmark::State& state) { run(state, false); }
+void BM_MatmulReference(benchmark::State& state) { run(state, true); }
+
+void avx2_args(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t m : {1, 8, 64, 256}) {
+      for (int threaded : {0, 1}) {
+        b->Args({static_cast<int64_t>(t), m, 2048, 2048, threaded});
+        b->Args({static_cast<int64_t>(t), m, 5632, 2048, threaded});
+      }
+    }
+  }
+}
+
+BENCHMARK(BM_MatmulAvx2)
+    ->Apply(avx2_args)
+    ->ArgNames({"dtype", "m", "n", "k", "threaded"})
+    ->UseRealTime();
+BENCHMARK(BM_MatmulReference)
+    ->Args({static_cast<int64_t>(DType::kBF16), 1, 2048, 2048, 0})
+    ->Args({static_cast<int64_t>(DType::kQ4_0), 8, 2048, 2048, 0})
+    ->ArgNames({"dtype", "m", "n", "k", "threaded"})
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace pagoda::cpu
+
+BENCHMARK_MAIN();
