@@ -211,6 +211,42 @@ TEST(Engine, StopStringSpanningTokens) {
   EXPECT_EQ((*kept)[0].outputs[0].text, full.substr(0, offset + stop.size()));
 }
 
+TEST(Engine, StopTokenIdsMinTokensAndTimings) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.params = greedy(20);
+  auto base = llm.generate({r});
+  ASSERT_TRUE(base.ok());
+  const std::vector<TokenId> free_run = (*base)[0].outputs[0].token_ids;
+  ASSERT_EQ(free_run.size(), 20u);
+  const TokenId third = free_run[2];
+
+  r.params.stop_token_ids = {third};
+  auto stopped = llm.generate({r});
+  ASSERT_TRUE(stopped.ok());
+  const CompletionOutput& o = (*stopped)[0].outputs[0];
+  EXPECT_EQ(o.token_ids, std::vector<TokenId>(free_run.begin(), free_run.begin() + 3));
+  EXPECT_EQ(o.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(o.stop_token, third);
+  EXPECT_EQ((*stopped)[0].completion_tokens, 3);
+  const RequestTimings& t = (*stopped)[0].timings;
+  EXPECT_LE(t.queued_s, t.first_token_s);
+  EXPECT_LE(t.first_token_s, t.finished_s);
+  EXPECT_GT(t.finished_s, 0);
+
+  // With min_tokens the stop id cannot be sampled (or end the request) before 5 tokens are out.
+  r.params.min_tokens = 5;
+  auto held = llm.generate({r});
+  ASSERT_TRUE(held.ok());
+  const auto& ids = (*held)[0].outputs[0].token_ids;
+  ASSERT_GT(ids.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_NE(ids[i], third) << i;
+  EXPECT_EQ(ids[0], free_run[0]);
+  EXPECT_EQ(ids[1], free_run[1]);
+}
+
 TEST(Engine, NSequencesShareThePromptAndFollowTheirSeeds) {
   PAGODA_TEST_FILE(model, kModel);
   LLM llm(make_core(model, {}));
