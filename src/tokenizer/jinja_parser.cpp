@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {
 namespace {
@@ -239,24 +240,7 @@ class Lexer {
     seg.tokens.push_back(Token{is_float ? Token::Kind::kFloat : Token::Kind::kInt, text, line, col});
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
+
 
   static int hex_value(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -330,7 +314,7 @@ class Lexer {
             cp = cp * 16 + static_cast<uint32_t>(h);
             advance(1);
           }
-          append_utf8(out, cp);
+          unicode::append_utf8(static_cast<char32_t>(cp), out);
           break;
         }
         default:
@@ -340,7 +324,7 @@ class Lexer {
               cp = cp * 8 + static_cast<uint32_t>(src_[pos_] - '0');
               advance(1);
             }
-            append_utf8(out, cp);
+            unicode::append_utf8(static_cast<char32_t>(cp), out);
           } else {
             out.push_back('\\');
             out.push_back(e);
