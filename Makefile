@@ -25,7 +25,8 @@ $(BUILD_DIR)/build.ninja:
 build: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-run: build
+run: setup $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target pagoda
 	$(PAGODA) generate --model "$(MODEL)" --prompt "$(PROMPT)" --max-tokens $(MAX_TOKENS) --temperature 0
 
 # The ASan run goes first so that the full suite's ctest summary is the last thing printed.
