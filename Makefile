@@ -37,7 +37,7 @@ test: test-asan
 
 # The tests that parse untrusted input (model files, tokenizer files), labelled
 # "untrusted-input", under AddressSanitizer + UBSan.
-ASAN_TARGETS := loader_test tokenizer_test
+ASAN_TARGETS := loader_test tokenizer_test chat_template_test
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)

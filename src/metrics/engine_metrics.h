@@ -1,0 +1,107 @@
+// EngineMetrics: the engine's Prometheus metric set, with vLLM v1's names, types and default
+// buckets, so dashboards, autoscalers and routers written for vLLM read Pagoda unchanged.
+//
+// The engine loop calls record_*() (from one thread, or several: every method is thread-safe);
+// the HTTP /metrics route calls render(). Every series carries the label model_name;
+// vllm:request_success adds finished_reason. vLLM's `engine` (data-parallel index) label is not
+// exported: there is one engine per process.
+//
+// Buckets (from vllm/v1/metrics/loggers.py):
+//   time_to_first_token_seconds   0.001 ... 2560
+//   inter_token_latency_seconds   0.01 ... 80
+//   e2e_request_latency_seconds,
+//   request_queue_time_seconds    0.3 ... 7680
+//   request_prompt_tokens,
+//   request_generation_tokens     1-2-5 series up to max_model_len (1, 2, 5, 10, 20, 50, ...)
+//   iteration_tokens_total        1, 8, 16, 32, ..., 16384
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "metrics/registry.h"
+
+namespace pagoda::metrics {
+
+// The KV-cache settings exported as labels of vllm:cache_config_info (value 1).
+struct CacheConfigInfo {
+  int64_t block_size = 0;
+  int64_t num_blocks = 0;  // exported as num_gpu_blocks, vLLM's name
+  bool enable_prefix_caching = false;
+  std::string cache_dtype = "auto";
+};
+
+// vLLM's default bucket layouts, exposed for tests and for other components.
+std::vector<double> ttft_buckets();
+std::vector<double> inter_token_latency_buckets();
+std::vector<double> request_latency_buckets();
+std::vector<double> iteration_tokens_buckets();
+// 1, 2, 5, 10, 20, 50, ... while <= max_value (vLLM's build_1_2_5_buckets). max_value >= 1.
+std::vector<double> buckets_1_2_5(int64_t max_value);
+
+class EngineMetrics {
+ public:
+  // `max_model_len` bounds the token-count histograms' buckets.
+  EngineMetrics(std::string model_name, const CacheConfigInfo& cache, int64_t max_model_len);
+  EngineMetrics(const EngineMetrics&) = delete;
+  EngineMetrics& operator=(const EngineMetrics&) = delete;
+
+  // Once per engine step. Gauges are set; the *_total arguments are running totals kept by the
+  // KV manager / scheduler, and only their increase since the previous call is added to the
+  // counters. A total smaller than the previous one means its source was reset: the new total
+  // is then counted as the increase (the counter itself never goes down). iteration_tokens is
+  // the number of tokens scheduled this step (observed into vllm:iteration_tokens_total when > 0).
+  void record_step(int64_t num_running, int64_t num_waiting, double kv_usage,
+                   uint64_t prefix_queries_total, uint64_t prefix_hits_total,
+                   uint64_t preemptions_total, int64_t iteration_tokens);
+
+  // Once per finished request: reason is "stop", "length", "abort", "error", ...;
+  // times in seconds (queue: queued -> first scheduled, ttft: arrival -> first token,
+  // e2e: arrival -> last token).
+  void record_finished(std::string_view reason, int64_t prompt_tokens, int64_t generation_tokens,
+                       double queue_s, double ttft_s, double e2e_s);
+
+  // The gap between two successive outputs of one request.
+  void record_inter_token(double seconds);
+
+  // Tokens processed: prompt (prefill) and generated, added to the token counters.
+  void record_tokens(int64_t prompt, int64_t generation);
+
+  // The whole exposition: engine metrics then process metrics. Thread-safe.
+  std::string render() const;
+
+  Registry& registry() { return registry_; }
+  const std::string& model_name() const { return model_name_; }
+
+ private:
+  const std::string model_name_;
+  Registry registry_;
+
+  // labels: model_name, finished_reason; stop/length/abort/error exist at 0 from the start
+  CounterFamily& request_success_;
+  Gauge& num_requests_running_;
+  Gauge& num_requests_waiting_;
+  Gauge& kv_cache_usage_perc_;
+  Counter& prefix_cache_queries_;
+  Counter& prefix_cache_hits_;
+  Counter& num_preemptions_;
+  Counter& prompt_tokens_;
+  Counter& generation_tokens_;
+  Histogram& time_to_first_token_;
+  Histogram& inter_token_latency_;
+  Histogram& e2e_request_latency_;
+  Histogram& request_queue_time_;
+  Histogram& request_prompt_tokens_;
+  Histogram& request_generation_tokens_;
+  Histogram& iteration_tokens_;
+
+  std::mutex step_mu_;  // guards the last_* totals below
+  uint64_t last_prefix_queries_ = 0;
+  uint64_t last_prefix_hits_ = 0;
+  uint64_t last_preemptions_ = 0;
+};
+
+}  // namespace pagoda::metrics
