@@ -362,7 +362,7 @@ TEST(Engine, ThreadedStreamsAndAbortReturnBlocks) {
   EXPECT_EQ(tokens, 16);
   EXPECT_EQ(reason, FinishReason::kLength);
   EXPECT_FALSE(text.empty());
-  for (int i = 0; i < 200 && (engine.stats().num_running + engine.stats().num_waiting) > 0; ++i) {
+  for (int i = 0; i < 1000 && (engine.stats().num_running + engine.stats().num_waiting) > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(engine.stats().num_running, 0);

