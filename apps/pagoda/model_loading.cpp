@@ -2,8 +2,6 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
-#include <fstream>
-#include <string_view>
 
 #include "loader/gguf_file.h"
 
@@ -27,18 +25,11 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
 
 namespace {
 
-bool is_gguf(const std::string& path) {
-  if (path.ends_with(".gguf")) return true;
-  char magic[4] = {};
-  std::ifstream in(path, std::ios::binary);
-  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
-}
-
 Result<std::unique_ptr<Tokenizer>> tokenizer_from(const std::string& path) {
   namespace fs = std::filesystem;
   if (path == "demo-random") return make_byte_tokenizer();
   if (fs::is_directory(path)) return load_hf_tokenizer(path);
-  if (fs::is_regular_file(path) && is_gguf(path)) {
+  if (fs::is_regular_file(path) && starts_with_gguf_magic(path)) {
     PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
     return load_gguf_tokenizer(*gguf);
   }

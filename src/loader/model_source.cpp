@@ -12,13 +12,13 @@ namespace pagoda {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 bool starts_with_gguf_magic(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
+
+namespace {
 
 enum class PathKind { kMissing, kGguf, kHfDir, kHfConfig, kOther };
 

@@ -86,6 +86,9 @@ struct ModelSource {
 // or directory (and the tensor); unknown tensors in the files are ignored.
 Result<ModelSource> load_model(const std::string& path, const LoadOptions& options);
 
+// True when the file at `path` starts with the GGUF magic (false for directories and missing files).
+bool starts_with_gguf_magic(const std::string& path);
+
 // Names of the built-in configs usable with --load-format dummy ("demo-random", "tinyllama-1.1b",
 // "llama-110m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b"); dummy_preset returns nullopt for
 // any other name.

@@ -35,7 +35,7 @@ class Model {
 };
 
 // Builds the model for source.config.architecture ("llama", "qwen2", "qwen3"), taking over the
-// weights. Fails naming the source for an unknown architecture, a missing tensor, a shape
+// weights. The model copies the backend's kernel table, so `backend` need not outlive it. Fails naming the source for an unknown architecture, a missing tensor, a shape
 // mismatch, or a weight type the backend cannot compute on.
 Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend);
 

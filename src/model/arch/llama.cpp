@@ -45,7 +45,7 @@ class LlamaModel final : public Model {
   ModelSource source_;
   const ModelConfig& cfg_;
   const Kernels k_;  // a copy: function pointers, so the Backend object need not outlive the model
-  const Backend* backend_ = nullptr;
+  const Backend* backend_ = nullptr;  // set during init() only; the model keeps a copy of k_
   Tensor token_embd_;   // [vocab, hidden]
   Tensor lm_head_;      // [vocab, hidden]; token_embd_ when tied
   F32Vector output_norm_;
@@ -56,6 +56,7 @@ class LlamaModel final : public Model {
   // k, v [T, kv_heads*hd]; gate, up [T, inter].
   int64_t capacity_ = 0;
   std::vector<float> x_, h_, q_, k_buf_, v_buf_, attn_, gate_, up_;
+  std::vector<float> picked_;  // compute_logits: the selected hidden rows
 };
 
 Result<Tensor> LlamaModel::matrix(const std::string& name, int64_t rows, int64_t cols) {
@@ -110,6 +111,7 @@ Status LlamaModel::init(const Backend& backend) {
     PAGODA_ASSIGN_OR_RETURN(l.w_down, matrix(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
   }
   inv_freq_ = rope_inv_freq(cfg_);
+  backend_ = nullptr;  // the Backend need not outlive the model
   return Status::ok_status();
 }
 
@@ -183,13 +185,13 @@ Tensor LlamaModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv) 
 void LlamaModel::compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows,
                                 float* logits) {
   const int64_t dim = cfg_.hidden_size;
-  std::vector<float> picked(static_cast<size_t>(num_rows * dim));
+  picked_.resize(static_cast<size_t>(num_rows * dim));
   for (int64_t i = 0; i < num_rows; ++i) {
     PAGODA_CHECK(rows[i] >= 0 && rows[i] < hidden.dim(0));
     const float* src = hidden.as<float>() + rows[i] * dim;
-    std::copy(src, src + dim, picked.begin() + i * dim);
+    std::copy(src, src + dim, picked_.begin() + i * dim);
   }
-  k_.matmul(picked.data(), num_rows, lm_head_, logits);
+  k_.matmul(picked_.data(), num_rows, lm_head_, logits);
 }
 
 }  // namespace
