@@ -1,0 +1,170 @@
+// OpenAI protocol: turns the JSON bodies of /v1/completions, /v1/chat/completions, /tokenize and
+// /detokenize into engine requests, and the engine's output chunks into OpenAI response objects
+// and server-sent-event chunks, field for field as the OpenAI API reference (and vLLM's
+// extensions: stop_reason, prompt_token_ids-free usage details) shapes them.
+//
+// Sits between the HTTP routes (openai_server) and the engine: no I/O, no threads. Every
+// function is a pure transformation, so the whole protocol is unit-tested without a socket.
+//
+// Request bodies are untrusted: parsing never throws and never crashes. Nesting deeper than
+// ProtocolLimits::max_json_depth is refused before the JSON library sees the body; wrong types,
+// out-of-range values, unknown models, prompts that do not fit the context and template errors
+// all come back as an ApiError naming the parameter. Unknown fields are ignored (as OpenAI and
+// vLLM do); known fields we cannot honour (tools, response_format other than text) are refused.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/engine_types.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::server {
+
+// The OpenAI error object: {"error": {"message", "type", "param", "code"}}; param and code are
+// null when empty. `status` is the HTTP status that carries it.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";  // authentication_error, not_found_error, ...
+  std::string param;
+  std::string code;  // OpenAI's string codes: context_length_exceeded, model_not_found, ...
+
+  std::string to_json() const;  // the body, one line, valid UTF-8 whatever the message holds
+};
+
+// 400 invalid_request_error.
+ApiError bad_request(std::string message, std::string param = "", std::string code = "");
+
+template <typename T>
+using ApiResult = std::variant<T, ApiError>;
+
+// Caps on what one request may ask for, checked before anything is allocated for it.
+struct ProtocolLimits {
+  int64_t max_logprobs = 20;    // --max-logprobs: logprobs / top_logprobs / prompt_logprobs
+  int64_t max_n = SamplingParams::kMaxN;
+  size_t max_prompts = 256;     // entries of a batched completions prompt
+  size_t max_messages = 4096;   // chat messages
+  size_t max_logit_bias = 1024; // logit_bias entries
+  int max_json_depth = 64;      // nesting of arrays and objects in a body
+};
+
+// What parsing needs to know about the served model. Borrowed pointers; they outlive the call.
+struct ModelContext {
+  std::vector<std::string> served_model_names;  // not empty; a request's "model" must be one
+                                                // of them (or absent)
+  int64_t max_model_len = 0;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: chat requests get a 400 saying so
+  std::string bos_token, eos_token;             // the chat template's variables
+  ProtocolLimits limits;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+// A validated completions or chat request.
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // the served name to report in responses (the request's, or the first)
+  // One engine request per prompt: completions may batch several prompts, chat has exactly one.
+  // Each is tokenized (prompt_token_ids filled), length-checked against max_model_len, and
+  // carries the request's SamplingParams. Choice indices: prompt p, sequence i -> p * n + i.
+  std::vector<GenerateRequest> prompts;
+  std::vector<std::string> prompt_texts;  // parallel to prompts: the text (for echo)
+  int64_t n = 1;
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  bool echo = false;               // completions: the prompt is prepended to each choice
+  // Completions: `logprobs` (top-N, 0..max_logprobs). Chat: `logprobs: true` with
+  // `top_logprobs` (0..max_logprobs). nullopt: no logprobs in the response.
+  std::optional<int64_t> logprobs;
+};
+
+// Parses and validates a /v1/completions body. The prompt is a string, a list of strings, a
+// list of token ids, or a list of lists of token ids (never empty, ids inside the vocabulary).
+// Sampling fields: max_tokens (default 16), temperature, top_p, top_k, min_p, presence_penalty,
+// frequency_penalty, repetition_penalty, logit_bias, seed, stop, stop_token_ids, ignore_eos,
+// min_tokens, n, logprobs, echo, priority, cache_salt, include_stop_str_in_output,
+// skip_special_tokens, stream, stream_options. prompt + max_tokens beyond max_model_len is
+// a 400 with code context_length_exceeded.
+ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const ModelContext& model);
+
+// Parses a /v1/chat/completions body: messages (role system/developer/user/assistant/tool;
+// content a string, null for an assistant, or an array of {"type":"text","text":...} parts),
+// max_completion_tokens or max_tokens (default: whatever is left of max_model_len), logprobs +
+// top_logprobs, chat_template_kwargs (only enable_thinking is read), add_generation_prompt
+// (default true), plus the sampling fields of completions. The prompt is the model's chat
+// template rendered and tokenized with encode_chat() (special-token text inside messages stays
+// plain text).
+ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelContext& model);
+
+// Builds the response of one request from the engine's chunks. Not thread-safe: one builder
+// per request, fed in the order the chunks arrive.
+class ResponseBuilder {
+ public:
+  // `id` is the response id ("cmpl-..." / "chatcmpl-..."), `created` unix seconds.
+  ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id,
+                  int64_t created);
+
+  // Non-streaming: add every chunk of prompt `prompt_index`, then body() once all finished.
+  void add(size_t prompt_index, const OutputChunk& chunk);
+  // text_completion / chat.completion, with usage (prompt_tokens counted once per prompt,
+  // completion_tokens over all choices, prompt_tokens_details.cached_tokens).
+  std::string body() const;
+
+  // Streaming: the SSE events ("data: {...}\n\n", possibly several, possibly none) for this
+  // chunk. Chat sends {"role":"assistant","content":""} as the first delta of each choice; the
+  // last chunk of a choice carries its finish_reason. With include_usage every chunk has
+  // "usage": null.
+  std::string stream_events(size_t prompt_index, const OutputChunk& chunk);
+  // When every choice has finished: the usage chunk (choices: []) if include_usage, then
+  // "data: [DONE]\n\n".
+  std::string stream_end();
+
+  bool all_finished() const;
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<TokenId> token_ids;
+    std::vector<SampledOutput> logprobs;
+    std::vector<SampledOutput> prompt_logprobs;
+    std::string finish_reason;           // "" while running
+    std::optional<std::string> stop_reason_text;
+    std::optional<TokenId> stop_reason_token;
+    bool started = false;                // streaming: the first event was sent
+    int64_t text_offset = 0;             // completions logprobs: bytes of text so far
+  };
+  const ParsedRequest& request_;
+  const Tokenizer& tokenizer_;
+  std::string id_;
+  int64_t created_;
+  std::vector<Choice> choices_;          // prompts.size() * n
+  std::vector<int64_t> prompt_tokens_;   // per prompt, from the last chunk of any of its choices
+  std::vector<int64_t> cached_tokens_;
+  int64_t completion_tokens_ = 0;
+  size_t finished_ = 0;
+};
+
+// One SSE event carrying an error (after a stream has begun), then "data: [DONE]\n\n".
+std::string stream_error_events(const ApiError& error);
+
+// /tokenize: {"prompt": str, "add_special_tokens": bool (default true)} or
+// {"messages": [...], "add_generation_prompt": bool} (rendered with the chat template), with an
+// optional "model". Returns the response body:
+// {"count": N, "max_model_len": M, "tokens": [...], "token_strs": null}.
+ApiResult<std::string> handle_tokenize(std::string_view body, const ModelContext& model);
+// /detokenize: {"tokens": [ids], "model"?} -> {"prompt": "text"}. Ids outside the vocabulary
+// are a 400.
+ApiResult<std::string> handle_detokenize(std::string_view body, const ModelContext& model);
+
+// /v1/models: {"object":"list","data":[{"id", "object":"model", "created", "owned_by":"pagoda",
+// "root", "parent": null, "max_model_len"}]} with one entry per served name.
+std::string models_list(const ModelContext& model, const std::string& root, int64_t created);
+
+}  // namespace pagoda::server
