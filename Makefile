@@ -1,5 +1,5 @@
 # The two commands of the Quick start, and a few more for developers.
-#   make run   [MODEL=path] [PROMPT=text]  set up, build (Release), and run the model
+#   make run   [MODEL=path] [PORT=8000]    set up, build (Release), and serve the model over HTTP
 #   make test                              set up, build, and run every test (+ ASan corruption tests)
 #   make test-asan                         the file-parsing and tokenizer tests under ASan+UBSan
 #   make build | make clean
@@ -7,12 +7,12 @@ JOBS ?= 2
 BUILD_DIR ?= build/release
 ASAN_DIR ?= build/asan
 MODEL ?= demo-random
-PROMPT ?= Once upon a time
-MAX_TOKENS ?= 64
+HOST ?= 127.0.0.1
+PORT ?= 8000
 CMAKE_FLAGS ?=
 PAGODA := $(BUILD_DIR)/apps/pagoda/pagoda
 
-.PHONY: all setup build run test test-asan clean
+.PHONY: all setup build run test test-asan npm-deps clean
 
 all: build
 
@@ -27,10 +27,10 @@ build: setup $(BUILD_DIR)/build.ninja
 
 run: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target pagoda
-	$(PAGODA) generate --model "$(MODEL)" --prompt "$(PROMPT)" --max-tokens $(MAX_TOKENS) --temperature 0
+	$(PAGODA) serve "$(MODEL)" --host $(HOST) --port $(PORT)
 
 # The ASan run goes first so that the full suite's ctest summary is the last thing printed.
-test: test-asan
+test: test-asan npm-deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 300
@@ -43,6 +43,10 @@ test-asan: setup
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
 	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 -L untrusted-input
+
+# npm packages of the client-side server tests, from the committed package-lock.json.
+npm-deps: setup
+	@[ -d tests/server/node_modules/openai ] || (cd tests/server && npm ci --no-audit --no-fund)
 
 clean:
 	rm -rf build

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "apps/pagoda/engine_flags.h"
 #include "apps/pagoda/model_loading.h"
@@ -40,5 +41,26 @@ struct BenchThroughputFlags {
   std::string output_json;  // optional machine-readable result
 };
 int run_bench_throughput(const BenchThroughputFlags& flags);
+
+struct ServeFlags {
+  std::string positional_model;  // `pagoda serve MODEL`
+  ModelFlags model;
+  EngineFlags engine;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  std::vector<std::string> served_model_names;
+  std::string api_key;
+  bool metrics_no_auth = false;
+  std::string chat_template;
+  int64_t max_logprobs = 20;
+  bool disable_log_requests = false;
+  bool disable_log_stats = false;
+  int64_t max_queued_requests = 0;
+  double shutdown_timeout = 0;  // seconds
+  std::string max_request_body = "32MiB";
+
+  void add_to(CLI::App& cmd);
+};
+int run_serve(ServeFlags flags);
 
 }  // namespace pagoda::app

@@ -1,5 +1,4 @@
-// pagoda: the one binary, with subcommands like vllm's: generate, tokenize, bench (serve arrives
-// with its issue). Errors are one line on stderr and a non-zero exit.
+// pagoda: the one binary, with subcommands like vllm's: serve, generate, tokenize, bench. Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -60,6 +59,10 @@ int main_impl(int argc, char** argv) {
   tokenize_cmd->add_option("--prompt,-p", tok_prompt, "the text to tokenize");
   tokenize_cmd->add_flag("--no-add-special", tok_no_special, "leave out BOS/EOS");
 
+  ServeFlags serve;
+  CLI::App* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API, as vllm serve");
+  serve.add_to(*serve_cmd);
+
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks, as vllm bench");
   bench_cmd->require_subcommand(1);
   BenchThroughputFlags thr;
@@ -86,6 +89,7 @@ int main_impl(int argc, char** argv) {
   if (generate_cmd->parsed()) return run_generate(gen);
   if (tokenize_cmd->parsed()) return run_tokenize(tok_model, tok_prompt, tok_no_special);
   if (thr_cmd->parsed()) return run_bench_throughput(thr);
+  if (serve_cmd->parsed()) return run_serve(std::move(serve));
   return 2;
 }
 

@@ -22,6 +22,7 @@ enum class StatusCode {
   kResourceExhausted,  // out of memory, KV blocks, or a size limit
   kIoError,            // the operating system refused (open, mmap, read)
   kInternal,           // a third-party library failed unexpectedly
+  kUnavailable,        // the service cannot take work now (shutting down, failed)
 };
 
 // Returns the code's name, e.g. "invalid argument".
@@ -55,6 +56,7 @@ inline Status resource_exhausted(std::string m) {
 }
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
 // Holds either a value or a non-ok Status. Accessing the value of an error Result is a bug.
 template <typename T>

@@ -1,6 +1,17 @@
 #include "engine/engine.h"
 
+#include <exception>
+
 namespace pagoda {
+
+namespace {
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 struct RequestStream::State {
   std::mutex mu;
@@ -27,7 +38,10 @@ std::optional<OutputChunk> RequestStream::next(std::chrono::milliseconds timeout
   return c;
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {
+Engine::Engine(std::unique_ptr<EngineCore> core, EngineOptions options)
+    : core_(std::move(core)), options_(std::move(options)) {
+  if (options_.metrics) core_->set_metrics(options_.metrics);
+  mark_progress();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -38,28 +52,44 @@ Engine::~Engine() {
   }
   wake_.notify_all();
   thread_.join();
-  // Wake any reader still waiting.
-  for (auto& [id, state] : streams_) {
-    std::lock_guard<std::mutex> lock(state->mu);
-    state->open_sequences = 0;
-    state->cv.notify_all();
-  }
 }
 
 Result<RequestStream> Engine::submit(GenerateRequest request) {
-  PAGODA_RETURN_IF_ERROR(core_->prepare(request));  // reads immutable state only
   auto state = std::make_shared<RequestStream::State>();
   state->open_sequences = request.params.n;
+  auto on_chunk = [state](OutputChunk&& c) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    if (c.finished()) --state->open_sequences;
+    state->chunks.push_back(std::move(c));
+    state->cv.notify_all();
+  };
+  PAGODA_ASSIGN_OR_RETURN(RequestId id, enqueue(std::move(request), std::move(on_chunk)));
+  return RequestStream(this, id, std::move(state));
+}
+
+Result<RequestId> Engine::submit(GenerateRequest request, ChunkCallback on_chunk) {
+  return enqueue(std::move(request), std::move(on_chunk));
+}
+
+Result<RequestId> Engine::enqueue(GenerateRequest request, ChunkCallback on_chunk) {
+  PAGODA_RETURN_IF_ERROR(core_->prepare(request));  // reads immutable state only
   RequestId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return internal_error("the engine is shutting down");
+    if (failed_) return unavailable("the engine has failed: " + error_);
+    if (stop_) return unavailable("the engine is shutting down");
+    if (options_.max_queued_requests > 0 &&
+        static_cast<int64_t>(pending_.size()) + stats_.num_waiting >= options_.max_queued_requests) {
+      return Status(StatusCode::kResourceExhausted,
+                    "the server is busy: " + std::to_string(options_.max_queued_requests) +
+                        " requests are already waiting (--max-queued-requests); retry later");
+    }
     id = next_id_++;
-    streams_[id] = state;
+    sinks_[id] = Sink{std::move(on_chunk), request.params.n};
     pending_.emplace_back(id, std::move(request));
   }
   wake_.notify_all();
-  return RequestStream(this, id, std::move(state));
+  return id;
 }
 
 void Engine::abort(RequestId id) {
@@ -70,42 +100,136 @@ void Engine::abort(RequestId id) {
   wake_.notify_all();
 }
 
+void Engine::abort_all() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_all_ = true;
+  }
+  wake_.notify_all();
+}
+
 SchedulerStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 
+int64_t Engine::num_unfinished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(sinks_.size());
+}
+
+EngineHealth Engine::health() const {
+  EngineHealth h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    h.failed = failed_;
+    h.error = error_;
+    h.stopping = stop_;
+  }
+  h.seconds_since_progress = static_cast<double>(steady_now_ns() - last_progress_ns_.load()) * 1e-9;
+  return h;
+}
+
+void Engine::mark_progress() { last_progress_ns_.store(steady_now_ns()); }
+
+// Only the engine thread erases sinks and calls callbacks, so a callback is called without the
+// lock held (it may take its own locks) and its Sink stays where it is meanwhile.
 void Engine::deliver(std::vector<OutputChunk> chunks) {
   for (OutputChunk& c : chunks) {
-    std::shared_ptr<RequestStream::State> state;
+    const RequestId id = c.request_id;
+    Sink* sink = nullptr;
+    bool last = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = streams_.find(c.request_id);
-      if (it == streams_.end()) continue;
-      state = it->second;
-      if (c.finished()) {
-        std::lock_guard<std::mutex> slock(state->mu);
-        if (state->open_sequences == 1) streams_.erase(it);
-      }
+      auto it = sinks_.find(id);
+      if (it == sinks_.end()) continue;
+      sink = &it->second;
+      if (c.finished()) last = --sink->open_sequences == 0;
     }
-    std::lock_guard<std::mutex> slock(state->mu);
-    if (c.finished()) --state->open_sequences;
-    state->chunks.push_back(std::move(c));
-    state->cv.notify_all();
+    sink->callback(std::move(c));
+    if (last) {
+      std::lock_guard<std::mutex> lock(mu_);
+      sinks_.erase(id);
+    }
   }
 }
 
+// Ends every request the engine knows of, including those not yet added to the core.
+void Engine::fail_all(FinishReason reason) {
+  std::deque<std::pair<RequestId, GenerateRequest>> never_added;
+  std::vector<RequestId> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    never_added.swap(pending_);
+    for (auto& [id, _] : sinks_) ids.push_back(id);
+  }
+  for (RequestId id : ids) deliver(core_->abort(id, reason));
+  std::vector<OutputChunk> unstarted;
+  for (auto& [id, request] : never_added) {
+    for (int64_t i = 0; i < request.params.n; ++i) {
+      OutputChunk c;
+      c.request_id = id;
+      c.index = i;
+      c.finish_reason = reason;
+      unstarted.push_back(std::move(c));
+    }
+  }
+  deliver(std::move(unstarted));
+}
+
 void Engine::loop() {
+  try {
+    run_loop();
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_ = true;
+      error_ = e.what();
+    }
+    try {
+      fail_all(FinishReason::kError);
+    } catch (...) {  // the core is broken; the streams still end below
+    }
+  }
+  // Whatever is still open (stop, or a core too broken to abort) ends here, so no reader hangs.
+  try {
+    fail_all(FinishReason::kAbort);
+  } catch (...) {
+  }
+  std::unordered_map<RequestId, Sink> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(sinks_);
+  }
+  for (auto& [id, sink] : left) {
+    for (int64_t i = 0; i < sink.open_sequences; ++i) {
+      OutputChunk c;
+      c.request_id = id;
+      c.index = i;
+      c.finish_reason = FinishReason::kAbort;
+      sink.callback(std::move(c));
+    }
+  }
+}
+
+void Engine::run_loop() {
   for (;;) {
     std::deque<std::pair<RequestId, GenerateRequest>> added;
     std::vector<RequestId> aborted;
+    bool all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || !pending_.empty() || !aborts_.empty() || core_->has_unfinished(); });
-      if (stop_) break;
+      // Wake at least once a second so that health() sees an idle loop as alive.
+      wake_.wait_for(lock, std::chrono::seconds(1), [&] {
+        return stop_ || abort_all_ || !pending_.empty() || !aborts_.empty() || core_->has_unfinished();
+      });
+      if (stop_) return;
       added.swap(pending_);
       aborted.swap(aborts_);
+      all = abort_all_;
+      abort_all_ = false;
     }
+    mark_progress();
     for (auto& [id, request] : added) {
       Status st = core_->add_request(id, request);
       if (!st.ok()) {  // cannot happen after prepare(); end the stream rather than hang it
@@ -121,17 +245,12 @@ void Engine::loop() {
       }
     }
     for (RequestId id : aborted) deliver(core_->abort(id));
+    if (all) fail_all(FinishReason::kAbort);
     deliver(core_->step());
+    mark_progress();
     std::lock_guard<std::mutex> lock(mu_);
     stats_ = core_->stats();
   }
-  // Shutdown: abort whatever is left so streams end.
-  std::vector<RequestId> ids;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, _] : streams_) ids.push_back(id);
-  }
-  for (RequestId id : ids) deliver(core_->abort(id));
 }
 
 }  // namespace pagoda

@@ -183,21 +183,28 @@ OutputChunk EngineCore::finish_chunk(RequestId seq_id, Sequence& s, FinishReason
   c.timings.first_token_s = std::max(0.0, s.first_token_s);
   c.timings.finished_s = since(s);
   runner_->remove_request(seq_id);
+  record_finished(c);
   auto& siblings = children_[s.parent];
   siblings.erase(std::remove(siblings.begin(), siblings.end(), seq_id), siblings.end());
   if (siblings.empty()) children_.erase(s.parent);
   return c;
 }
 
-std::vector<OutputChunk> EngineCore::abort(RequestId id) {
+void EngineCore::record_finished(const OutputChunk& last) {
+  if (!metrics_) return;
+  metrics_->record_finished(finish_reason_name(last.finish_reason), last.prompt_tokens, last.completion_tokens,
+                            last.timings.queued_s, last.timings.first_token_s, last.timings.finished_s);
+}
+
+std::vector<OutputChunk> EngineCore::abort(RequestId id, FinishReason reason) {
   std::vector<OutputChunk> out;
   auto it = children_.find(id);
   if (it == children_.end()) return out;
   const std::vector<RequestId> seq_ids = it->second;
   for (RequestId seq_id : seq_ids) {
-    scheduler_->finish_request(seq_id, FinishReason::kAbort);
+    scheduler_->finish_request(seq_id, reason);
     auto s = seqs_.find(seq_id);
-    out.push_back(finish_chunk(seq_id, s->second, FinishReason::kAbort, -1));
+    out.push_back(finish_chunk(seq_id, s->second, reason, -1));
     seqs_.erase(s);
   }
   return out;
@@ -205,7 +212,10 @@ std::vector<OutputChunk> EngineCore::abort(RequestId id) {
 
 std::vector<OutputChunk> EngineCore::step() {
   SchedulerOutput scheduled = scheduler_->schedule();
-  if (scheduled.empty()) return {};
+  if (scheduled.empty()) {
+    record_step(0);
+    return {};
+  }
   for (const ScheduledSeq& seq : scheduled.seqs) {
     Sequence& s = seqs_.at(seq.request_id);
     if (s.queued_s < 0) s.queued_s = since(s);
@@ -223,6 +233,16 @@ std::vector<OutputChunk> EngineCore::step() {
     PAGODA_CHECK(it != seqs_.end());
     Sequence& s = it->second;
     s.num_cached_tokens = u.num_cached_tokens;
+    const auto now = std::chrono::steady_clock::now();
+    if (!u.new_tokens.empty() && metrics_) {
+      if (s.first_token_s < 0) {
+        metrics_->record_tokens(s.prompt_tokens, 0);
+      } else {
+        metrics_->record_inter_token(std::chrono::duration<double>(now - s.last_token).count());
+      }
+      metrics_->record_tokens(0, static_cast<int64_t>(u.new_tokens.size()));
+    }
+    if (!u.new_tokens.empty()) s.last_token = now;
     if (s.first_token_s < 0) s.first_token_s = since(s);
     FinishReason reason = u.finish_reason;
     OutputChunk c;
@@ -254,7 +274,16 @@ std::vector<OutputChunk> EngineCore::step() {
       chunks.push_back(std::move(c));
     }
   }
+  record_step(scheduled.num_scheduled_tokens);
   return chunks;
+}
+
+void EngineCore::record_step(int64_t scheduled_tokens) {
+  if (!metrics_) return;
+  const SchedulerStats st = scheduler_->stats();
+  metrics_->record_step(st.num_running, st.num_waiting, st.kv_usage, static_cast<uint64_t>(st.prefix_cache.queries),
+                        static_cast<uint64_t>(st.prefix_cache.hits), static_cast<uint64_t>(st.num_preemptions),
+                        scheduled_tokens);
 }
 
 }  // namespace pagoda

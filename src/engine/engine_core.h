@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "engine/engine_types.h"
 #include "engine/output_processor.h"
+#include "metrics/engine_metrics.h"
 #include "runner/model_runner.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -39,16 +40,21 @@ class EngineCore {
   // share the prompt's cached blocks).
   Status add_request(RequestId id, const GenerateRequest& request);
 
-  // Ends every sequence of request `id` with reason abort; returns their final chunks.
-  std::vector<OutputChunk> abort(RequestId id);
+  // Ends every sequence of request `id` with `reason` (abort, or error when the engine failed);
+  // returns their final chunks.
+  std::vector<OutputChunk> abort(RequestId id, FinishReason reason = FinishReason::kAbort);
 
   // One engine step; returns the output chunks it produced.
   std::vector<OutputChunk> step();
+
+  // Records vLLM's engine metrics from now on (per step, per token, per finished sequence).
+  void set_metrics(std::shared_ptr<metrics::EngineMetrics> metrics) { metrics_ = std::move(metrics); }
 
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
   SchedulerStats stats() const { return scheduler_->stats(); }
   const ModelConfig& model_config() const { return runner_->config(); }
   const EngineConfig& config() const { return config_; }
+  int64_t num_blocks() const { return num_blocks_; }
   // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once"
   std::string kv_cache_summary() const;
 
@@ -67,12 +73,17 @@ class EngineCore {
     std::chrono::steady_clock::time_point arrival;
     double queued_s = -1;
     double first_token_s = -1;
+    std::chrono::steady_clock::time_point last_token;  // for the inter-token latency
   };
   double since(const Sequence& s) const;
   OutputChunk finish_chunk(RequestId seq_id, Sequence& s, FinishReason reason, TokenId stop_token);
 
+  void record_finished(const OutputChunk& last);
+  void record_step(int64_t scheduled_tokens);
+
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<metrics::EngineMetrics> metrics_;  // may be null
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
   int64_t num_blocks_ = 0;

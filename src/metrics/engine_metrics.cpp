@@ -191,4 +191,17 @@ std::string EngineMetrics::render() const {
   return out;
 }
 
+EngineMetrics::Snapshot EngineMetrics::snapshot() const {
+  Snapshot s;
+  s.prompt_tokens = prompt_tokens_.value();
+  s.generation_tokens = generation_tokens_.value();
+  s.running = num_requests_running_.value();
+  s.waiting = num_requests_waiting_.value();
+  s.kv_usage = kv_cache_usage_perc_.value();
+  s.prefix_queries = prefix_cache_queries_.value();
+  s.prefix_hits = prefix_cache_hits_.value();
+  s.preemptions = num_preemptions_.value();
+  return s;
+}
+
 }  // namespace pagoda::metrics

@@ -70,6 +70,15 @@ class EngineMetrics {
   // Tokens processed: prompt (prefill) and generated, added to the token counters.
   void record_tokens(int64_t prompt, int64_t generation);
 
+  // The figures behind the periodic log line (vLLM's "Avg prompt throughput: ..."), read now.
+  struct Snapshot {
+    double prompt_tokens = 0, generation_tokens = 0;  // totals
+    double running = 0, waiting = 0, kv_usage = 0;    // gauges
+    double prefix_queries = 0, prefix_hits = 0;       // totals
+    double preemptions = 0;
+  };
+  Snapshot snapshot() const;
+
   // The whole exposition: engine metrics then process metrics. Thread-safe.
   std::string render() const;
 

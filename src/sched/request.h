@@ -14,8 +14,9 @@ namespace pagoda {
 
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
 
-enum class FinishReason { kNone, kStop, kLength, kAbort };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", ""
+// kError: the engine failed while the request ran (the request itself may have been fine).
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error", ""
 
 struct StopRules {
   int64_t max_tokens = 16;

@@ -1,0 +1,203 @@
+// `pagoda serve MODEL`: the OpenAI-compatible server, as `vllm serve MODEL`.
+//
+// Start-up order: listen first (so /health can say 503 while the model loads), load the model
+// and tokenizer, find the chat template, start the engine, then ready. SIGTERM / SIGINT drain
+// (see OpenAiServer::shutdown) and exit 0; a second signal exits at once.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "apps/pagoda/commands.h"
+#include "apps/pagoda/engine_setup.h"
+#include "base/log.h"
+#include "base/mapped_file.h"
+#include "loader/gguf_file.h"
+#include "server/openai_server.h"
+
+namespace pagoda::app {
+
+void ServeFlags::add_to(CLI::App& cmd) {
+  cmd.add_option("model_tag", positional_model, "the model (same as --model)");
+  model.add_to(cmd, /*weights=*/true);
+  engine.add_to(cmd);
+  cmd.add_option("--host", host, "address to listen on")->capture_default_str();
+  cmd.add_option("--port", port, "port to listen on (0 = any free port)")->capture_default_str();
+  cmd.add_option("--served-model-name", served_model_names,
+                 "name(s) clients use for the model; may be repeated (default: the model path's name)");
+  cmd.add_option("--api-key", api_key,
+                 "require 'Authorization: Bearer KEY' on every route but /health (default: $PAGODA_API_KEY)");
+  cmd.add_flag("--metrics-no-auth", metrics_no_auth, "serve /metrics without the API key");
+  cmd.add_option("--chat-template", chat_template,
+                 "chat template: a file, or the template text itself (default: the model's own)");
+  cmd.add_option("--max-logprobs", max_logprobs, "most logprobs / top_logprobs a request may ask for")
+      ->capture_default_str();
+  cmd.add_flag("--disable-log-requests", disable_log_requests, "do not log a line per request");
+  cmd.add_flag("--disable-log-stats", disable_log_stats, "do not log the periodic throughput line");
+  cmd.add_option("--max-queued-requests", max_queued_requests,
+                 "requests that may wait for the engine; beyond it new ones get 429 (0 = no bound)")
+      ->capture_default_str();
+  cmd.add_option("--shutdown-timeout", shutdown_timeout,
+                 "seconds in-flight requests may run on after SIGTERM before they are aborted")
+      ->capture_default_str();
+  cmd.add_option("--max-request-body", max_request_body, "largest request body accepted (413 beyond)")
+      ->capture_default_str();
+}
+
+namespace {
+
+std::atomic<int> g_signals{0};
+
+void on_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) _exit(130);  // a second signal: leave now
+}
+
+// Enough descriptors for thousands of connections: the soft limit up to the hard one.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+struct ChatTemplateSource {
+  std::string text;
+  std::string bos, eos;
+};
+
+// --chat-template (a file or inline text), else the template in the tokenizer's files: a GGUF's
+// tokenizer.chat_template, or an HF directory's tokenizer_config.json. Empty text = none.
+Result<ChatTemplateSource> find_chat_template(const ServeFlags& f, const Tokenizer& tok) {
+  namespace fs = std::filesystem;
+  ChatTemplateSource out;
+  auto token_text = [&](std::optional<TokenId> id) { return id ? tok.token_text(*id) : std::string(); };
+  out.bos = token_text(tok.bos_id());
+  out.eos = token_text(tok.eos_id());
+  if (!f.chat_template.empty()) {
+    if (fs::is_regular_file(f.chat_template)) {
+      PAGODA_ASSIGN_OR_RETURN(out.text, read_file(f.chat_template));
+    } else if (f.chat_template.find("{{") != std::string::npos || f.chat_template.find("{%") != std::string::npos) {
+      out.text = f.chat_template;
+    } else {
+      return not_found("--chat-template '" + f.chat_template + "' is neither a file nor a template");
+    }
+    return out;
+  }
+  const std::string& path = f.model.tokenizer.empty() ? f.model.model : f.model.tokenizer;
+  if (fs::is_directory(path)) {
+    const std::string config = (fs::path(path) / "tokenizer_config.json").string();
+    if (!fs::exists(config)) return out;
+    auto hf = load_chat_template_from_hf_config(config);
+    if (!hf.ok()) {
+      if (hf.status().code() == StatusCode::kNotFound) return out;
+      return hf.status();
+    }
+    out.text = hf->chat_template;
+    if (!hf->bos_token.empty()) out.bos = hf->bos_token;
+    if (!hf->eos_token.empty()) out.eos = hf->eos_token;
+  } else if (fs::is_regular_file(path) && starts_with_gguf_magic(path)) {
+    PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
+    auto text = gguf->get_string("tokenizer.chat_template");
+    if (text.ok()) out.text = *text;
+  }
+  return out;
+}
+
+std::string default_served_name(const std::string& model) {
+  std::string name = std::filesystem::path(model).filename().string();
+  if (name.empty()) name = std::filesystem::path(model).parent_path().filename().string();
+  return name.empty() ? model : name;
+}
+
+}  // namespace
+
+int run_serve(ServeFlags f) {
+  if (!f.positional_model.empty()) f.model.model = f.positional_model;
+  if (f.api_key.empty()) {
+    if (const char* env = std::getenv("PAGODA_API_KEY")) f.api_key = env;
+  }
+  if (f.max_logprobs < 0) return fail(invalid_argument("--max-logprobs must be >= 0"));
+  if (f.shutdown_timeout < 0) return fail(invalid_argument("--shutdown-timeout must be >= 0"));
+  if (f.max_queued_requests < 0) return fail(invalid_argument("--max-queued-requests must be >= 0"));
+  auto body_limit = parse_byte_size(f.max_request_body);
+  if (!body_limit.ok()) return fail(body_limit.status());
+  raise_fd_limit();
+
+  // Signals are caught from the start, so SIGTERM during loading also exits cleanly.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::ServerConfig sc;
+  sc.host = f.host;
+  sc.port = f.port;
+  sc.api_key = f.api_key;
+  sc.metrics_no_auth = f.metrics_no_auth;
+  sc.log_requests = !f.disable_log_requests;
+  if (f.disable_log_stats) sc.stats_interval = std::chrono::milliseconds(0);
+  sc.limits.max_logprobs = f.max_logprobs;
+  sc.http.max_body_bytes = static_cast<size_t>(*body_limit);
+  auto server = server::OpenAiServer::start(sc);
+  if (!server.ok()) return fail(server.status());
+  log_line(LogLevel::kInfo, "serve", "listening on http://" + f.host + ":" + std::to_string((*server)->port()) +
+                                         " (health is 503 until the model is loaded)");
+
+  auto setup = make_engine(f.model, f.engine);
+  if (!setup.ok()) return fail(setup.status());
+  auto chat = find_chat_template(f, *setup->tokenizer);
+  if (!chat.ok()) return fail(chat.status());
+  server::ServedModel served;
+  if (!chat->text.empty()) {
+    auto parsed = ChatTemplate::parse(chat->text);
+    if (!parsed.ok()) return fail(parsed.status());
+    served.chat_template = std::move(*parsed);
+    served.bos_token = chat->bos;
+    served.eos_token = chat->eos;
+  } else {
+    log_line(LogLevel::kWarning, "serve",
+             "the model has no chat template: /v1/chat/completions will answer 400 (use --chat-template)");
+  }
+  log_line(LogLevel::kInfo, "serve", setup->core->kv_cache_summary());
+
+  served.served_model_names = f.served_model_names;
+  if (served.served_model_names.empty()) served.served_model_names.push_back(default_served_name(f.model.model));
+  served.root = f.model.model;
+  served.tokenizer = setup->tokenizer;
+  const EngineConfig& ec = setup->core->config();
+  metrics::CacheConfigInfo cache;
+  cache.block_size = ec.block_size;
+  cache.num_blocks = setup->core->num_blocks();
+  cache.enable_prefix_caching = ec.enable_prefix_caching;
+  served.metrics = std::make_shared<metrics::EngineMetrics>(served.served_model_names.front(), cache,
+                                                            ec.scheduler.max_model_len);
+  EngineOptions eo;
+  eo.max_queued_requests = f.max_queued_requests;
+  eo.metrics = served.metrics;
+  Engine engine(std::move(setup->core), eo);
+  served.engine = &engine;
+  (*server)->set_model(std::move(served));
+
+  const std::string url = "http://" + f.host + ":" + std::to_string((*server)->port());
+  log_line(LogLevel::kInfo, "serve", "ready: " + url + "/v1 serving '" + (f.served_model_names.empty() ? default_served_name(f.model.model) : f.served_model_names.front()) + "'");
+  std::fprintf(stderr,
+               "\n  Try:  curl %s/v1/completions -H 'Content-Type: application/json' \\\n"
+               "          -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n\n",
+               url.c_str());
+
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  log_line(LogLevel::kInfo, "serve",
+           "shutting down: in-flight requests have " + std::to_string(f.shutdown_timeout) + " s to finish");
+  (*server)->shutdown(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
+  log_line(LogLevel::kInfo, "serve", "stopped");
+  return 0;
+}
+
+}  // namespace pagoda::app
