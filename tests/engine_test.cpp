@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "apps/pagoda/model_loading.h"
@@ -368,6 +370,96 @@ TEST(Engine, ThreadedStreamsAndAbortReturnBlocks) {
   EXPECT_EQ(engine.stats().num_running, 0);
   EXPECT_EQ(engine.stats().num_waiting, 0);
   EXPECT_EQ(engine.stats().kv_usage, 0.0);
+}
+
+// The push API the server uses: chunks arrive through the callback in order, the last one
+// finished; the queue bound refuses at once; abort_all ends everything; metrics are recorded.
+TEST(Engine, CallbacksQueueBoundAbortAllAndMetrics) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig c;
+  c.scheduler.max_num_seqs = 1;
+  auto core = make_core(model, c);
+  ASSERT_TRUE(core);
+  metrics::CacheConfigInfo info;
+  info.block_size = core->config().block_size;
+  info.num_blocks = core->num_blocks();
+  auto m = std::make_shared<metrics::EngineMetrics>("stories", info, core->config().scheduler.max_model_len);
+  EngineOptions options;
+  options.max_queued_requests = 2;
+  options.metrics = m;
+  Engine engine(std::move(core), options);
+
+  struct Seen {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<OutputChunk> chunks;
+    bool finished = false;
+  };
+  auto submit = [&](GenerateRequest r, std::shared_ptr<Seen> seen) {
+    return engine.submit(std::move(r), [seen](OutputChunk&& chunk) {
+      std::lock_guard<std::mutex> lock(seen->mu);
+      if (chunk.finished()) seen->finished = true;
+      seen->chunks.push_back(std::move(chunk));
+      seen->cv.notify_all();
+    });
+  };
+  auto wait_finished = [](Seen& seen) {
+    std::unique_lock<std::mutex> lock(seen.mu);
+    return seen.cv.wait_for(lock, std::chrono::seconds(30), [&] { return seen.finished; });
+  };
+
+  GenerateRequest shortr;
+  shortr.prompt = "Once upon a time";
+  shortr.params = greedy(8);
+  shortr.params.ignore_eos = true;
+  auto a = std::make_shared<Seen>();
+  ASSERT_TRUE(submit(shortr, a).ok());
+  ASSERT_TRUE(wait_finished(*a));
+  int64_t tokens = 0;
+  for (size_t i = 0; i < a->chunks.size(); ++i) {
+    tokens += static_cast<int64_t>(a->chunks[i].token_ids.size());
+    EXPECT_EQ(a->chunks[i].finished(), i + 1 == a->chunks.size());
+  }
+  EXPECT_EQ(tokens, 8);
+  EXPECT_EQ(m->snapshot().generation_tokens, 8);
+  EXPECT_NE(m->render().find("vllm:request_success_total{model_name=\"stories\",finished_reason=\"length\"} 1"),
+            std::string::npos);
+
+  // One runs (max_num_seqs 1), two wait; the next is refused.
+  GenerateRequest longr = shortr;
+  longr.params = greedy(1500);
+  std::vector<std::shared_ptr<Seen>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_shared<Seen>());
+    auto st = submit(longr, held.back());
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    if (i == 0) {  // wait until it runs: requests not yet taken in count as waiting
+      std::unique_lock<std::mutex> lock(held[0]->mu);
+      ASSERT_TRUE(held[0]->cv.wait_for(lock, std::chrono::seconds(30), [&] { return !held[0]->chunks.empty(); }));
+    }
+  }
+  Result<RequestId> refused = Status();
+  for (int i = 0; i < 500; ++i) {  // until the loop has taken them in and one runs
+    refused = submit(shortr, std::make_shared<Seen>());
+    if (!refused.ok()) break;
+    engine.abort(*refused);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("--max-queued-requests"), std::string::npos);
+
+  engine.abort_all();
+  for (auto& h : held) {
+    ASSERT_TRUE(wait_finished(*h));
+    EXPECT_EQ(h->chunks.back().finish_reason, FinishReason::kAbort);
+  }
+  EXPECT_EQ(engine.num_unfinished(), 0);
+  EXPECT_FALSE(engine.health().failed);
+  EXPECT_LT(engine.health().seconds_since_progress, 5.0);
+  for (int i = 0; i < 200 && engine.stats().kv_usage > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.stats().kv_usage, 0.0);
+  EXPECT_EQ(m->snapshot().running, 0);
 }
 
 }  // namespace

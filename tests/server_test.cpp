@@ -38,7 +38,7 @@ std::vector<std::string> stories_args(const std::string& model, std::vector<std:
 std::vector<std::string> slow_args(const std::string& tokenizer, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"llama-110m", "--load-format", "dummy", "--tokenizer", tokenizer,
                                    "--served-model-name", "slow", "--disable-log-stats",
-                                   "--kv-cache-memory", "256MiB", "--max-model-len", "2048"};
+                                   "--kv-cache-memory", "256MiB", "--max-model-len", "1024"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -197,8 +197,10 @@ TEST(Server, SeededSamplingWithNAndLogprobs) {
     std::string joined;
     for (size_t t = 0; t < 12; ++t) {
       EXPECT_LE(lp["token_logprobs"][t].get<double>(), 0.0);
-      EXPECT_LE(lp["top_logprobs"][t].size(), 2u);
-      EXPECT_GE(lp["top_logprobs"][t].size(), 1u);
+      // The top 2, plus the sampled token when it is not among them (as vLLM returns them).
+      EXPECT_LE(lp["top_logprobs"][t].size(), 3u);
+      EXPECT_GE(lp["top_logprobs"][t].size(), 2u);
+      EXPECT_TRUE(lp["top_logprobs"][t].contains(lp["tokens"][t].get<std::string>())) << lp["top_logprobs"][t].dump();
       EXPECT_EQ(lp["text_offset"][t].get<size_t>(), joined.size());
       joined += lp["tokens"][t].get<std::string>();
     }
@@ -378,7 +380,9 @@ TEST(Server, BadRequestsGetErrorsAndTheServerKeepsServing) {
     json j = json::parse(r.body, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.body;
     expect_error(j, c.type);
-    if (!c.param.empty()) EXPECT_EQ(j["error"]["param"], c.param) << r.body;
+    if (!c.param.empty()) {
+      EXPECT_EQ(j["error"]["param"], c.param) << r.body;
+    }
     json after = post(port, "/v1/completions", canary, &status);
     ASSERT_EQ(status, 200);
     EXPECT_EQ(after["choices"], before["choices"]);
@@ -468,6 +472,8 @@ TEST(Server, MalformedHttpIsRefusedAndConnectionsStayUsable) {
   EXPECT_EQ(testing::http_request(port, "GET", "/health").status, 200);
 }
 
+// (A key with a trailing space cannot be told apart over HTTP: trailing whitespace of a header
+// value is not part of it, RFC 9110 5.5, so it is not among the wrong keys here.)
 TEST(Server, ApiKeyGuardsEveryRouteButHealth) {
   PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
   const std::string key = "sk-test-0123456789";
@@ -478,7 +484,8 @@ TEST(Server, ApiKeyGuardsEveryRouteButHealth) {
   const std::string body = R"({"prompt": "Hi", "max_tokens": 2})";
   for (const testing::Headers& bad : std::vector<testing::Headers>{
            {}, {{"Authorization", ""}}, {{"Authorization", "Bearer "}}, {{"Authorization", "Bearer wrong"}},
-           {{"Authorization", "Basic " + key}}, {{"Authorization", "Bearer " + key + " "}},
+           {{"Authorization", "Basic " + key}}, {{"Authorization", "Bearer " + key + "0"}},
+           {{"Authorization", "Bearer  " + key}},
            {{"Authorization", "Bearer " + key.substr(0, key.size() - 1)}}}) {
     for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
              {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"}, {"GET", "/v1/models"}, {"GET", "/metrics"},
@@ -512,7 +519,7 @@ TEST(Server, DisconnectsAbortRequests) {
   ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--max-num-seqs", "1"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
-  const json long_req = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+  const json long_req = {{"prompt", "Once upon a time"}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};
 
   // Streaming, mid-decode.
   auto running = std::make_unique<SseClient>(port, "/v1/completions", long_req.dump());
@@ -543,7 +550,7 @@ TEST(Server, OverloadGets429AndHealthStaysFast) {
   ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--max-num-seqs", "1", "--max-queued-requests", "2"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
-  const json long_req = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+  const json long_req = {{"prompt", "Once upon a time"}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};
   std::vector<std::unique_ptr<SseClient>> held;
   held.push_back(std::make_unique<SseClient>(port, "/v1/completions", long_req.dump()));
   ASSERT_TRUE(held[0]->next().has_value());  // running
@@ -587,7 +594,7 @@ TEST(Server, SigtermDrainsThenExitsZero) {
   ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--shutdown-timeout", "2"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
-  const json long_req = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+  const json long_req = {{"prompt", "Once upon a time"}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};
   std::vector<std::unique_ptr<SseClient>> longs;
   for (int i = 0; i < 2; ++i) {
     longs.push_back(std::make_unique<SseClient>(port, "/v1/completions", long_req.dump()));

@@ -33,10 +33,25 @@ function text(raw) {
 }
 
 try {
-  const body = { prompt: 'Once upon a time', max_tokens: 16, temperature: 0, ignore_eos: true, stream: true };
+  const body = { prompt: 'Once upon a time', max_tokens: 48, temperature: 0, ignore_eos: true, stream: true };
   const started = Date.now();
-  const results = await Promise.all(Array.from({ length: STREAMS }, () => stream(body)));
+  const pending = Promise.all(Array.from({ length: STREAMS }, () => stream(body)));
+  // Watch the server while the streams run: how many requests it holds at once, and its memory.
+  let peak = 0;
+  let peakRss = 0;
+  let done = false;
+  pending.finally(() => { done = true; });
+  while (!done) {
+    const m = await (await fetch(server.url + '/metrics')).text();
+    const value = (name) => Number((m.match(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm')) || [])[1] || 0);
+    peak = Math.max(peak, value('vllm:num_requests_running') + value('vllm:num_requests_waiting'));
+    peakRss = Math.max(peakRss, value('process_resident_memory_bytes'));
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  const results = await pending;
   const seconds = (Date.now() - started) / 1000;
+  // They were in the server together, not one after another.
+  assert.ok(peak >= STREAMS / 2, `at most ${peak} requests were in the server at once`);
   const want = text(results[0].raw);
   assert.ok(want.length > 0);
   let ok = 0;
@@ -50,7 +65,8 @@ try {
   assert.match(metrics, /^vllm:num_requests_running\{model_name="stories"\} 0$/m);
   assert.match(metrics, /^vllm:kv_cache_usage_perc\{model_name="stories"\} 0$/m);
   assert.match(metrics, new RegExp(`^vllm:request_success_total\\{model_name="stories",finished_reason="length"\\} ${STREAMS}$`, 'm'));
-  console.log(`${STREAMS} concurrent streams: all complete and equal, ${seconds.toFixed(1)} s`);
+  console.log(`${STREAMS} concurrent streams: all complete and equal, ${seconds.toFixed(1)} s, ` +
+    `up to ${peak} requests in the server at once, server RSS up to ${(peakRss / 2 ** 20).toFixed(0)} MiB`);
 } finally {
   assert.equal(await server.stop(), 0);
 }
