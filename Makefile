@@ -35,9 +35,9 @@ test: test-asan npm-deps
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 300
 
-# The tests that parse untrusted input (model files, tokenizer files), labelled
-# "untrusted-input", under AddressSanitizer + UBSan.
-ASAN_TARGETS := loader_test tokenizer_test chat_template_test
+# The tests that parse untrusted input (model files, tokenizers, chat templates, request bodies,
+# and the whole server over HTTP), labelled "untrusted-input", under AddressSanitizer + UBSan.
+ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)

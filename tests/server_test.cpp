@@ -3,7 +3,13 @@
 // against its golden greedy text; a dummy llama-110m (slow on a CPU) gives requests that stay in
 // flight long enough for disconnect, overload and shutdown tests.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
@@ -624,6 +630,85 @@ TEST(Server, SigtermDrainsThenExitsZero) {
     EXPECT_TRUE(err.contains("error")) << rest[rest.size() - 2];
   }
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(0)) << server.log();
+}
+
+// /health is 503 while the model loads (the server listens first), then 200; the API routes
+// answer 503 meanwhile rather than refusing the connection.
+TEST(Server, HealthIs503WhileLoading) {
+  PAGODA_TEST_FILE(tok, "stories260K/stories260K.gguf");
+  // A dummy 1.1B-parameter model: a few seconds of random weights to fill.
+  ServerProcess server(PAGODA_BINARY,
+                       {"tinyllama-1.1b", "--load-format", "dummy", "--tokenizer", tok, "--max-model-len", "256",
+                        "--kv-cache-memory", "64MiB", "--disable-log-stats"},
+                       std::chrono::seconds(60), {}, "listening on http://127.0.0.1:");
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  HttpResult loading = testing::http_request(port, "GET", "/health");
+  EXPECT_EQ(loading.status, 503) << loading.body;
+  if (loading.status == 503) expect_error(json::parse(loading.body), "server_error");
+  EXPECT_EQ(loading.headers["retry-after"], "1");
+  HttpResult early = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi"})");
+  EXPECT_EQ(early.status, 503) << early.body;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  int status = 0;
+  while (Clock::now() < deadline && (status = testing::http_request(port, "GET", "/health").status) != 200) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200) << server.log();
+  EXPECT_NE(server.log().find("ready: "), std::string::npos);
+}
+
+// Slowloris (checklist H8): 2,000 connections that each send a few header bytes and stall. The
+// server keeps answering others at once, and drops the stalled ones at the header deadline.
+TEST(Server, SlowHeaderClientsAreDroppedAndOthersServed) {
+  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
+  ServerProcess server(PAGODA_BINARY, stories_args(model_path, {"--http-header-timeout", "2"}));
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  const int wanted = 2000;
+  const int count = static_cast<int>(std::min<rlim_t>(wanted, rl.rlim_cur > 200 ? rl.rlim_cur - 100 : 0));
+  ASSERT_GE(count, 500) << "the file descriptor limit is too low for this test";
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << i;
+    const char partial[] = "GET /health HTTP/1.1\r\nX-Slow: a";
+    ASSERT_GT(::send(fd, partial, sizeof partial - 1, MSG_NOSIGNAL), 0);
+    fds.push_back(fd);
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    EXPECT_EQ(testing::http_request(port, "GET", "/health").status, 200);
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[2], 100.0);
+  int status = 0;
+  post(port, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 200);
+  // They keep trickling a header byte every 400 ms, as slowloris does; the 2 s deadline is for
+  // the whole header, so after it every one of them has been closed by the server.
+  for (int round = 0; round < 7; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    for (int fd : fds) ::send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  int closed = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    if (::poll(&p, 1, 2000) == 1 && ::recv(fd, &c, 1, 0) <= 0) ++closed;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, count);
 }
 
 }  // namespace

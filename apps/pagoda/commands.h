@@ -58,6 +58,7 @@ struct ServeFlags {
   int64_t max_queued_requests = 0;
   double shutdown_timeout = 0;  // seconds
   std::string max_request_body = "32MiB";
+  double http_header_timeout = 30;  // seconds
 
   void add_to(CLI::App& cmd);
 };

@@ -46,6 +46,9 @@ void ServeFlags::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--max-request-body", max_request_body, "largest request body accepted (413 beyond)")
       ->capture_default_str();
+  cmd.add_option("--http-header-timeout", http_header_timeout,
+                 "seconds a client has to send a request's headers (also the keep-alive idle limit)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -124,6 +127,7 @@ int run_serve(ServeFlags f) {
   if (f.max_logprobs < 0) return fail(invalid_argument("--max-logprobs must be >= 0"));
   if (f.shutdown_timeout < 0) return fail(invalid_argument("--shutdown-timeout must be >= 0"));
   if (f.max_queued_requests < 0) return fail(invalid_argument("--max-queued-requests must be >= 0"));
+  if (!(f.http_header_timeout > 0)) return fail(invalid_argument("--http-header-timeout must be > 0"));
   auto body_limit = parse_byte_size(f.max_request_body);
   if (!body_limit.ok()) return fail(body_limit.status());
   raise_fd_limit();
@@ -145,6 +149,7 @@ int run_serve(ServeFlags f) {
   if (f.disable_log_stats) sc.stats_interval = std::chrono::milliseconds(0);
   sc.limits.max_logprobs = f.max_logprobs;
   sc.http.max_body_bytes = static_cast<size_t>(*body_limit);
+  sc.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_header_timeout * 1000));
   auto server = server::OpenAiServer::start(sc);
   if (!server.ok()) return fail(server.status());
   log_line(LogLevel::kInfo, "serve", "listening on http://" + f.host + ":" + std::to_string((*server)->port()) +

@@ -408,7 +408,14 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-HttpServer::~HttpServer() { stop(std::chrono::milliseconds(0)); }
+HttpServer::~HttpServer() {
+  stop(std::chrono::milliseconds(0));
+  // Handlers posted after stop() (e.g. an engine still delivering chunks to closed connections)
+  // hold their sessions, which hold the io_context: run them now so that nothing is left.
+  impl_->shared->ioc.restart();
+  while (impl_->shared->ioc.poll() > 0) {
+  }
+}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host, uint16_t port, HttpHandler handler,
                                                       HttpLimits limits, int threads) {

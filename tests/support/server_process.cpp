@@ -239,7 +239,8 @@ void SseClient::close() {
 // --- the server process ---
 
 ServerProcess::ServerProcess(const std::string& binary, const std::vector<std::string>& args,
-                             std::chrono::seconds timeout, const std::vector<std::pair<std::string, std::string>>& env) {
+                             std::chrono::seconds timeout, const std::vector<std::pair<std::string, std::string>>& env,
+                             const std::string& marker) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) {
     ADD_FAILURE() << "pipe failed";
@@ -276,10 +277,9 @@ ServerProcess::ServerProcess(const std::string& binary, const std::vector<std::s
   while (Clock::now() < deadline) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const std::string key = "ready: http://127.0.0.1:";
-      size_t at = log_.find(key);
+      size_t at = log_.find(marker);
       if (at != std::string::npos) {
-        port_ = static_cast<uint16_t>(std::atoi(log_.c_str() + at + key.size()));
+        port_ = static_cast<uint16_t>(std::atoi(log_.c_str() + at + marker.size()));
         return;
       }
     }

@@ -18,11 +18,14 @@ namespace pagoda::testing {
 
 class ServerProcess {
  public:
-  // Starts `binary serve <args> --port 0` and waits (up to `timeout`) for its "ready:" line.
-  // Fails the calling test (ADD_FAILURE) and leaves port() == 0 when it does not come up.
+  // Starts `binary serve <args> --port 0` and waits (up to `timeout`) for the log line
+  // `marker` followed by the port: by default "ready: http://127.0.0.1:" (the model is loaded);
+  // "listening on http://127.0.0.1:" returns while it still loads. Fails the calling test
+  // (ADD_FAILURE) and leaves port() == 0 when it does not come up.
   ServerProcess(const std::string& binary, const std::vector<std::string>& args,
                 std::chrono::seconds timeout = std::chrono::seconds(60),
-                const std::vector<std::pair<std::string, std::string>>& env = {});
+                const std::vector<std::pair<std::string, std::string>>& env = {},
+                const std::string& marker = "ready: http://127.0.0.1:");
   ~ServerProcess();  // SIGKILL if still running
 
   uint16_t port() const { return port_; }
