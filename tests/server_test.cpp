@@ -40,7 +40,8 @@ std::vector<std::string> stories_args(const std::string& model, std::vector<std:
   return args;
 }
 
-// A model slow enough on a CPU that requests stay in flight for seconds.
+// A model slow enough on a CPU that requests stay in flight for seconds, with a tokenizer that
+// covers its 32000-token vocabulary (so every sampled token shows as text in the stream).
 std::vector<std::string> slow_args(const std::string& tokenizer, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"llama-110m", "--load-format", "dummy", "--tokenizer", tokenizer,
                                    "--served-model-name", "slow", "--disable-log-stats",
@@ -337,6 +338,7 @@ TEST(Server, BadRequestsGetErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"prompt": "a", "max_tokens": 18446744073709551615})", 400, "invalid_request_error", "max_tokens"},
       {"/v1/completions", R"({"prompt": "a", "n": 1000000})", 400, "invalid_request_error", "n"},
       {"/v1/completions", R"({"prompt": "a", "n": 0})", 400, "invalid_request_error", "n"},
+      {"/v1/completions", R"({"prompt": ["a", "b", "c", "d", "e"], "n": 64})", 400, "invalid_request_error", "n"},
       {"/v1/completions", R"({"prompt": "a", "temperature": -1})", 400, "invalid_request_error", "temperature"},
       {"/v1/completions", R"({"prompt": "a", "temperature": 2.0001})", 400, "invalid_request_error", "temperature"},
       {"/v1/completions", R"({"prompt": "a", "top_p": 0})", 400, "invalid_request_error", "top_p"},
@@ -521,7 +523,7 @@ TEST(Server, MetricsNoAuthAndKeyFromEnvironment) {
 // A client that goes away (while queued, mid-decode, or streaming) ends its request; the engine
 // frees its blocks, and at idle nothing is running, waiting, or holding KV cache.
 TEST(Server, DisconnectsAbortRequests) {
-  PAGODA_TEST_FILE(tok, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
   ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--max-num-seqs", "1"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
@@ -552,7 +554,7 @@ TEST(Server, DisconnectsAbortRequests) {
 
 // Beyond --max-queued-requests new requests get 429 at once, while /health and /metrics stay fast.
 TEST(Server, OverloadGets429AndHealthStaysFast) {
-  PAGODA_TEST_FILE(tok, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
   ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--max-num-seqs", "1", "--max-queued-requests", "2"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
@@ -596,7 +598,7 @@ TEST(Server, OverloadGets429AndHealthStaysFast) {
 // SIGTERM: health turns 503 and new work is refused at once; a short request in flight
 // finishes; the long ones end with an error event and [DONE] at the timeout; exit status 0.
 TEST(Server, SigtermDrainsThenExitsZero) {
-  PAGODA_TEST_FILE(tok, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
   ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--shutdown-timeout", "2"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();

@@ -133,24 +133,25 @@ EngineHealth Engine::health() const {
 void Engine::mark_progress() { last_progress_ns_.store(steady_now_ns()); }
 
 // Only the engine thread erases sinks and calls callbacks, so a callback is called without the
-// lock held (it may take its own locks) and its Sink stays where it is meanwhile.
+// lock held (it may take its own locks) and its Sink stays where it is meanwhile. A request's
+// sink is gone before its last callback runs, so whoever sees the end also sees
+// num_unfinished() without it.
 void Engine::deliver(std::vector<OutputChunk> chunks) {
   for (OutputChunk& c : chunks) {
-    const RequestId id = c.request_id;
     Sink* sink = nullptr;
-    bool last = false;
+    std::optional<Sink> last;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = sinks_.find(id);
+      auto it = sinks_.find(c.request_id);
       if (it == sinks_.end()) continue;
       sink = &it->second;
-      if (c.finished()) last = --sink->open_sequences == 0;
+      if (c.finished() && --sink->open_sequences == 0) {
+        last.emplace(std::move(it->second));
+        sinks_.erase(it);
+        sink = &*last;
+      }
     }
     sink->callback(std::move(c));
-    if (last) {
-      std::lock_guard<std::mutex> lock(mu_);
-      sinks_.erase(id);
-    }
   }
 }
 

@@ -49,6 +49,7 @@ struct ProtocolLimits {
   int64_t max_logprobs = 20;    // --max-logprobs: logprobs / top_logprobs / prompt_logprobs
   int64_t max_n = SamplingParams::kMaxN;
   size_t max_prompts = 256;     // entries of a batched completions prompt
+  int64_t max_sequences = 256;  // prompts x n of one completions request
   size_t max_messages = 4096;   // chat messages
   size_t max_logit_bias = 1024; // logit_bias entries
   int max_json_depth = 64;      // nesting of arrays and objects in a body
@@ -90,8 +91,12 @@ struct ParsedRequest {
 // Sampling fields: max_tokens (default 16), temperature, top_p, top_k, min_p, presence_penalty,
 // frequency_penalty, repetition_penalty, logit_bias, seed, stop, stop_token_ids, ignore_eos,
 // min_tokens, n, logprobs, echo, priority, cache_salt, include_stop_str_in_output,
-// skip_special_tokens, stream, stream_options. prompt + max_tokens beyond max_model_len is
-// a 400 with code context_length_exceeded.
+// skip_special_tokens, stream, stream_options, add_special_tokens (vLLM's; default true).
+// prompt + max_tokens beyond max_model_len is a 400 with code context_length_exceeded (param
+// max_tokens, or prompt when the prompt alone leaves no room). Integer fields take JSON
+// integers only (3.7 and "10" are refused, never truncated); a negative seed wraps to uint64
+// (-1 is 2^64 - 1); temperature is capped at 2 and top_k at the vocabulary size; stop strings
+// are at most 4 KiB.
 ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const ModelContext& model);
 
 // Parses a /v1/chat/completions body: messages (role system/developer/user/assistant/tool;
@@ -100,7 +105,9 @@ ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const M
 // top_logprobs, chat_template_kwargs (only enable_thinking is read), add_generation_prompt
 // (default true), plus the sampling fields of completions. The prompt is the model's chat
 // template rendered and tokenized with encode_chat() (special-token text inside messages stays
-// plain text).
+// plain text). As vLLM: text parts are joined with "\n"; "developer" messages reach the
+// template as "system"; a tool message needs a tool_call_id. tools / functions (non-empty) and
+// tool_choice other than "none" are refused.
 ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelContext& model);
 
 // Builds the response of one request from the engine's chunks. Not thread-safe: one builder
@@ -114,7 +121,9 @@ class ResponseBuilder {
   // Non-streaming: add every chunk of prompt `prompt_index`, then body() once all finished.
   void add(size_t prompt_index, const OutputChunk& chunk);
   // text_completion / chat.completion, with usage (prompt_tokens counted once per prompt,
-  // completion_tokens over all choices, prompt_tokens_details.cached_tokens).
+  // completion_tokens over all choices, prompt_tokens_details.cached_tokens). Each choice has
+  // vLLM's stop_reason: the stop string, or the stop token id when one other than the
+  // tokenizer's EOS ended it, else null. Logprobs of -inf are sent as -9999.0, as OpenAI does.
   std::string body() const;
 
   // Streaming: the SSE events ("data: {...}\n\n", possibly several, possibly none) for this
@@ -140,6 +149,12 @@ class ResponseBuilder {
     bool started = false;                // streaming: the first event was sent
     int64_t text_offset = 0;             // completions logprobs: bytes of text so far
   };
+  // The choice a chunk of prompt `prompt_index` belongs to (PAGODA_CHECKs the indices).
+  Choice& choice(size_t prompt_index, const OutputChunk& chunk);
+  // Bookkeeping for a chunk whose text and tokens `c` already holds: finish reason, stop
+  // reason and usage when it is the choice's last.
+  void record(size_t prompt_index, Choice& c, const OutputChunk& chunk);
+
   const ParsedRequest& request_;
   const Tokenizer& tokenizer_;
   std::string id_;

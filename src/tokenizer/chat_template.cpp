@@ -3,12 +3,15 @@
 // never leave this file, into Status values.
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/vocab_tokenizer.h"
 
 namespace pagoda {
 
@@ -58,6 +61,111 @@ Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages
   } catch (const std::bad_alloc&) {
     return resource_exhausted("chat template: out of memory while rendering");
   }
+}
+
+// ---- encode_chat ---------------------------------------------------------------------------
+
+namespace {
+
+// A placeholder is kMark followed by two digits (base kRadix) that index the special texts.
+constexpr char32_t kMark = 0xE000;
+constexpr char32_t kFirstDigit = 0xE100;
+constexpr size_t kRadix = 4096;  // the digits stay inside the private-use block U+E000..U+F8FF
+constexpr std::string_view kMarkUtf8 = "\xEE\x80\x80";
+constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";
+
+void append_placeholder(size_t index, std::string& out) {
+  unicode::append_utf8(kMark, out);
+  unicode::append_utf8(kFirstDigit + static_cast<char32_t>(index / kRadix), out);
+  unicode::append_utf8(kFirstDigit + static_cast<char32_t>(index % kRadix), out);
+}
+
+// The value of the digit at text[pos], or -1.
+int64_t read_digit(std::string_view text, size_t& pos) {
+  if (pos >= text.size()) return -1;
+  const unicode::Utf8Step step = unicode::decode_utf8(text, pos);
+  if (!step.valid || step.code_point < kFirstDigit || step.code_point >= kFirstDigit + kRadix) return -1;
+  pos += step.length;
+  return static_cast<int64_t>(step.code_point - kFirstDigit);
+}
+
+// `field` with each special text replaced by its placeholder and any U+E000 by U+FFFD.
+std::string hide_special_texts(std::string_view field, const LiteralMatcher& specials) {
+  std::string out;
+  out.reserve(field.size());
+  for (const LiteralMatcher::Piece& piece : specials.split(field)) {
+    if (piece.id >= 0) {
+      append_placeholder(static_cast<size_t>(piece.id), out);
+      continue;
+    }
+    for (size_t pos = 0; pos < piece.text.size();) {
+      const size_t mark = piece.text.find(kMarkUtf8, pos);
+      out.append(piece.text.substr(pos, mark == std::string_view::npos ? mark : mark - pos));
+      if (mark == std::string_view::npos) break;
+      out.append(kReplacementUtf8);
+      pos = mark + kMarkUtf8.size();
+    }
+  }
+  return out;
+}
+
+bool has_special_text(std::string_view field, const LiteralMatcher& specials) {
+  for (const LiteralMatcher::Piece& piece : specials.split(field)) {
+    if (piece.id >= 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<ChatPrompt> encode_chat(const ChatTemplate& tmpl, const Tokenizer& tok,
+                               const std::vector<ChatMessage>& messages,
+                               const ChatTemplateOptions& options) {
+  const std::vector<std::string> special_texts = tok.special_token_texts();
+  LiteralMatcher specials;
+  // Two digits name at most kRadix^2 texts; no real vocabulary comes near that.
+  for (size_t i = 0; i < std::min(special_texts.size(), kRadix * kRadix); ++i) {
+    specials.add(special_texts[i], static_cast<TokenId>(i));
+  }
+  bool any_special = false;
+  for (const ChatMessage& m : messages) {
+    any_special = any_special || has_special_text(m.content, specials) ||
+                  has_special_text(m.reasoning_content, specials);
+  }
+  ChatPrompt prompt;
+  if (!any_special) {
+    PAGODA_ASSIGN_OR_RETURN(prompt.text, tmpl.apply(messages, options));
+    prompt.ids = tok.encode(prompt.text, /*add_special=*/false);
+    return prompt;
+  }
+
+  std::vector<ChatMessage> hidden = messages;
+  for (ChatMessage& m : hidden) {
+    m.content = hide_special_texts(m.content, specials);
+    m.reasoning_content = hide_special_texts(m.reasoning_content, specials);
+  }
+  PAGODA_ASSIGN_OR_RETURN(std::string rendered, tmpl.apply(hidden, options));
+  // Put the texts back, remembering where they went: those bytes came from messages.
+  std::vector<TextRange> verbatim;
+  prompt.text.reserve(rendered.size());
+  for (size_t pos = 0; pos < rendered.size();) {
+    const size_t mark = rendered.find(kMarkUtf8, pos);
+    prompt.text.append(rendered, pos, mark == std::string::npos ? std::string::npos : mark - pos);
+    if (mark == std::string::npos) break;
+    pos = mark + kMarkUtf8.size();
+    const int64_t high = read_digit(rendered, pos);
+    const int64_t low = high < 0 ? -1 : read_digit(rendered, pos);
+    const int64_t index = high * static_cast<int64_t>(kRadix) + low;
+    if (high < 0 || low < 0 || index >= static_cast<int64_t>(special_texts.size())) {
+      prompt.text.append(kReplacementUtf8);  // a placeholder the template cut apart
+      continue;
+    }
+    const std::string& text = special_texts[static_cast<size_t>(index)];
+    verbatim.push_back({prompt.text.size(), prompt.text.size() + text.size()});
+    prompt.text.append(text);
+  }
+  prompt.ids = tok.encode(prompt.text, /*add_special=*/false, verbatim);
+  return prompt;
 }
 
 namespace {

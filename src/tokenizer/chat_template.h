@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/types.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 
@@ -92,6 +94,36 @@ class ChatTemplate {
   std::string source_;
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> body_;
 };
+
+// A rendered conversation and its token ids.
+struct ChatPrompt {
+  std::string text;          // the template's output, as the model sees it
+  std::vector<TokenId> ids;  // text tokenized as described at encode_chat()
+};
+
+// Renders `messages` with tmpl.apply() and tokenizes the result with add_special = false (the
+// template writes BOS itself where the model wants one, as vLLM assumes).
+//
+// Special-token text that a message field (content, reasoning_content) contains, such as a
+// user writing "<|im_start|>system\n...<|im_end|>", stays plain text: it never becomes the
+// control tokens, while the same text written by the template (its role headers, bos_token,
+// eos_token) does. Added tokens that are not special (Qwen3's <think>) are recognized in
+// messages as in the template, as Hugging Face tokenizers do.
+//
+// How: when no field contains any of tok.special_token_texts(), the text is simply
+// tok.encode(text, false). Otherwise each occurrence in a field is first replaced by a
+// placeholder of Unicode private-use characters (U+E000 followed by two characters of
+// U+E100..U+F0FF naming the token), the conversation is rendered, every placeholder in the
+// output is turned back into its text, and those byte ranges are passed to encode() as
+// verbatim. So that a user cannot forge a placeholder, U+E000 written in any field is replaced
+// by U+FFFD in this case (only U+E000 starts a placeholder; the other private-use characters
+// are left alone). A template that cuts a placeholder apart (slicing the content) leaves
+// U+FFFD where the cut one stood. Templates are assumed not to write U+E000 themselves.
+//
+// Fails as ChatTemplate::apply() does.
+Result<ChatPrompt> encode_chat(const ChatTemplate& tmpl, const Tokenizer& tok,
+                               const std::vector<ChatMessage>& messages,
+                               const ChatTemplateOptions& options);
 
 // What a Hugging Face tokenizer_config.json says about chat formatting.
 struct HfChatTemplateConfig {

@@ -38,16 +38,22 @@ class ByteTokenizer final : public Tokenizer {
   static constexpr TokenId kEos = 257;
 
   std::vector<TokenId> encode(std::string_view text, bool add_special) const override {
+    return encode(text, add_special, {});
+  }
+
+  std::vector<TokenId> encode(std::string_view text, bool add_special,
+                              std::span<const TextRange> verbatim) const override {
     std::vector<TokenId> out;
     out.reserve(text.size() + 1);
     if (add_special) out.push_back(kBos);
     size_t pos = 0;
     while (pos < text.size()) {
-      // "<s>" and "</s>" written in the text are the special tokens, as with other vocabularies.
-      if (text.compare(pos, 3, "<s>") == 0) {
+      // "<s>" and "</s>" written in the text are the special tokens, as with other vocabularies,
+      // except inside verbatim text, where they are their bytes.
+      if (text.compare(pos, 3, "<s>") == 0 && !overlaps_any(verbatim, pos, pos + 3)) {
         out.push_back(kBos);
         pos += 3;
-      } else if (text.compare(pos, 4, "</s>") == 0) {
+      } else if (text.compare(pos, 4, "</s>") == 0 && !overlaps_any(verbatim, pos, pos + 4)) {
         out.push_back(kEos);
         pos += 4;
       } else {
@@ -56,6 +62,8 @@ class ByteTokenizer final : public Tokenizer {
     }
     return out;
   }
+
+  std::vector<std::string> special_token_texts() const override { return {"<s>", "</s>"}; }
 
   std::string decode(std::span<const TokenId> ids, bool skip_special) const override {
     std::string raw;

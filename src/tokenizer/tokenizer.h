@@ -20,6 +20,11 @@ namespace pagoda {
 
 class GgufFile;
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -28,6 +33,20 @@ class Tokenizer {
   // are recognized as single tokens, as Hugging Face tokenizers do. With add_special, the
   // model's BOS (and EOS, where the model's rules say so) are added.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_special) const = 0;
+
+  // As encode(text, add_special), except that a special token (is_special() true: BOS, EOS,
+  // <|im_start|>, ...) whose text overlaps one of the `verbatim` ranges is not recognized there:
+  // that text is tokenized as ordinary text, together with the ordinary text around it. This is
+  // how text that came from a user (a chat message) is kept from producing control tokens.
+  // Added tokens that are not special (Qwen3's <think>) are still matched everywhere, as Hugging
+  // Face does. `verbatim` is sorted and non-overlapping; ranges past the end of `text` are
+  // ignored. With no ranges the result equals encode(text, add_special).
+  virtual std::vector<TokenId> encode(std::string_view text, bool add_special,
+                                      std::span<const TextRange> verbatim) const = 0;
+
+  // The texts of the special tokens that encode() recognizes when written literally in the
+  // text (e.g. "<|im_start|>", "<s>"), in no particular order; none is empty.
+  virtual std::vector<std::string> special_token_texts() const = 0;
 
   // The text of `ids`; invalid UTF-8 sequences become U+FFFD. Special tokens (BOS, EOS, ...)
   // are left out when skip_special. Ids outside the vocabulary are skipped.

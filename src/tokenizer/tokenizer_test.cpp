@@ -40,6 +40,25 @@ TEST(ByteTokenizer, RoundTripsBytes) {
   EXPECT_FALSE(tok->decode_strips_leading_space());
 }
 
+TEST(ByteTokenizer, VerbatimRangesKeepSpecialTextAsBytes) {
+  auto tok = make_byte_tokenizer();
+  EXPECT_EQ(tok->special_token_texts(), (std::vector<std::string>{"<s>", "</s>"}));
+  const std::string text = "a<s>b</s>";
+  EXPECT_EQ(tok->encode(text, false, {}), tok->encode(text, false));
+  EXPECT_EQ(tok->encode(text, true, {}), tok->encode(text, true));
+  const std::vector<TextRange> first = {{1, 4}};
+  EXPECT_EQ(tok->encode(text, false, first), (std::vector<TokenId>{'a', '<', 's', '>', 'b', 257}));
+  // Overlapping the token by one byte is enough; touching it is not.
+  const std::vector<TextRange> touch_one = {{3, 5}};
+  EXPECT_EQ(tok->encode(text, false, touch_one), (std::vector<TokenId>{'a', '<', 's', '>', 'b', 257}));
+  const std::vector<TextRange> adjacent = {{0, 1}, {4, 5}};
+  EXPECT_EQ(tok->encode(text, false, adjacent), (std::vector<TokenId>{'a', 256, 'b', 257}));
+  const std::vector<TextRange> empty_range = {{2, 2}};
+  EXPECT_EQ(tok->encode(text, false, empty_range), tok->encode(text, false));
+  const std::vector<TextRange> past_end = {{100, 200}};
+  EXPECT_EQ(tok->encode(text, true, past_end), tok->encode(text, true));
+}
+
 TEST(ByteTokenizer, IncrementalHoldsSplitCharacters) {
   auto tok = make_byte_tokenizer();
   IncrementalDetokenizer detok(*tok, /*skip_special=*/true);
@@ -156,6 +175,33 @@ TEST(HfTokenizerJson, TinyByteLevel) {
   EXPECT_EQ((*tok)->decode(std::vector<TokenId>{'h', 257, 258}, true), "h hi");
   EXPECT_EQ((*tok)->token_text(256), "Ġh");
   EXPECT_EQ((*tok)->token_bytes(256), " h");
+}
+
+// Special added tokens are not matched inside verbatim ranges; the text around them is then
+// tokenized as one stretch. Non-special added tokens still match there.
+TEST(HfTokenizerJson, VerbatimRangesSkipOnlySpecialTokens) {
+  std::string json = tiny_byte_level_json();
+  const std::string added = R"({"id": 258, "content": "<|end|>", "special": true})";
+  const size_t at = json.find(added);
+  ASSERT_NE(at, std::string::npos);
+  json.insert(at + added.size(), R"(, {"id": 259, "content": "<|en", "special": false},
+                                    {"id": 260, "content": "<x>", "special": false})");
+  auto loaded = load_hf_tokenizer(write_dir(json, R"({"eos_token": "<|end|>"})"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const Tokenizer& tok = **loaded;
+  EXPECT_EQ(tok.special_token_texts(), std::vector<std::string>{"<|end|>"});
+  const std::string text = "hi<|end|> hi<x>";
+  EXPECT_EQ(tok.encode(text, false), (std::vector<TokenId>{'h', 'i', 258, 257, 260}));
+  EXPECT_EQ(tok.encode(text, false, {}), tok.encode(text, false));
+  // The whole text verbatim: <|end|> is refused, so the longest other added token at that
+  // position ("<|en", not special) is taken; <x> is not special and stays one token.
+  const std::vector<TextRange> all = {{0, text.size()}};
+  EXPECT_EQ(tok.encode(text, false, all), (std::vector<TokenId>{'h', 'i', 259, 'd', '|', '>', 257, 260}));
+  // Only the bytes of <|end|> verbatim: the same, and " hi" after it still merges to "Ġhi".
+  const std::vector<TextRange> token_only = {{2, 9}};
+  EXPECT_EQ(tok.encode(text, false, token_only), tok.encode(text, false, all));
+  const std::vector<TextRange> elsewhere = {{9, 12}};
+  EXPECT_EQ(tok.encode(text, false, elsewhere), tok.encode(text, false));
 }
 
 TEST(HfTokenizerJson, MalformedFilesFailWithoutCrashing) {

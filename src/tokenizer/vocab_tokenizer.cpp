@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 #include "base/check.h"
 #include "tokenizer/unicode.h"
@@ -10,13 +11,23 @@ namespace pagoda {
 
 // ---- LiteralMatcher ------------------------------------------------------------------------
 
+bool overlaps_any(std::span<const TextRange> ranges, size_t begin, size_t end) {
+  // The first range that ends after `begin`; empty ranges cover nothing and are stepped over.
+  auto it = std::partition_point(ranges.begin(), ranges.end(),
+                                 [&](const TextRange& r) { return r.end <= begin; });
+  for (; it != ranges.end() && it->begin < end; ++it) {
+    if (it->begin < it->end) return true;
+  }
+  return false;
+}
+
 int32_t LiteralMatcher::child(int32_t node, uint8_t byte) const {
   const auto& edges = nodes_[static_cast<size_t>(node)].edges;
   auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(byte, int32_t{-1}));
   return it != edges.end() && it->first == byte ? it->second : -1;
 }
 
-void LiteralMatcher::add(std::string_view text, TokenId id) {
+void LiteralMatcher::add(std::string_view text, TokenId id, bool special) {
   if (text.empty()) return;  // an empty token can never be matched
   int32_t node = 0;
   for (char c : text) {
@@ -32,11 +43,16 @@ void LiteralMatcher::add(std::string_view text, TokenId id) {
     node = next;
   }
   // Two added tokens with the same text: the first one listed wins.
-  if (nodes_[static_cast<size_t>(node)].id < 0) nodes_[static_cast<size_t>(node)].id = id;
+  Node& end = nodes_[static_cast<size_t>(node)];
+  if (end.id < 0) {
+    end.id = id;
+    end.special = special;
+  }
   first_byte_[static_cast<uint8_t>(text[0])] = true;
 }
 
-std::vector<LiteralMatcher::Piece> LiteralMatcher::split(std::string_view text) const {
+std::vector<LiteralMatcher::Piece> LiteralMatcher::split(std::string_view text,
+                                                         std::span<const TextRange> verbatim) const {
   std::vector<Piece> pieces;
   size_t plain_start = 0;
   size_t pos = 0;
@@ -51,8 +67,9 @@ std::vector<LiteralMatcher::Piece> LiteralMatcher::split(std::string_view text) 
     for (size_t i = pos; i < text.size(); ++i) {
       node = child(node, static_cast<uint8_t>(text[i]));
       if (node < 0) break;
-      if (nodes_[static_cast<size_t>(node)].id >= 0) {
-        best_id = nodes_[static_cast<size_t>(node)].id;
+      const Node& n = nodes_[static_cast<size_t>(node)];
+      if (n.id >= 0 && !(n.special && overlaps_any(verbatim, pos, i + 1))) {
+        best_id = n.id;
         best_len = i + 1 - pos;
       }
     }
@@ -124,7 +141,7 @@ VocabTokenizer::VocabTokenizer(VocabSpec spec) : spec_(std::move(spec)) {
   for (size_t id = 0; id < spec_.texts.size(); ++id) {
     text_to_id_[spec_.texts[id]] = static_cast<TokenId>(id);
   }
-  for (TokenId id : spec_.literals) literals_.add(spec_.texts[static_cast<size_t>(id)], id);
+  for (TokenId id : spec_.literals) literals_.add(spec_.texts[static_cast<size_t>(id)], id, is_special(id));
 }
 
 std::optional<TokenId> VocabTokenizer::find(std::string_view text) const {
@@ -134,12 +151,19 @@ std::optional<TokenId> VocabTokenizer::find(std::string_view text) const {
 }
 
 std::vector<TokenId> VocabTokenizer::encode(std::string_view text, bool add_special) const {
+  return encode(text, add_special, {});
+}
+
+std::vector<TokenId> VocabTokenizer::encode(std::string_view text, bool add_special,
+                                            std::span<const TextRange> verbatim) const {
   std::vector<TokenId> out;
   if (add_special) out.insert(out.end(), spec_.prefix.begin(), spec_.prefix.end());
   if (literals_.empty()) {
     if (!text.empty()) encode_text(text, true, out);
   } else {
-    for (const LiteralMatcher::Piece& piece : literals_.split(text)) {
+    // A special token refused inside a verbatim range stays part of the plain stretch around
+    // it, so that stretch is tokenized in one piece, exactly as if the token did not exist.
+    for (const LiteralMatcher::Piece& piece : literals_.split(text, verbatim)) {
       if (piece.id >= 0) {
         out.push_back(piece.id);
       } else {
@@ -149,6 +173,18 @@ std::vector<TokenId> VocabTokenizer::encode(std::string_view text, bool add_spec
   }
   if (add_special) out.insert(out.end(), spec_.suffix.begin(), spec_.suffix.end());
   return out;
+}
+
+std::vector<std::string> VocabTokenizer::special_token_texts() const {
+  // The first literal listed with a given text is the one the matcher knows (see add()).
+  std::vector<std::string> texts;
+  std::unordered_set<std::string_view> seen;
+  for (TokenId id : spec_.literals) {
+    const std::string& text = spec_.texts[static_cast<size_t>(id)];
+    if (text.empty() || !seen.insert(text).second) continue;
+    if (is_special(id)) texts.push_back(text);
+  }
+  return texts;
 }
 
 bool VocabTokenizer::is_special(TokenId id) const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -40,10 +41,14 @@ struct VocabSpec {
   bool strip_leading_space = false;
 };
 
+// True when [begin, end) shares a byte with one of `ranges` (sorted, non-overlapping).
+bool overlaps_any(std::span<const TextRange> ranges, size_t begin, size_t end);
+
 // Finds added tokens in text: leftmost match first, longest match at that position.
 class LiteralMatcher {
  public:
-  void add(std::string_view text, TokenId id);
+  // `special` tokens are the ones split() does not match inside verbatim ranges.
+  void add(std::string_view text, TokenId id, bool special = false);
   bool empty() const { return nodes_.size() <= 1; }
 
   struct Piece {
@@ -51,12 +56,15 @@ class LiteralMatcher {
     TokenId id = -1;
   };
   // `text` cut into plain stretches and matched tokens, in order; empty stretches are omitted.
-  std::vector<Piece> split(std::string_view text) const;
+  // A special token whose match would overlap a `verbatim` range (sorted, non-overlapping) is
+  // not matched there; the longest other match at that position, if any, is taken instead.
+  std::vector<Piece> split(std::string_view text, std::span<const TextRange> verbatim = {}) const;
 
  private:
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> edges;  // sorted by byte
     TokenId id = -1;
+    bool special = false;
   };
   int32_t child(int32_t node, uint8_t byte) const;
   std::vector<Node> nodes_ = std::vector<Node>(1);
@@ -74,6 +82,9 @@ class VocabTokenizer : public Tokenizer {
   // range (and control/unknown tokens when skip_special), applies the leading-space rule, then
   // replaces ill-formed UTF-8.
   std::vector<TokenId> encode(std::string_view text, bool add_special) const final;
+  std::vector<TokenId> encode(std::string_view text, bool add_special,
+                              std::span<const TextRange> verbatim) const final;
+  std::vector<std::string> special_token_texts() const final;
   std::string decode(std::span<const TokenId> ids, bool skip_special) const final;
   std::string token_bytes(TokenId id) const final;
   std::string token_text(TokenId id) const final;

@@ -1,0 +1,1176 @@
+// The OpenAI protocol: request parsing and validation, and response / SSE chunk building.
+//
+// Parsing reads a body in three stages: a byte scan that refuses deep nesting (the JSON
+// library's own recursion is never reached), nlohmann's parser (every exception it throws is
+// caught here), then typed field readers that never call get<T>() on a value whose type they
+// have not checked. Each check names the field it failed on, so the error carries `param`.
+#include "server/openai_protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <new>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+#include "tokenizer/unicode.h"
+
+namespace pagoda::server {
+
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;  // responses keep OpenAI's field order
+
+// Caps that the API reference leaves open; generous for real clients, small enough that no
+// request can make the engine scan megabytes per generated token.
+constexpr size_t kMaxModelNameBytes = 1024;
+constexpr size_t kMaxStopStringBytes = 4096;
+constexpr size_t kMaxStopTokenIds = 1024;
+constexpr size_t kMaxEchoedBytes = 64;  // of user text quoted back in an error message
+constexpr double kMaxTemperature = 2.0;
+constexpr double kMinLogprob = -9999.0;  // what OpenAI and vLLM send for -inf
+
+// Every output goes through here: text from the model or the user may hold invalid UTF-8.
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string sse(const ojson& j) { return "data: " + dump(j) + "\n\n"; }
+
+// `s` cut to a few bytes (at a character boundary) for quoting in a message.
+std::string quote(std::string_view s) {
+  if (s.size() <= kMaxEchoedBytes) return "'" + std::string(s) + "'";
+  size_t cut = kMaxEchoedBytes;
+  while (cut > 0 && (static_cast<uint8_t>(s[cut]) & 0xC0) == 0x80) --cut;
+  return "'" + std::string(s.substr(0, cut)) + "...'";
+}
+
+const char* type_name(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a decimal number";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported value";
+  }
+}
+
+ApiError wrong_type(const std::string& key, const char* expected, const json& got) {
+  return bad_request(
+      "Invalid type for '" + key + "': expected " + expected + ", but got " + type_name(got) + " instead.", key);
+}
+
+// A JSON library exception's message, without its "[json.exception.x.n] " prefix and cut short
+// (it may quote the body).
+std::string describe(const json::exception& e) {
+  std::string_view what = e.what();
+  if (!what.empty() && what[0] == '[' && what.find("] ") != std::string_view::npos) {
+    what.remove_prefix(what.find("] ") + 2);
+  }
+  if (what.size() <= 200) return std::string(what);
+  return std::string(what.substr(0, 200)) + "...";
+}
+
+std::string fmt(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+// ---- reading fields ---------------------------------------------------------------------------
+// A reader leaves `out` alone when the field is absent or null (null means "not given", as in
+// the OpenAI SDKs), and returns an error when it has the wrong type.
+
+using MaybeError = std::optional<ApiError>;
+
+#define PAGODA_RETURN_IF_API_ERROR(expr)         \
+  do {                                           \
+    if (MaybeError pagoda_api_error_ = (expr)) { \
+      return *std::move(pagoda_api_error_);      \
+    }                                            \
+  } while (0)
+
+const json* field(const json& body, const std::string& key) {
+  auto it = body.find(key);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+MaybeError read_bool(const json& body, const std::string& key, bool& out) {
+  const json* v = field(body, key);
+  if (!v) return {};
+  if (!v->is_boolean()) return wrong_type(key, "a boolean", *v);
+  out = v->get<bool>();
+  return {};
+}
+
+// JSON integers only: a decimal number, even 10.0, is refused rather than truncated.
+MaybeError read_int(const json& body, const std::string& key, std::optional<int64_t>& out) {
+  const json* v = field(body, key);
+  if (!v) return {};
+  if (v->is_number_unsigned()) {
+    const auto u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return bad_request("'" + key + "' is too large: " + std::to_string(u), key);
+    }
+    out = static_cast<int64_t>(u);
+    return {};
+  }
+  if (!v->is_number_integer()) return wrong_type(key, "an integer", *v);
+  out = v->get<int64_t>();
+  return {};
+}
+
+MaybeError read_int_in(const json& body, const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t>& out) {
+  PAGODA_RETURN_IF_API_ERROR(read_int(body, key, out));
+  if (out && (*out < lo || *out > hi)) {
+    return bad_request(
+        key + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(*out), key);
+  }
+  return {};
+}
+
+MaybeError read_number(const json& body, const std::string& key, double& out) {
+  const json* v = field(body, key);
+  if (!v) return {};
+  if (!v->is_number()) return wrong_type(key, "a number", *v);
+  out = v->get<double>();
+  if (!std::isfinite(out)) return bad_request("'" + key + "' must be a finite number", key);
+  return {};
+}
+
+MaybeError read_string(const json& body, const std::string& key, std::optional<std::string>& out) {
+  const json* v = field(body, key);
+  if (!v) return {};
+  if (!v->is_string()) return wrong_type(key, "a string", *v);
+  out = v->get<std::string>();
+  return {};
+}
+
+// True when `id`, a JSON integer, is a token id of a vocabulary of `vocab` tokens.
+bool in_vocab(const json& id, int64_t vocab) {
+  if (id.is_number_unsigned()) return id.get<uint64_t>() < static_cast<uint64_t>(vocab);
+  return id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab;
+}
+
+// ---- the body -------------------------------------------------------------------------------
+
+// True when no array or object in `body` nests deeper than `max_depth`. Brackets inside
+// strings do not count; the scan does not otherwise check the syntax.
+bool nesting_within(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is, cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
+
+ApiResult<json> parse_body(std::string_view body, const ProtocolLimits& limits) {
+  if (!nesting_within(body, limits.max_json_depth)) {
+    return bad_request("the request body nests arrays and objects deeper than " +
+                       std::to_string(limits.max_json_depth) + " levels");
+  }
+  // Which top-level field the parser is inside, so that a bad number (1e400) names it.
+  std::string current_key;
+  const json::parser_callback_t track = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1) {
+      if (event == json::parse_event_t::key) {
+        current_key = parsed.is_string() ? parsed.get<std::string>() : std::string();
+      } else if (event == json::parse_event_t::value || event == json::parse_event_t::object_end ||
+                 event == json::parse_event_t::array_end) {
+        current_key.clear();
+      }
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end(), track);
+  } catch (const json::exception& e) {
+    if (current_key.size() > kMaxEchoedBytes) current_key.clear();
+    return bad_request("the request body is not valid JSON: " + describe(e), current_key);
+  }
+  if (!j.is_object()) return bad_request("request body must be a JSON object");
+  return j;
+}
+
+// ---- fields shared by both endpoints ------------------------------------------------------------
+
+MaybeError read_model(const json& body, const ModelContext& model, std::string& out) {
+  PAGODA_CHECK(!model.served_model_names.empty());
+  std::optional<std::string> name;
+  PAGODA_RETURN_IF_API_ERROR(read_string(body, "model", name));
+  if (!name) {
+    out = model.served_model_names.front();
+    return {};
+  }
+  if (name->size() > kMaxModelNameBytes) {
+    return bad_request("model name is longer than " + std::to_string(kMaxModelNameBytes) + " bytes", "model");
+  }
+  const auto& names = model.served_model_names;
+  if (std::find(names.begin(), names.end(), *name) == names.end()) {
+    ApiError e;
+    e.status = 404;
+    e.message = "The model `" + *name + "` does not exist.";
+    e.type = "not_found_error";
+    e.param = "model";
+    e.code = "model_not_found";
+    return e;
+  }
+  out = *name;
+  return {};
+}
+
+MaybeError read_stop(const json& body, SamplingParams& p) {
+  const json* v = field(body, "stop");
+  if (!v) return {};
+  std::vector<const json*> items;
+  if (v->is_string()) {
+    items.push_back(v);
+  } else if (v->is_array()) {
+    if (v->size() > SamplingParams::kMaxStop) {
+      return bad_request("stop may hold at most " + std::to_string(SamplingParams::kMaxStop) + " strings, got " +
+                             std::to_string(v->size()),
+                         "stop");
+    }
+    for (const json& s : *v) items.push_back(&s);
+  } else {
+    return wrong_type("stop", "a string or an array of strings", *v);
+  }
+  for (const json* s : items) {
+    if (!s->is_string()) return wrong_type("stop", "a string or an array of strings", *s);
+    const auto& text = s->get_ref<const std::string&>();
+    if (text.empty()) return bad_request("stop strings must not be empty", "stop");
+    if (text.size() > kMaxStopStringBytes) {
+      return bad_request("stop strings may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long", "stop");
+    }
+    p.stop.push_back(text);
+  }
+  return {};
+}
+
+MaybeError read_stop_token_ids(const json& body, int64_t vocab, SamplingParams& p) {
+  const json* v = field(body, "stop_token_ids");
+  if (!v) return {};
+  if (!v->is_array()) return wrong_type("stop_token_ids", "an array of token ids", *v);
+  if (v->size() > kMaxStopTokenIds) {
+    return bad_request("stop_token_ids may hold at most " + std::to_string(kMaxStopTokenIds) + " ids",
+                       "stop_token_ids");
+  }
+  for (const json& id : *v) {
+    if (!id.is_number_integer()) return wrong_type("stop_token_ids", "an array of token ids", id);
+    if (!in_vocab(id, vocab)) {
+      return bad_request(
+          "stop_token_ids holds " + id.dump() + ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+          "stop_token_ids");
+    }
+    p.stop_token_ids.push_back(static_cast<TokenId>(id.get<int64_t>()));
+  }
+  return {};
+}
+
+MaybeError read_logit_bias(const json& body, int64_t vocab, const ProtocolLimits& limits, SamplingParams& p) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return {};
+  if (!v->is_object()) return wrong_type("logit_bias", "an object of token id -> bias", *v);
+  if (v->size() > limits.max_logit_bias) {
+    return bad_request("logit_bias may hold at most " + std::to_string(limits.max_logit_bias) + " entries",
+                       "logit_bias");
+  }
+  for (const auto& [key, value] : v->items()) {
+    // Decimal digits only: no sign, no spaces, no "1e3"; at most 10 digits cannot overflow.
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (!digits || id >= vocab) {
+      return bad_request(
+          "logit_bias key " + quote(key) + " is not a token id in the vocabulary [0, " + std::to_string(vocab) + ")",
+          "logit_bias");
+    }
+    if (!value.is_number()) return wrong_type("logit_bias", "an object of token id -> number", value);
+    const double bias = value.get<double>();
+    if (!(bias >= -SamplingParams::kMaxAbsLogitBias && bias <= SamplingParams::kMaxAbsLogitBias)) {
+      return bad_request("logit_bias values must be in [-100, 100], got " + fmt(bias) + " for token " + key,
+                         "logit_bias");
+    }
+    p.logit_bias.emplace_back(static_cast<TokenId>(id), static_cast<float>(bias));
+  }
+  return {};
+}
+
+// Any JSON integer in the int64 or uint64 range; negative seeds wrap to uint64 (two's
+// complement), so -1 and 18446744073709551615 are the same seed.
+MaybeError read_seed(const json& body, SamplingParams& p) {
+  const json* v = field(body, "seed");
+  if (!v) return {};
+  if (v->is_number_unsigned()) {
+    p.seed = v->get<uint64_t>();
+  } else if (v->is_number_integer()) {
+    p.seed = static_cast<uint64_t>(v->get<int64_t>());
+  } else {
+    return wrong_type("seed", "an integer", *v);
+  }
+  return {};
+}
+
+// The sampling and streaming fields that completions and chat share.
+MaybeError read_common(const json& body, const ModelContext& model, ParsedRequest& r, SamplingParams& p,
+                       GenerateRequest& proto) {
+  const int64_t vocab = model.tokenizer->vocab_size();
+  PAGODA_RETURN_IF_API_ERROR(read_number(body, "temperature", p.temperature));
+  if (p.temperature < 0 || p.temperature > kMaxTemperature) {
+    return bad_request("temperature must be in [0, 2], got " + fmt(p.temperature), "temperature");
+  }
+  PAGODA_RETURN_IF_API_ERROR(read_number(body, "top_p", p.top_p));
+  std::optional<int64_t> top_k;
+  PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "top_k", -1, vocab, top_k));
+  if (top_k) p.top_k = *top_k;
+  PAGODA_RETURN_IF_API_ERROR(read_number(body, "min_p", p.min_p));
+  PAGODA_RETURN_IF_API_ERROR(read_number(body, "presence_penalty", p.presence_penalty));
+  PAGODA_RETURN_IF_API_ERROR(read_number(body, "frequency_penalty", p.frequency_penalty));
+  PAGODA_RETURN_IF_API_ERROR(read_number(body, "repetition_penalty", p.repetition_penalty));
+  PAGODA_RETURN_IF_API_ERROR(read_logit_bias(body, vocab, model.limits, p));
+  PAGODA_RETURN_IF_API_ERROR(read_seed(body, p));
+  PAGODA_RETURN_IF_API_ERROR(read_stop(body, p));
+  PAGODA_RETURN_IF_API_ERROR(read_stop_token_ids(body, vocab, p));
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "ignore_eos", p.ignore_eos));
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output));
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "skip_special_tokens", p.skip_special_tokens));
+  std::optional<int64_t> min_tokens;
+  PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "min_tokens", 0, std::numeric_limits<int64_t>::max(), min_tokens));
+  if (min_tokens) p.min_tokens = *min_tokens;
+  std::optional<int64_t> n;
+  PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "n", 1, model.limits.max_n, n));
+  if (n) p.n = *n;
+  r.n = p.n;
+  std::optional<int64_t> best_of;
+  PAGODA_RETURN_IF_API_ERROR(read_int(body, "best_of", best_of));
+  if (best_of && *best_of != p.n) {
+    return bad_request("best_of is not supported (it may only equal n)", "best_of");
+  }
+  std::optional<int64_t> priority;
+  PAGODA_RETURN_IF_API_ERROR(read_int(body, "priority", priority));
+  if (priority) proto.priority = *priority;
+  std::optional<std::string> salt;
+  PAGODA_RETURN_IF_API_ERROR(read_string(body, "cache_salt", salt));
+  if (salt) {
+    if (salt->empty()) return bad_request("cache_salt must not be empty", "cache_salt");
+    proto.cache_salt = *salt;
+  }
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "stream", r.stream));
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) return wrong_type("stream_options", "an object", *options);
+    if (!r.stream) return bad_request("stream_options may only be set when stream is true", "stream_options");
+    if (const json* usage = field(*options, "include_usage")) {
+      if (!usage->is_boolean()) return wrong_type("stream_options", "include_usage to be a boolean", *usage);
+      r.include_usage = usage->get<bool>();
+    }
+  }
+  if (const json* format = field(body, "response_format")) {
+    const json* type = format->is_object() ? field(*format, "type") : nullptr;
+    if (!type || !type->is_string() || type->get_ref<const std::string&>() != "text") {
+      return bad_request("response_format other than {\"type\": \"text\"} is not supported", "response_format");
+    }
+  }
+  return {};
+}
+
+// SamplingParams::validate() names the parameter first in its message ("top_p must be ..."); the
+// name becomes `param`, translated to the field the request used.
+MaybeError validate(const SamplingParams& p, const ModelContext& model, const std::string& max_tokens_key,
+                    Endpoint endpoint) {
+  Status st = p.validate(model.tokenizer->vocab_size());
+  if (st.ok()) return {};
+  const std::string& m = st.message();
+  std::string param = m.substr(0, m.find_first_not_of("abcdefghijklmnopqrstuvwxyz_"));
+  if (param == "max_tokens") param = max_tokens_key;
+  if (param == "logprobs" && endpoint == Endpoint::kChat) param = "top_logprobs";
+  return bad_request(m, param);
+}
+
+int64_t saturating_add(int64_t a, int64_t b) {
+  return b > std::numeric_limits<int64_t>::max() - a ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+// OpenAI's context_length_exceeded error. When even the prompt leaves no room for one token,
+// the prompt is at fault; otherwise max_tokens is.
+MaybeError check_context(int64_t prompt_tokens, int64_t max_tokens, const ModelContext& model, Endpoint endpoint,
+                         const std::string& max_tokens_key) {
+  const int64_t limit = model.max_model_len;
+  const bool chat = endpoint == Endpoint::kChat;
+  const std::string what = chat ? "messages" : "prompt";
+  const std::string head = "This model's maximum context length is " + std::to_string(limit) + " tokens. ";
+  if (prompt_tokens >= limit) {
+    return bad_request(head + "However, your " + what + " resulted in " + std::to_string(prompt_tokens) +
+                           " tokens. Please reduce the length of the " + what + ".",
+                       what, "context_length_exceeded");
+  }
+  if (max_tokens > limit - prompt_tokens) {
+    return bad_request(head + "However, you requested " + std::to_string(saturating_add(prompt_tokens, max_tokens)) +
+                           " tokens (" + std::to_string(prompt_tokens) + " in the " + what + ", " +
+                           std::to_string(max_tokens) + " in the completion). Please reduce the length of the " + what +
+                           " or completion.",
+                       max_tokens_key, "context_length_exceeded");
+  }
+  return {};
+}
+
+// ---- completions prompts ---------------------------------------------------------------------------
+
+MaybeError read_token_ids(const json& list, int64_t vocab, std::vector<TokenId>& out) {
+  out.reserve(list.size());
+  for (const json& id : list) {
+    if (!id.is_number_integer()) {
+      return bad_request(
+          "a prompt must be a string, an array of strings, an array of token ids, or an array "
+          "of arrays of token ids",
+          "prompt");
+    }
+    if (!in_vocab(id, vocab)) {
+      return bad_request(
+          "prompt token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(vocab) + ")", "prompt");
+    }
+    out.push_back(static_cast<TokenId>(id.get<int64_t>()));
+  }
+  if (out.empty()) return bad_request("prompt must not be empty", "prompt");
+  return {};
+}
+
+struct PromptInput {
+  std::string text;          // a text prompt, or the decoded ids (for echo)
+  std::vector<TokenId> ids;  // filled for id prompts; text prompts are tokenized later
+  bool is_text = false;
+};
+
+MaybeError read_prompts(const json& body, const ModelContext& model, std::vector<PromptInput>& out) {
+  const json* v = field(body, "prompt");
+  if (!v) return bad_request("prompt is required", "prompt");
+  const int64_t vocab = model.tokenizer->vocab_size();
+  const auto add_text = [&](const std::string& text) -> MaybeError {
+    if (text.empty()) return bad_request("prompt must not be empty", "prompt");
+    out.push_back({text, {}, true});
+    return {};
+  };
+  if (v->is_string()) return add_text(v->get_ref<const std::string&>());
+  if (!v->is_array()) return wrong_type("prompt", "a string or an array", *v);
+  if (v->empty()) return bad_request("prompt must not be empty", "prompt");
+  const json& first = v->front();
+  if (first.is_number_integer()) {  // one prompt of token ids
+    PromptInput p;
+    PAGODA_RETURN_IF_API_ERROR(read_token_ids(*v, vocab, p.ids));
+    out.push_back(std::move(p));
+    return {};
+  }
+  if (v->size() > model.limits.max_prompts) {
+    return bad_request("prompt may hold at most " + std::to_string(model.limits.max_prompts) + " prompts, got " +
+                           std::to_string(v->size()),
+                       "prompt");
+  }
+  // A batch: all strings, or all arrays of ids (OpenAI does not mix them).
+  const bool strings = first.is_string();
+  for (const json& item : *v) {
+    if (strings && item.is_string()) {
+      PAGODA_RETURN_IF_API_ERROR(add_text(item.get_ref<const std::string&>()));
+    } else if (!strings && item.is_array()) {
+      PromptInput p;
+      PAGODA_RETURN_IF_API_ERROR(read_token_ids(item, vocab, p.ids));
+      out.push_back(std::move(p));
+    } else {
+      return bad_request(
+          "a prompt must be a string, an array of strings, an array of token ids, or an array "
+          "of arrays of token ids (not mixed)",
+          "prompt");
+    }
+  }
+  return {};
+}
+
+// ---- chat messages ------------------------------------------------------------------------------
+
+MaybeError read_messages(const json& body, const ModelContext& model, std::vector<ChatMessage>& out) {
+  const json* v = field(body, "messages");
+  if (!v) return bad_request("messages is required", "messages");
+  if (!v->is_array()) return wrong_type("messages", "an array", *v);
+  if (v->empty()) return bad_request("messages must not be empty", "messages");
+  if (v->size() > model.limits.max_messages) {
+    return bad_request("messages may hold at most " + std::to_string(model.limits.max_messages) + " messages, got " +
+                           std::to_string(v->size()),
+                       "messages");
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const auto fail = [&](const std::string& what) { return bad_request(where + " " + what, "messages"); };
+    if (!m.is_object()) return fail(std::string("must be an object, got ") + type_name(m));
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) return fail("needs a role (a string)");
+    const std::string& r = role->get_ref<const std::string&>();
+    static const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+    if (std::find(std::begin(kRoles), std::end(kRoles), r) == std::end(kRoles)) {
+      return fail("has role " + quote(r) + "; it must be one of system, developer, user, assistant, tool");
+    }
+    ChatMessage msg;
+    // Templates know "system"; OpenAI's "developer" messages play that part.
+    msg.role = r == "developer" ? "system" : r;
+    const json* content = field(m, "content");
+    if (!content) {
+      if (r != "assistant") return fail("needs content");
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Text parts joined by newlines, as vLLM does.
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const json* type = part.is_object() ? field(part, "type") : nullptr;
+        if (!type || !type->is_string()) return fail("content parts must be objects with a type");
+        if (type->get_ref<const std::string&>() != "text") {
+          return fail("has a content part of type " + quote(type->get_ref<const std::string&>()) +
+                      "; only \"text\" is supported");
+        }
+        const json* text = field(part, "text");
+        if (!text || !text->is_string()) return fail("has a text part without a text string");
+        if (k > 0) msg.content += '\n';
+        msg.content += text->get_ref<const std::string&>();
+      }
+    } else {
+      return fail(std::string("content must be a string or an array of text parts, got ") + type_name(*content));
+    }
+    if (r == "tool") {
+      const json* call = field(m, "tool_call_id");
+      if (!call || !call->is_string()) return fail("is a tool message without a tool_call_id string");
+    }
+    if (r == "assistant") {
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        const json* reasoning = field(m, key);
+        if (!reasoning) continue;
+        if (!reasoning->is_string()) return fail(std::string(key) + " must be a string");
+        if (msg.reasoning_content.empty()) msg.reasoning_content = reasoning->get<std::string>();
+      }
+    }
+    out.push_back(std::move(msg));
+  }
+  return {};
+}
+
+// Template options from the request: add_generation_prompt and chat_template_kwargs (of which
+// only enable_thinking is read; a template must not see the request's other keys).
+MaybeError read_template_options(const json& body, const ModelContext& model, ChatTemplateOptions& options) {
+  options.bos_token = model.bos_token;
+  options.eos_token = model.eos_token;
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "add_generation_prompt", options.add_generation_prompt));
+  if (const json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) return wrong_type("chat_template_kwargs", "an object", *kwargs);
+    if (const json* thinking = field(*kwargs, "enable_thinking")) {
+      if (!thinking->is_boolean()) {
+        return bad_request("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs");
+      }
+      options.flags["enable_thinking"] = thinking->get<bool>();
+    }
+  }
+  return {};
+}
+
+MaybeError render_chat(const json& body, const ModelContext& model, ChatPrompt& prompt) {
+  std::vector<ChatMessage> messages;
+  PAGODA_RETURN_IF_API_ERROR(read_messages(body, model, messages));
+  ChatTemplateOptions options;
+  PAGODA_RETURN_IF_API_ERROR(read_template_options(body, model, options));
+  if (!model.chat_template) {
+    return bad_request(
+        "this model has no chat template, so the server cannot format messages; start it with "
+        "--chat-template FILE");
+  }
+  Result<ChatPrompt> encoded = encode_chat(*model.chat_template, *model.tokenizer, messages, options);
+  if (!encoded.ok()) return bad_request(encoded.status().message(), "messages");
+  prompt = std::move(encoded).value();
+  return {};
+}
+
+MaybeError refuse_tools(const json& body) {
+  for (const char* key : {"tools", "functions"}) {
+    const json* v = field(body, key);
+    if (v && !(v->is_array() && v->empty())) {
+      return bad_request(std::string(key) + " (function calling) is not supported by this server", key);
+    }
+  }
+  if (const json* choice = field(body, "tool_choice")) {
+    if (!choice->is_string() || choice->get_ref<const std::string&>() != "none") {
+      return bad_request("tool_choice other than \"none\" is not supported by this server", "tool_choice");
+    }
+  }
+  return {};
+}
+
+// Runs a parser, turning any exception that slipped past the checks into an error response.
+template <typename F>
+auto guarded(F&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const json::exception& e) {
+    return bad_request("invalid request: " + describe(e));
+  } catch (const std::bad_alloc&) {
+    ApiError e;
+    e.status = 500;
+    e.message = "out of memory while reading the request";
+    e.type = "server_error";
+    return e;
+  }
+}
+
+ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const ModelContext& model) {
+  PAGODA_CHECK(model.tokenizer != nullptr && model.max_model_len > 0);
+  ApiResult<json> parsed = parse_body(body_text, model.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  ParsedRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  PAGODA_RETURN_IF_API_ERROR(read_model(body, model, r.model));
+  SamplingParams p;
+  GenerateRequest proto;
+  PAGODA_RETURN_IF_API_ERROR(read_common(body, model, r, p, proto));
+  std::optional<int64_t> max_tokens;
+  PAGODA_RETURN_IF_API_ERROR(read_int(body, "max_tokens", max_tokens));
+  if (max_tokens) {
+    if (*max_tokens < 1)
+      return bad_request("max_tokens must be >= 1, got " + std::to_string(*max_tokens), "max_tokens");
+    p.max_tokens = *max_tokens;
+  }
+  std::optional<int64_t> logprobs;
+  PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "logprobs", 0, model.limits.max_logprobs, logprobs));
+  r.logprobs = logprobs;
+  p.logprobs = logprobs;
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "echo", r.echo));
+  // The prompt's own logprobs come first in an echoed choice.
+  if (r.echo && logprobs) p.prompt_logprobs = logprobs;
+  std::optional<std::string> suffix;
+  PAGODA_RETURN_IF_API_ERROR(read_string(body, "suffix", suffix));
+  if (suffix && !suffix->empty()) return bad_request("suffix is not supported by this server", "suffix");
+  bool add_special_tokens = true;
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "add_special_tokens", add_special_tokens));
+  PAGODA_RETURN_IF_API_ERROR(validate(p, model, "max_tokens", Endpoint::kCompletions));
+
+  std::vector<PromptInput> prompts;
+  PAGODA_RETURN_IF_API_ERROR(read_prompts(body, model, prompts));
+  if (static_cast<int64_t>(prompts.size()) * p.n > model.limits.max_sequences) {
+    return bad_request("prompts x n must be at most " + std::to_string(model.limits.max_sequences) + ", got " +
+                           std::to_string(prompts.size()) + " x " + std::to_string(p.n),
+                       "n");
+  }
+  for (PromptInput& in : prompts) {
+    GenerateRequest g = proto;
+    g.params = p;
+    g.add_special_tokens = add_special_tokens;
+    if (in.is_text) {
+      g.prompt_token_ids = model.tokenizer->encode(in.text, add_special_tokens);
+      if (g.prompt_token_ids.empty()) return bad_request("prompt must not be empty", "prompt");
+    } else {
+      g.prompt_token_ids = std::move(in.ids);
+      in.text = model.tokenizer->decode(g.prompt_token_ids, /*skip_special=*/false);
+    }
+    PAGODA_RETURN_IF_API_ERROR(check_context(static_cast<int64_t>(g.prompt_token_ids.size()), p.max_tokens, model,
+                                             Endpoint::kCompletions, "max_tokens"));
+    g.prompt = in.text;
+    r.prompt_texts.push_back(std::move(in.text));
+    r.prompts.push_back(std::move(g));
+  }
+  return r;
+}
+
+ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelContext& model) {
+  PAGODA_CHECK(model.tokenizer != nullptr && model.max_model_len > 0);
+  ApiResult<json> parsed = parse_body(body_text, model.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  ParsedRequest r;
+  r.endpoint = Endpoint::kChat;
+  PAGODA_RETURN_IF_API_ERROR(read_model(body, model, r.model));
+  PAGODA_RETURN_IF_API_ERROR(refuse_tools(body));
+  SamplingParams p;
+  GenerateRequest proto;
+  PAGODA_RETURN_IF_API_ERROR(read_common(body, model, r, p, proto));
+  // max_completion_tokens replaced max_tokens; vLLM prefers it when both are given.
+  std::string max_tokens_key = "max_tokens";
+  std::optional<int64_t> max_tokens;
+  PAGODA_RETURN_IF_API_ERROR(read_int(body, "max_tokens", max_tokens));
+  std::optional<int64_t> max_completion_tokens;
+  PAGODA_RETURN_IF_API_ERROR(read_int(body, "max_completion_tokens", max_completion_tokens));
+  if (max_completion_tokens) {
+    max_tokens = max_completion_tokens;
+    max_tokens_key = "max_completion_tokens";
+  }
+  if (max_tokens && *max_tokens < 1) {
+    return bad_request(max_tokens_key + " must be >= 1, got " + std::to_string(*max_tokens), max_tokens_key);
+  }
+  bool logprobs = false;
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "logprobs", logprobs));
+  std::optional<int64_t> top_logprobs;
+  PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "top_logprobs", 0, model.limits.max_logprobs, top_logprobs));
+  if (top_logprobs && !logprobs) {
+    return bad_request("top_logprobs may only be set when logprobs is true", "top_logprobs");
+  }
+  if (logprobs) {
+    r.logprobs = top_logprobs.value_or(0);
+    p.logprobs = r.logprobs;
+  }
+
+  ChatPrompt prompt;
+  PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, prompt));
+  if (prompt.ids.empty()) return bad_request("the chat template rendered an empty prompt", "messages");
+  const auto num_prompt = static_cast<int64_t>(prompt.ids.size());
+  // Without max_tokens the answer may use whatever the prompt leaves of the context.
+  p.max_tokens = max_tokens ? *max_tokens : std::max<int64_t>(model.max_model_len - num_prompt, 1);
+  PAGODA_RETURN_IF_API_ERROR(check_context(num_prompt, p.max_tokens, model, Endpoint::kChat, max_tokens_key));
+  PAGODA_RETURN_IF_API_ERROR(validate(p, model, max_tokens_key, Endpoint::kChat));
+
+  GenerateRequest g = proto;
+  g.params = p;
+  g.add_special_tokens = false;
+  g.prompt = prompt.text;
+  g.prompt_token_ids = std::move(prompt.ids);
+  r.prompt_texts.push_back(std::move(prompt.text));
+  r.prompts.push_back(std::move(g));
+  return r;
+}
+
+// ---- responses -----------------------------------------------------------------------------------
+
+double clamp_logprob(float lp) { return std::isfinite(lp) ? std::max<double>(lp, kMinLogprob) : kMinLogprob; }
+
+std::string token_string(const Tokenizer& tok, TokenId id) { return unicode::sanitize_utf8(tok.token_bytes(id)); }
+
+ojson token_bytes_json(const Tokenizer& tok, TokenId id) {
+  ojson bytes = ojson::array();
+  for (char c : tok.token_bytes(id)) bytes.push_back(static_cast<int>(static_cast<uint8_t>(c)));
+  return bytes;
+}
+
+ojson usage_json(int64_t prompt, int64_t completion, int64_t cached) {
+  ojson u;
+  u["prompt_tokens"] = prompt;
+  u["completion_tokens"] = completion;
+  u["total_tokens"] = prompt + completion;
+  u["prompt_tokens_details"] = {{"cached_tokens", cached}};
+  return u;
+}
+
+// Completions logprobs: four parallel lists. A token's text_offset counts the bytes of the
+// token strings before it, from the start of the choice (vLLM's rule; the choice's text can
+// differ from the concatenated token strings where decoding drops a space or a special token).
+struct CompletionLogprobs {
+  ojson tokens = ojson::array(), token_logprobs = ojson::array(), top_logprobs = ojson::array(),
+        text_offset = ojson::array();
+
+  // A token without a logprob: the first prompt token, which nothing precedes.
+  void add_bare(const Tokenizer& tok, TokenId id, int64_t& offset) {
+    const std::string s = token_string(tok, id);
+    tokens.push_back(s);
+    token_logprobs.push_back(nullptr);
+    top_logprobs.push_back(nullptr);
+    text_offset.push_back(offset);
+    offset += static_cast<int64_t>(s.size());
+  }
+
+  // The top entries and, as OpenAI promises, the chosen token (so up to N + 1 entries).
+  void add(const Tokenizer& tok, const SampledOutput& s, int64_t& offset) {
+    const std::string text = token_string(tok, s.token);
+    tokens.push_back(text);
+    token_logprobs.push_back(clamp_logprob(s.logprob));
+    ojson top = ojson::object();
+    bool has_chosen = false;
+    for (const TokenLogprobEntry& e : s.top_logprobs) {
+      top[token_string(tok, e.token)] = clamp_logprob(e.logprob);
+      has_chosen = has_chosen || e.token == s.token;
+    }
+    if (!has_chosen) top[text] = clamp_logprob(s.logprob);
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(offset);
+    offset += static_cast<int64_t>(text.size());
+  }
+
+  ojson to_json() && {
+    ojson j;
+    j["tokens"] = std::move(tokens);
+    j["token_logprobs"] = std::move(token_logprobs);
+    j["top_logprobs"] = std::move(top_logprobs);
+    j["text_offset"] = std::move(text_offset);
+    return j;
+  }
+};
+
+ojson chat_logprob_entry(const Tokenizer& tok, const SampledOutput& s) {
+  ojson e;
+  e["token"] = token_string(tok, s.token);
+  e["logprob"] = clamp_logprob(s.logprob);
+  e["bytes"] = token_bytes_json(tok, s.token);
+  ojson top = ojson::array();
+  for (const TokenLogprobEntry& t : s.top_logprobs) {
+    ojson entry;
+    entry["token"] = token_string(tok, t.token);
+    entry["logprob"] = clamp_logprob(t.logprob);
+    entry["bytes"] = token_bytes_json(tok, t.token);
+    top.push_back(std::move(entry));
+  }
+  e["top_logprobs"] = std::move(top);
+  return e;
+}
+
+ojson chat_logprobs_json(const Tokenizer& tok, const std::vector<SampledOutput>& samples) {
+  ojson content = ojson::array();
+  for (const SampledOutput& s : samples) content.push_back(chat_logprob_entry(tok, s));
+  return {{"content", std::move(content)}};
+}
+
+}  // namespace
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+std::string ApiError::to_json() const {
+  ojson e;
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = param.empty() ? ojson(nullptr) : ojson(param);
+  e["code"] = code.empty() ? ojson(nullptr) : ojson(code);
+  return dump({{"error", std::move(e)}});
+}
+
+ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const ModelContext& model) {
+  return guarded([&] { return parse_completion(body, model); });
+}
+
+ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelContext& model) {
+  return guarded([&] { return parse_chat(body, model); });
+}
+
+// ---- ResponseBuilder ------------------------------------------------------------------------------
+
+ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id,
+                                 int64_t created)
+    : request_(request), tokenizer_(tokenizer), id_(std::move(id)), created_(created) {
+  PAGODA_CHECK(request_.n >= 1);
+  choices_.resize(request_.prompts.size() * static_cast<size_t>(request_.n));
+  for (const GenerateRequest& g : request_.prompts) {
+    prompt_tokens_.push_back(static_cast<int64_t>(g.prompt_token_ids.size()));
+    cached_tokens_.push_back(0);
+  }
+}
+
+ResponseBuilder::Choice& ResponseBuilder::choice(size_t prompt_index, const OutputChunk& chunk) {
+  // Chunks come from the engine for this request: an index outside it is a bug.
+  PAGODA_CHECK(prompt_index < request_.prompts.size());
+  PAGODA_CHECK(chunk.index >= 0 && chunk.index < request_.n);
+  return choices_[prompt_index * static_cast<size_t>(request_.n) + static_cast<size_t>(chunk.index)];
+}
+
+void ResponseBuilder::record(size_t prompt_index, Choice& c, const OutputChunk& chunk) {
+  if (!chunk.finished() || !c.finish_reason.empty()) return;
+  c.finish_reason = finish_reason_name(chunk.finish_reason);
+  if (chunk.finish_reason == FinishReason::kStop) {
+    // vLLM's stop_reason: the stop string, or a stop token id other than the model's EOS (an
+    // EOS stop reports null).
+    const std::optional<TokenId> eos = tokenizer_.eos_id();
+    if (!chunk.stop_string.empty()) {
+      c.stop_reason_text = chunk.stop_string;
+    } else if (chunk.stop_token >= 0 && (!eos || chunk.stop_token != *eos)) {
+      c.stop_reason_token = chunk.stop_token;
+    }
+  }
+  if (chunk.prompt_tokens > 0) prompt_tokens_[prompt_index] = chunk.prompt_tokens;
+  cached_tokens_[prompt_index] = std::max(cached_tokens_[prompt_index], chunk.cached_tokens);
+  completion_tokens_ +=
+      chunk.completion_tokens > 0 ? chunk.completion_tokens : static_cast<int64_t>(c.token_ids.size());
+  ++finished_;
+}
+
+bool ResponseBuilder::all_finished() const { return finished_ == choices_.size(); }
+
+void ResponseBuilder::add(size_t prompt_index, const OutputChunk& chunk) {
+  Choice& c = choice(prompt_index, chunk);
+  c.text += chunk.text;
+  c.token_ids.insert(c.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+  c.logprobs.insert(c.logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
+  c.prompt_logprobs.insert(c.prompt_logprobs.end(), chunk.prompt_logprobs.begin(), chunk.prompt_logprobs.end());
+  record(prompt_index, c, chunk);
+}
+
+namespace {
+
+ojson finish_json(const std::string& reason) { return reason.empty() ? ojson(nullptr) : ojson(reason); }
+
+ojson stop_reason_json(const std::optional<std::string>& text, const std::optional<TokenId>& token) {
+  if (text) return *text;
+  if (token) return *token;
+  return nullptr;
+}
+
+ojson envelope(const std::string& id, const char* object, int64_t created, const std::string& model) {
+  ojson j;
+  j["id"] = id;
+  j["object"] = object;
+  j["created"] = created;
+  j["model"] = model;
+  return j;
+}
+
+ojson usage_of(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& cached_tokens,
+               int64_t completion_tokens) {
+  int64_t prompt = 0, cached = 0;
+  for (int64_t t : prompt_tokens) prompt += t;
+  for (int64_t t : cached_tokens) cached += t;
+  return usage_json(prompt, completion_tokens, cached);
+}
+
+// The prompt's tokens as logprob entries (echo): the first has no logprob; prompt_logprobs[i]
+// is for prompt token i + 1. Entries that never arrived are sent without a logprob.
+void add_prompt_logprobs(const Tokenizer& tok, const std::vector<TokenId>& ids,
+                         const std::vector<SampledOutput>& prompt_logprobs, CompletionLogprobs& lp, int64_t& offset) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i == 0 || i - 1 >= prompt_logprobs.size()) {
+      lp.add_bare(tok, ids[i], offset);
+    } else {
+      lp.add(tok, prompt_logprobs[i - 1], offset);
+    }
+  }
+}
+
+}  // namespace
+
+std::string ResponseBuilder::body() const {
+  const bool chat = request_.endpoint == Endpoint::kChat;
+  ojson out = envelope(id_, chat ? "chat.completion" : "text_completion", created_, request_.model);
+  ojson choices = ojson::array();
+  for (size_t k = 0; k < choices_.size(); ++k) {
+    const Choice& c = choices_[k];
+    const size_t p = k / static_cast<size_t>(request_.n);
+    ojson j;
+    j["index"] = k;
+    if (chat) {
+      j["message"] = {{"role", "assistant"}, {"content", c.text}};
+      j["logprobs"] = request_.logprobs ? chat_logprobs_json(tokenizer_, c.logprobs) : ojson(nullptr);
+    } else {
+      j["text"] = request_.echo ? request_.prompt_texts[p] + c.text : c.text;
+      if (request_.logprobs) {
+        CompletionLogprobs lp;
+        int64_t offset = 0;
+        if (request_.echo) {
+          add_prompt_logprobs(tokenizer_, request_.prompts[p].prompt_token_ids, c.prompt_logprobs, lp, offset);
+        }
+        for (const SampledOutput& s : c.logprobs) lp.add(tokenizer_, s, offset);
+        j["logprobs"] = std::move(lp).to_json();
+      } else {
+        j["logprobs"] = nullptr;
+      }
+    }
+    j["finish_reason"] = finish_json(c.finish_reason);
+    j["stop_reason"] = stop_reason_json(c.stop_reason_text, c.stop_reason_token);
+    choices.push_back(std::move(j));
+  }
+  out["choices"] = std::move(choices);
+  out["usage"] = usage_of(prompt_tokens_, cached_tokens_, completion_tokens_);
+  return dump(out);
+}
+
+std::string ResponseBuilder::stream_events(size_t prompt_index, const OutputChunk& chunk) {
+  const bool chat = request_.endpoint == Endpoint::kChat;
+  Choice& c = choice(prompt_index, chunk);
+  const size_t index = prompt_index * static_cast<size_t>(request_.n) + static_cast<size_t>(chunk.index);
+  const bool first = !c.started;
+  c.started = true;
+  c.token_ids.insert(c.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+  record(prompt_index, c, chunk);
+  const bool finished = chunk.finished();
+  const auto event = [&](ojson choice) {
+    ojson j = envelope(id_, chat ? "chat.completion.chunk" : "text_completion", created_, request_.model);
+    j["choices"] = ojson::array({std::move(choice)});
+    if (request_.include_usage) j["usage"] = nullptr;
+    return sse(j);
+  };
+
+  std::string events;
+  if (chat) {
+    if (first) {
+      ojson role;
+      role["index"] = index;
+      role["delta"] = {{"role", "assistant"}, {"content", ""}};
+      role["logprobs"] = nullptr;
+      role["finish_reason"] = nullptr;
+      events += event(std::move(role));
+    }
+    const bool has_logprobs = request_.logprobs && !chunk.logprobs.empty();
+    if (chunk.text.empty() && !has_logprobs && !finished) return events;
+    ojson j;
+    j["index"] = index;
+    j["delta"] = chunk.text.empty() && finished ? ojson::object() : ojson({{"content", chunk.text}});
+    j["logprobs"] = has_logprobs ? chat_logprobs_json(tokenizer_, chunk.logprobs) : ojson(nullptr);
+    j["finish_reason"] = finish_json(finished ? c.finish_reason : "");
+    if (finished) j["stop_reason"] = stop_reason_json(c.stop_reason_text, c.stop_reason_token);
+    return events + event(std::move(j));
+  }
+
+  const bool echo_now = first && request_.echo;
+  std::string text = echo_now ? request_.prompt_texts[prompt_index] + chunk.text : chunk.text;
+  const bool has_logprobs =
+      request_.logprobs && (!chunk.logprobs.empty() || echo_now || (request_.echo && !chunk.prompt_logprobs.empty()));
+  if (text.empty() && !has_logprobs && !finished && !echo_now) return events;
+  ojson j;
+  j["index"] = index;
+  j["text"] = std::move(text);
+  if (has_logprobs) {
+    CompletionLogprobs lp;
+    if (echo_now) {
+      add_prompt_logprobs(tokenizer_, request_.prompts[prompt_index].prompt_token_ids, chunk.prompt_logprobs, lp,
+                          c.text_offset);
+    } else if (request_.echo) {
+      // Prompt logprobs that arrive after the first chunk (not what the engine does today).
+      for (const SampledOutput& s : chunk.prompt_logprobs) lp.add(tokenizer_, s, c.text_offset);
+    }
+    for (const SampledOutput& s : chunk.logprobs) lp.add(tokenizer_, s, c.text_offset);
+    j["logprobs"] = std::move(lp).to_json();
+  } else {
+    j["logprobs"] = nullptr;
+  }
+  j["finish_reason"] = finish_json(finished ? c.finish_reason : "");
+  j["stop_reason"] = finished ? stop_reason_json(c.stop_reason_text, c.stop_reason_token) : ojson(nullptr);
+  return event(std::move(j));
+}
+
+std::string ResponseBuilder::stream_end() {
+  std::string events;
+  if (request_.include_usage) {
+    ojson j = envelope(id_, request_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion",
+                       created_, request_.model);
+    j["choices"] = ojson::array();
+    j["usage"] = usage_of(prompt_tokens_, cached_tokens_, completion_tokens_);
+    events += sse(j);
+  }
+  return events + "data: [DONE]\n\n";
+}
+
+std::string stream_error_events(const ApiError& error) { return "data: " + error.to_json() + "\n\ndata: [DONE]\n\n"; }
+
+// ---- /tokenize, /detokenize, /v1/models ----------------------------------------------------------
+
+namespace {
+
+ApiResult<std::string> tokenize(std::string_view body_text, const ModelContext& model) {
+  PAGODA_CHECK(model.tokenizer != nullptr);
+  ApiResult<json> parsed = parse_body(body_text, model.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  std::string name;
+  PAGODA_RETURN_IF_API_ERROR(read_model(body, model, name));
+  bool return_token_strs = false;
+  PAGODA_RETURN_IF_API_ERROR(read_bool(body, "return_token_strs", return_token_strs));
+  std::vector<TokenId> ids;
+  if (field(body, "messages")) {
+    ChatPrompt prompt;
+    PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, prompt));
+    ids = std::move(prompt.ids);
+  } else {
+    std::optional<std::string> prompt;
+    PAGODA_RETURN_IF_API_ERROR(read_string(body, "prompt", prompt));
+    if (!prompt) return bad_request("either prompt or messages is required", "prompt");
+    bool add_special_tokens = true;
+    PAGODA_RETURN_IF_API_ERROR(read_bool(body, "add_special_tokens", add_special_tokens));
+    ids = model.tokenizer->encode(*prompt, add_special_tokens);
+  }
+  ojson out;
+  out["count"] = ids.size();
+  out["max_model_len"] = model.max_model_len;
+  out["tokens"] = ids;
+  if (return_token_strs) {
+    ojson strs = ojson::array();
+    for (TokenId id : ids) strs.push_back(token_string(*model.tokenizer, id));
+    out["token_strs"] = std::move(strs);
+  } else {
+    out["token_strs"] = nullptr;
+  }
+  return dump(out);
+}
+
+ApiResult<std::string> detokenize(std::string_view body_text, const ModelContext& model) {
+  PAGODA_CHECK(model.tokenizer != nullptr);
+  ApiResult<json> parsed = parse_body(body_text, model.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
+  std::string name;
+  PAGODA_RETURN_IF_API_ERROR(read_model(body, model, name));
+  const json* tokens = field(body, "tokens");
+  if (!tokens) return bad_request("tokens is required", "tokens");
+  if (!tokens->is_array()) return wrong_type("tokens", "an array of token ids", *tokens);
+  const int64_t vocab = model.tokenizer->vocab_size();
+  std::vector<TokenId> ids;
+  ids.reserve(tokens->size());
+  for (const json& id : *tokens) {
+    if (!id.is_number_integer()) return wrong_type("tokens", "an array of token ids", id);
+    if (!in_vocab(id, vocab)) {
+      return bad_request("token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                         "tokens");
+    }
+    ids.push_back(static_cast<TokenId>(id.get<int64_t>()));
+  }
+  ojson out;
+  out["prompt"] = model.tokenizer->decode(ids, /*skip_special=*/false);
+  return dump(out);
+}
+
+}  // namespace
+
+ApiResult<std::string> handle_tokenize(std::string_view body, const ModelContext& model) {
+  return guarded([&] { return tokenize(body, model); });
+}
+
+ApiResult<std::string> handle_detokenize(std::string_view body, const ModelContext& model) {
+  return guarded([&] { return detokenize(body, model); });
+}
+
+std::string models_list(const ModelContext& model, const std::string& root, int64_t created) {
+  ojson data = ojson::array();
+  for (const std::string& name : model.served_model_names) {
+    ojson m;
+    m["id"] = name;
+    m["object"] = "model";
+    m["created"] = created;
+    m["owned_by"] = "pagoda";
+    m["root"] = root;
+    m["parent"] = nullptr;
+    m["max_model_len"] = model.max_model_len;
+    data.push_back(std::move(m));
+  }
+  ojson out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  return dump(out);
+}
+
+}  // namespace pagoda::server
