@@ -473,6 +473,25 @@ TEST(Server, MalformedHttpIsRefusedAndConnectionsStayUsable) {
   std::string out = testing::raw_exchange(port, pipelined);
   size_t a = out.find("HTTP/1.1 200"), b = out.find("HTTP/1.1 400"), c = out.find("HTTP/1.1 200", a + 1);
   EXPECT_TRUE(a != std::string::npos && b != std::string::npos && c != std::string::npos && a < b && b < c) << out;
+  // A keep-alive connection whose second request is refused still gets its answer.
+  std::string second = testing::raw_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                                                   "GET /health HTTP/1.1\r\nX-Big: " + std::string(100000, 'a') + "\r\n\r\n");
+  a = second.find("HTTP/1.1 200");
+  b = second.find("HTTP/1.1 431");
+  EXPECT_TRUE(a != std::string::npos && b != std::string::npos && a < b) << second.substr(0, 300);
+  // HEAD: the headers of GET, no body.
+  std::string head = testing::raw_exchange(port, "HEAD /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(status_of(head), 200) << head;
+  EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");
+  EXPECT_NE(head.find("Content-Length: "), std::string::npos);
+  // An HTTP/1.0 client cannot read chunks: its stream is plain bytes ended by closing.
+  const std::string stream_body = R"({"prompt": "Hi", "max_tokens": 4, "stream": true})";
+  std::string old = testing::raw_exchange(port, "POST /v1/completions HTTP/1.0\r\nContent-Length: " +
+                                                    std::to_string(stream_body.size()) + "\r\n\r\n" + stream_body);
+  EXPECT_EQ(status_of(old), 200) << old;
+  EXPECT_EQ(old.find("chunked"), std::string::npos) << old;
+  EXPECT_NE(old.find("\r\n\r\ndata: {"), std::string::npos) << old;
+  EXPECT_EQ(old.substr(old.size() - 14), "data: [DONE]\n\n") << old;
   // Text/plain carrying JSON is read as JSON (the body decides, as vLLM does).
   HttpResult plain = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi", "max_tokens": 2})",
                                            {{"Content-Type", "text/plain"}});
@@ -505,6 +524,12 @@ TEST(Server, ApiKeyGuardsEveryRouteButHealth) {
       EXPECT_EQ(j["error"]["code"], "invalid_api_key");
     }
   }
+  // Refused before the body is read: a client without the key cannot make the server buffer a
+  // body (it announces 1 MB and sends none; the 401 comes anyway).
+  std::string early = testing::raw_exchange(
+      port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000\r\nContent-Type: application/json\r\n\r\n",
+      std::chrono::seconds(5));
+  EXPECT_EQ(early.rfind("HTTP/1.1 401", 0), 0u) << early;
   EXPECT_EQ(testing::http_request(port, "POST", "/v1/completions", body, {{"Authorization", "Bearer " + key}}).status, 200);
   EXPECT_EQ(testing::http_request(port, "GET", "/v1/models", "", {{"X-Api-Key", key}}).status, 200);
   EXPECT_EQ(server.log().find(key), std::string::npos) << "the key appears in the log";

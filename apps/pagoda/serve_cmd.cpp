@@ -135,11 +135,14 @@ int run_serve(ServeFlags f) {
   // Signals are caught from the start, so SIGTERM during loading also exits cleanly.
   struct sigaction sa {};
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;  // a signal during loading must not turn a read() into an error
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // Declared before the server, so that it outlives it whatever path leaves this function.
+  std::unique_ptr<Engine> engine;
   server::ServerConfig sc;
   sc.host = f.host;
   sc.port = f.port;
@@ -186,8 +189,8 @@ int run_serve(ServeFlags f) {
   EngineOptions eo;
   eo.max_queued_requests = f.max_queued_requests;
   eo.metrics = served.metrics;
-  Engine engine(std::move(setup->core), eo);
-  served.engine = &engine;
+  engine = std::make_unique<Engine>(std::move(setup->core), eo);
+  served.engine = engine.get();
   (*server)->set_model(std::move(served));
 
   const std::string url = "http://" + f.host + ":" + std::to_string((*server)->port());
@@ -198,8 +201,10 @@ int run_serve(ServeFlags f) {
                url.c_str());
 
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  log_line(LogLevel::kInfo, "serve",
-           "shutting down: in-flight requests have " + std::to_string(f.shutdown_timeout) + " s to finish");
+  char shutdown_line[96];
+  std::snprintf(shutdown_line, sizeof shutdown_line, "shutting down: in-flight requests have %g s to finish",
+                f.shutdown_timeout);
+  log_line(LogLevel::kInfo, "serve", shutdown_line);
   (*server)->shutdown(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
   log_line(LogLevel::kInfo, "serve", "stopped");
   return 0;

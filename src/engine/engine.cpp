@@ -78,6 +78,7 @@ Result<RequestId> Engine::enqueue(GenerateRequest request, ChunkCallback on_chun
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return unavailable("the engine has failed: " + error_);
     if (stop_) return unavailable("the engine is shutting down");
+    if (!refusing_.empty()) return unavailable(refusing_);
     if (options_.max_queued_requests > 0 &&
         static_cast<int64_t>(pending_.size()) + stats_.num_waiting >= options_.max_queued_requests) {
       return Status(StatusCode::kResourceExhausted,
@@ -106,6 +107,11 @@ void Engine::abort_all() {
     abort_all_ = true;
   }
   wake_.notify_all();
+}
+
+void Engine::refuse_new(std::string reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refusing_ = reason.empty() ? std::string("the engine takes no new requests") : std::move(reason);
 }
 
 SchedulerStats Engine::stats() const {

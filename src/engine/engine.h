@@ -94,6 +94,8 @@ class Engine {
   void abort(RequestId id);
   // Ends every request that has not finished (with finish reason abort).
   void abort_all();
+  // From now on submit() fails with unavailable(reason); requests already in keep running.
+  void refuse_new(std::string reason);
 
   // Scheduler figures of the last step (running, waiting, KV usage, prefix-cache counts).
   SchedulerStats stats() const;
@@ -121,6 +123,7 @@ class Engine {
   bool stop_ = false;                                       // guarded by mu_
   bool abort_all_ = false;                                  // guarded by mu_
   bool failed_ = false;                                     // guarded by mu_
+  std::string refusing_;                                    // guarded by mu_; "" = accepting
   std::string error_;                                       // guarded by mu_
   RequestId next_id_ = 1;                                   // guarded by mu_
   std::deque<std::pair<RequestId, GenerateRequest>> pending_;  // guarded by mu_

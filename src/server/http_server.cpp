@@ -35,6 +35,7 @@ class Session;
 struct Shared {
   net::io_context ioc;
   HttpHandler handler;
+  HttpHeadCheck head_check;
   HttpLimits limits;
   std::atomic<size_t> connections{0};
   std::mutex mu;
@@ -49,7 +50,7 @@ std::string reason_phrase(int status) {
 // One connection. Every member function runs on the connection's strand.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, std::shared_ptr<Shared> shared) : stream_(std::move(socket)), shared_(std::move(shared)) {
+  Session(tcp::socket socket, std::shared_ptr<Shared> shared) : shared_(std::move(shared)), stream_(std::move(socket)) {
     beast::error_code ec;
     stream_.socket().set_option(tcp::no_delay(true), ec);
     stream_.socket().non_blocking(true, ec);  // for the EOF peek below
@@ -84,9 +85,9 @@ class Session : public std::enable_shared_from_this<Session> {
     out += "Content-Type: " + r.content_type + "\r\n";
     out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
     for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
-    if (!keep_alive_) out += "Connection: close\r\n";
+    if (!keep_alive_ || closing_) out += "Connection: close\r\n";
     out += "\r\n";
-    out += r.body;
+    if (!head_) out += r.body;  // a HEAD answer has the headers of the GET one, no body
     finish_after_write_ = true;
     queue(std::move(out));
   }
@@ -96,16 +97,23 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!current(gen) || responding_) return;
     responding_ = true;
     streaming_ = true;
+    // HTTP/1.0 has no chunked encoding: the stream is then delimited by closing the connection.
+    if (http10_) keep_alive_ = false;
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
-    out += "Content-Type: " + type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+    out += "Content-Type: " + type + "\r\nCache-Control: no-cache\r\n";
+    if (!http10_) out += "Transfer-Encoding: chunked\r\n";
     for (const auto& [k, v] : headers) out += k + ": " + v + "\r\n";
-    if (!keep_alive_) out += "Connection: close\r\n";
+    if (!keep_alive_ || closing_) out += "Connection: close\r\n";
     out += "\r\n";
     queue(std::move(out));
   }
 
   void write(uint64_t gen, const std::string& piece) {
     if (!current(gen) || !streaming_ || piece.empty()) return;
+    if (http10_) {
+      queue(piece);
+      return;
+    }
     char size[32];
     snprintf(size, sizeof size, "%zx\r\n", piece.size());
     queue(size + piece + "\r\n");
@@ -115,7 +123,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!current(gen) || !streaming_) return;
     streaming_ = false;
     finish_after_write_ = true;
-    queue("0\r\n\r\n");
+    queue(http10_ ? std::string() : std::string("0\r\n\r\n"));
   }
 
   void on_close(uint64_t gen, std::function<void()> fn) {
@@ -186,12 +194,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // close() would make the kernel send a reset, which can destroy the answer before the client
   // reads it.
   void reject(int status, const std::string& message) {
-    handling_ = true;
-    keep_alive_ = false;
-    linger_ = true;
     HttpResponse r;
     r.status = status;
     r.body = R"({"error":{"message":")" + message + R"(","type":"invalid_request_error","param":null,"code":null}})";
+    reject(std::move(r));
+  }
+  void reject(HttpResponse r) {
+    handling_ = true;
+    responding_ = false;
+    keep_alive_ = false;
+    linger_ = true;
     respond(gen_, std::move(r));
   }
 
@@ -210,9 +222,44 @@ class Session : public std::enable_shared_from_this<Session> {
     return true;
   }
 
+  // The request line and headers, without the body.
+  HttpRequest head_of(const http::request<http::string_body>& req) const {
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    std::string_view target(req.target().data(), req.target().size());
+    const size_t q = target.find('?');
+    r.path = std::string(target.substr(0, q));
+    if (q != std::string_view::npos) r.query = std::string(target.substr(q + 1));
+    for (const auto& f : req) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      r.headers.emplace_back(std::move(name), std::string(f.value()));
+    }
+    r.remote = remote_;
+    return r;
+  }
+
   void on_header(beast::error_code ec) {
     if (read_failed(ec)) return;
     auto& req = parser_->get();
+    head_ = req.method() == http::verb::head;
+    http10_ = req.version() < 11;
+    // Refusals that need no body (authentication, unknown route, method) are answered before
+    // the body is read, so an unauthenticated client cannot make the server buffer one.
+    if (shared_->head_check) {
+      std::optional<HttpResponse> refusal;
+      try {
+        refusal = shared_->head_check(head_of(req));
+      } catch (...) {
+        refusal = HttpResponse{500, "application/json",
+                               R"({"error":{"message":"internal server error","type":"server_error","param":null,"code":null}})",
+                               {}};
+      }
+      if (refusal) {
+        reject(std::move(*refusal));
+        return;
+      }
+    }
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       // curl and others wait for this before sending a large body.
       queue_raw("HTTP/1.1 100 Continue\r\n\r\n");
@@ -225,19 +272,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_body(beast::error_code ec) {
     if (read_failed(ec)) return;
     auto req = parser_->release();
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    std::string_view target(req.target().data(), req.target().size());
-    const size_t q = target.find('?');
-    r.path = std::string(target.substr(0, q));
-    if (q != std::string_view::npos) r.query = std::string(target.substr(q + 1));
-    for (const auto& f : req) {
-      std::string name(f.name_string());
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-      r.headers.emplace_back(std::move(name), std::string(f.value()));
-    }
+    HttpRequest r = head_of(req);
     r.body = std::move(req.body());
-    r.remote = remote_;
     keep_alive_ = req.keep_alive();
     ++gen_;
     handling_ = true;
@@ -314,6 +350,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (finish_after_write_) {
       finish_after_write_ = false;
       handling_ = false;
+      responding_ = false;
+      streaming_ = false;
       on_close_ = nullptr;
       ++gen_;
       if (keep_alive_ && !closing_) {
@@ -326,8 +364,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  std::shared_ptr<Shared> shared_;  // before stream_: the socket must go before its io_context
   beast::tcp_stream stream_;
-  std::shared_ptr<Shared> shared_;
   std::string remote_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -336,6 +374,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool responding_ = false;    // respond() or begin_stream() was called for it
   bool streaming_ = false;
   bool keep_alive_ = true;
+  bool head_ = false;          // the request is a HEAD: answers carry no body
+  bool http10_ = false;        // an HTTP/1.0 client: streams are not chunked
   bool finish_after_write_ = false;
   bool closed_ = false;
   bool closing_ = false;       // the server is stopping: no further requests on this connection
@@ -383,7 +423,10 @@ std::shared_ptr<Exchange> Session::make_exchange() {
 
 struct HttpServer::Impl {
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  // The acceptor and its retry timer live on one strand, so closing it never races an accept.
+  net::strand<net::io_context::executor_type> accept_strand = net::make_strand(shared->ioc);
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> retry;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   uint16_t port = 0;
@@ -392,16 +435,24 @@ struct HttpServer::Impl {
   void accept() {
     acceptor->async_accept(net::make_strand(shared->ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-      if (!ec) {
-        if (shared->connections.fetch_add(1) >= shared->limits.max_connections) {
-          shared->connections.fetch_sub(1);
-          beast::error_code ignored;
-          socket.close(ignored);
-        } else {
-          std::make_shared<Session>(std::move(socket), shared)->start();
-        }
+      if (ec) {
+        // Out of descriptors (EMFILE) and the like: the listening socket stays readable, so
+        // accepting again at once would spin; wait a little for connections to close.
+        retry->expires_after(std::chrono::milliseconds(100));
+        retry->async_wait([this](beast::error_code wec) {
+          if (!wec && acceptor->is_open()) accept();
+        });
+        return;
       }
-      accept();  // errors such as EMFILE are transient: keep accepting
+      if (shared->connections.fetch_add(1) >= shared->limits.max_connections) {
+        shared->connections.fetch_sub(1);
+        beast::error_code ignored;
+        socket.close(ignored);
+      } else {
+        auto session = std::make_shared<Session>(std::move(socket), shared);
+        session->run([session] { session->start(); });  // on its own strand, like all it does
+      }
+      accept();
     });
   }
 };
@@ -418,15 +469,17 @@ HttpServer::~HttpServer() {
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host, uint16_t port, HttpHandler handler,
-                                                      HttpLimits limits, int threads) {
+                                                      HttpHeadCheck head_check, HttpLimits limits, int threads) {
   auto impl = std::make_unique<Impl>();
   impl->shared->handler = std::move(handler);
+  impl->shared->head_check = std::move(head_check);
   impl->shared->limits = limits;
   beast::error_code ec;
   const auto address = net::ip::make_address(host, ec);
   if (ec) return invalid_argument("--host '" + host + "' is not an IP address");
   const tcp::endpoint endpoint(address, port);
-  impl->acceptor.emplace(impl->shared->ioc);
+  impl->acceptor.emplace(impl->accept_strand);
+  impl->retry.emplace(impl->accept_strand);
   const std::string where = host + ":" + std::to_string(port);
   impl->acceptor->open(endpoint.protocol(), ec);
   if (!ec) impl->acceptor->set_option(net::socket_base::reuse_address(true), ec);
@@ -447,10 +500,12 @@ uint16_t HttpServer::port() const { return impl_->port; }
 size_t HttpServer::num_connections() const { return impl_->shared->connections.load(); }
 
 void HttpServer::stop_accepting() {
+  if (impl_->stopped) return;  // the threads are gone, and so is the listener
   std::promise<void> done;
-  net::post(impl_->shared->ioc, [this, &done] {
+  net::post(impl_->accept_strand, [this, &done] {
     beast::error_code ec;
     if (impl_->acceptor) impl_->acceptor->close(ec);
+    if (impl_->retry) impl_->retry->cancel();
     done.set_value();
   });
   done.get_future().wait();
@@ -458,8 +513,8 @@ void HttpServer::stop_accepting() {
 
 void HttpServer::stop(std::chrono::milliseconds grace) {
   if (impl_->stopped) return;
-  impl_->stopped = true;
   stop_accepting();
+  impl_->stopped = true;
   std::vector<std::shared_ptr<Session>> open;
   {
     std::lock_guard<std::mutex> lock(impl_->shared->mu);

@@ -5,7 +5,8 @@
 //
 // It knows nothing of OpenAI: it parses requests within HttpLimits, hands each complete request
 // to the Handler, and gives the handler an Exchange to answer through, now or later, from any
-// thread: one whole response, or a chunked stream of pieces (server-sent events).
+// thread: one whole response, or a chunked stream of pieces (server-sent events). HEAD requests
+// get headers only; HTTP/1.0 clients get streams delimited by closing the connection.
 //
 // Defences, each because some server fell to it (../shared/docs/reliability-checklist.md 4.1):
 // header and body size caps (431 / 413 before the body is read), a deadline for the whole header
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -82,12 +84,18 @@ class Exchange {
 
 using HttpHandler = std::function<void(HttpRequest&& request, std::shared_ptr<Exchange> exchange)>;
 
+// Looks at a request's line and headers (its body is empty) before the body is read: a response
+// returned here is sent at once and the connection closed, without reading the body (for 401,
+// 404, 405: nobody gets to make the server buffer a body it will refuse). nullopt: go on.
+using HttpHeadCheck = std::function<std::optional<HttpResponse>(const HttpRequest& head)>;
+
 class HttpServer {
  public:
   // Binds host:port (port 0 = any free port) and starts `threads` I/O threads. Fails naming the
   // address when it cannot bind.
   static Result<std::unique_ptr<HttpServer>> start(const std::string& host, uint16_t port, HttpHandler handler,
-                                                   HttpLimits limits = {}, int threads = 2);
+                                                   HttpHeadCheck head_check = nullptr, HttpLimits limits = {},
+                                                   int threads = 2);
   ~HttpServer();  // stop(0)
 
   uint16_t port() const;

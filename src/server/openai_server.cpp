@@ -115,6 +115,7 @@ struct OpenAiServer::Impl {
     return constant_time_equal(key, config.api_key);
   }
 
+  std::optional<HttpResponse> refuse(const HttpRequest& req) const;
   void handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
   void generate(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
   void health(const std::shared_ptr<Exchange>& ex);
@@ -139,9 +140,10 @@ void OpenAiServer::Impl::Call::finish() {
   done = true;
   server->in_flight.fetch_sub(1);
   if (failure != FinishReason::kNone) {
-    ApiError e = failure == FinishReason::kError
-                     ? make_error(500, "server_error", "the engine failed while running this request")
-                     : make_error(503, "server_error", "the server is shutting down; the request was aborted");
+    ApiError e = failure == FinishReason::kError ? make_error(500, "server_error", "the engine failed while running this request")
+                 : server->state.load() == State::kDraining
+                     ? make_error(503, "server_error", "the server is shutting down; the request was aborted")
+                     : make_error(500, "server_error", "the engine aborted the request");
     if (parsed.stream) {
       exchange->write(stream_error_events(e));
       exchange->end();
@@ -175,10 +177,15 @@ void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, con
   in_flight.fetch_add(1);
   Engine& engine = *model.engine;
   for (size_t p = 0; p < call->parsed.prompts.size(); ++p) {
-    Result<RequestId> submitted = engine.submit(call->parsed.prompts[p], [call, p](OutputChunk&& c) {
-      // Engine thread: hand the chunk to the connection's strand; JSON is built there.
-      call->exchange->post([call, p, c = std::move(c)] { call->on_chunk(p, c); });
-    });
+    Result<RequestId> submitted = unavailable("the server is shutting down");
+    try {
+      submitted = engine.submit(call->parsed.prompts[p], [call, p](OutputChunk&& c) {
+        // Engine thread: hand the chunk to the connection's strand; JSON is built there.
+        call->exchange->post([call, p, c = std::move(c)] { call->on_chunk(p, c); });
+      });
+    } catch (const std::exception& e) {  // out of memory: this request fails, not the server
+      submitted = internal_error(std::string("could not start the request: ") + e.what());
+    }
     if (!submitted.ok()) {
       for (RequestId sent : call->ids) engine.abort(sent);
       call->done = true;
@@ -188,6 +195,8 @@ void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, con
         ex->respond(error_response(make_error(429, "rate_limit_error", st.message(), "rate_limit_exceeded")));
       } else if (st.code() == StatusCode::kUnavailable) {
         ex->respond(error_response(make_error(503, "server_error", st.message())));
+      } else if (st.code() == StatusCode::kInternal) {
+        ex->respond(error_response(make_error(500, "server_error", st.message())));
       } else {
         ex->respond(error_response(bad_request(st.message())));
       }
@@ -234,7 +243,9 @@ void OpenAiServer::Impl::health(const std::shared_ptr<Exchange>& ex) {
   }
 }
 
-void OpenAiServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
+// Authentication, route and method: decided from the request line and headers alone, so the
+// HTTP layer calls this before reading a body (and handle() again, for requests that got past).
+std::optional<HttpResponse> OpenAiServer::Impl::refuse(const HttpRequest& req) const {
   struct Route {
     const char* path;
     const char* method;
@@ -253,24 +264,29 @@ void OpenAiServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex)
     HttpResponse r = error_response(
         make_error(401, "authentication_error", "invalid or missing API key (Authorization: Bearer ...)", "invalid_api_key"));
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
-    ex->respond(std::move(r));
-    return;
+    return r;
   }
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
     if (path == r.path) route = &r;
   }
-  if (!route) {
-    ex->respond(error_response(make_error(404, "not_found_error", "no such route", "not_found")));
-    return;
-  }
-  if (req.method != route->method) {
+  if (!route) return error_response(make_error(404, "not_found_error", "no such route", "not_found"));
+  // HEAD is GET without the body (the HTTP layer leaves the body out).
+  if (req.method != route->method && !(req.method == "HEAD" && std::string_view(route->method) == "GET")) {
     HttpResponse r = error_response(make_error(
         405, "invalid_request_error", std::string("method not allowed; use ") + route->method, "method_not_allowed"));
     r.headers.emplace_back("Allow", route->method);
-    ex->respond(std::move(r));
+    return r;
+  }
+  return std::nullopt;
+}
+
+void OpenAiServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
+  if (std::optional<HttpResponse> refusal = refuse(req)) {
+    ex->respond(std::move(*refusal));
     return;
   }
+  const std::string& path = req.path;
   if (path == "/health") return health(ex);
   if (path == "/version") {
     ex->respond(json_response(200, std::string(R"({"version":")") + PAGODA_VERSION + "\"}"));
@@ -347,7 +363,8 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::start(ServerConfig config) {
       impl->http, HttpServer::start(
                       raw->config.host, raw->config.port,
                       [raw](HttpRequest&& req, std::shared_ptr<Exchange> ex) { raw->handle(std::move(req), std::move(ex)); },
-                      raw->config.http, raw->config.io_threads));
+                      [raw](const HttpRequest& head) { return raw->refuse(head); }, raw->config.http,
+                      raw->config.io_threads));
   if (raw->config.stats_interval.count() > 0) raw->stats_thread = std::thread([raw] { raw->stats_loop(); });
   return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
 }
@@ -377,6 +394,9 @@ void OpenAiServer::shutdown(std::chrono::milliseconds timeout) {
   s.state.store(State::kDraining);
   if (had_model) {
     Engine& engine = *s.model.engine;
+    // From here on the engine itself refuses new work, so a request that passed the state check
+    // just before Draining either got in (and is drained or aborted below) or gets a 503.
+    engine.refuse_new("the server is shutting down");
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (engine.num_unfinished() > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
