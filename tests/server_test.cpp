@@ -535,12 +535,16 @@ TEST(Server, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(server.log().find(key), std::string::npos) << "the key appears in the log";
 }
 
-TEST(Server, MetricsNoAuthAndKeyFromEnvironment) {
+TEST(Server, MetricsNoAuthKeyFromEnvironmentAndCacheInfo) {
   PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
-  ServerProcess server(PAGODA_BINARY, stories_args(model_path, {"--metrics-no-auth"}), std::chrono::seconds(60),
-                       {{"PAGODA_API_KEY", "env-key"}});
+  ServerProcess server(PAGODA_BINARY, stories_args(model_path, {"--metrics-no-auth", "--no-enable-prefix-caching"}),
+                       std::chrono::seconds(60), {{"PAGODA_API_KEY", "env-key"}});
   ASSERT_NE(server.port(), 0);
-  EXPECT_EQ(testing::http_request(server.port(), "GET", "/metrics").status, 200);
+  HttpResult m = testing::http_request(server.port(), "GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("vllm:cache_config_info{model_name=\"stories\",block_size=\"16\",num_gpu_blocks=\""),
+            std::string::npos);
+  EXPECT_NE(m.body.find("enable_prefix_caching=\"False\""), std::string::npos) << m.body;
   EXPECT_EQ(testing::http_request(server.port(), "GET", "/v1/models").status, 401);
   EXPECT_EQ(testing::http_request(server.port(), "GET", "/v1/models", "", {{"Authorization", "Bearer env-key"}}).status, 200);
 }

@@ -19,7 +19,8 @@ void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--long-prefill-token-threshold", long_prefill_token_threshold,
                  "most tokens one request may take in a step (0 = no cap)")
       ->capture_default_str();
-  app.add_flag("--no-enable-prefix-caching", no_enable_prefix_caching, "turn automatic prefix caching off");
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
+               "automatic prefix caching (on by default; --no-enable-prefix-caching turns it off)");
   app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority (lower first)")->capture_default_str();
   app.add_option("--seed", seed, "seed for requests that bring none of their own")->capture_default_str();
 }
@@ -41,7 +42,7 @@ Result<EngineConfig> EngineFlags::to_config() const {
   } else {
     return invalid_argument("--scheduling-policy must be fcfs or priority, got '" + scheduling_policy + "'");
   }
-  c.enable_prefix_caching = !no_enable_prefix_caching;
+  c.enable_prefix_caching = enable_prefix_caching;
   c.seed = seed;
   return c;
 }

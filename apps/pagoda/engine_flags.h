@@ -22,7 +22,7 @@ struct EngineFlags {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;                // 0 = the model's context length
   int64_t long_prefill_token_threshold = 0;
-  bool no_enable_prefix_caching = false;
+  bool enable_prefix_caching = true;
   std::string scheduling_policy = "fcfs";
   uint64_t seed = 0;
 
