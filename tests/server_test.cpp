@@ -109,7 +109,7 @@ void expect_error(const json& j, const std::string& type) {
   const uint16_t port = server.port()
 
 TEST(Server, HealthVersionModels) {
-  START_STORIES(server);
+  START_STORIES(server, {"--served-model-name", "alias"});
   EXPECT_EQ(testing::http_request(port, "GET", "/health").status, 200);
   HttpResult v = testing::http_request(port, "GET", "/version");
   EXPECT_EQ(v.status, 200);
@@ -118,11 +118,17 @@ TEST(Server, HealthVersionModels) {
   ASSERT_EQ(m.status, 200);
   json models = json::parse(m.body);
   EXPECT_EQ(models["object"], "list");
-  ASSERT_EQ(models["data"].size(), 1u);
+  ASSERT_EQ(models["data"].size(), 2u);
   EXPECT_EQ(models["data"][0]["id"], "stories");
+  EXPECT_EQ(models["data"][1]["id"], "alias");
   EXPECT_EQ(models["data"][0]["object"], "model");
   EXPECT_EQ(models["data"][0]["max_model_len"], 2048);
   EXPECT_EQ(m.headers["content-type"], "application/json");
+  // Either name serves the model; the response names the one asked for.
+  int status = 0;
+  json r = post(port, "/v1/completions", {{"model", "alias"}, {"prompt", "Hi"}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(r["model"], "alias");
 }
 
 TEST(Server, GreedyCompletionMatchesGoldenText) {

@@ -27,8 +27,11 @@ void ServeFlags::add_to(CLI::App& cmd) {
   engine.add_to(cmd);
   cmd.add_option("--host", host, "address to listen on")->capture_default_str();
   cmd.add_option("--port", port, "port to listen on (0 = any free port)")->capture_default_str();
+  // One name per occurrence, so that `--served-model-name a MODEL` cannot swallow the model.
   cmd.add_option("--served-model-name", served_model_names,
-                 "name(s) clients use for the model; may be repeated (default: the model path's name)");
+                 "a name clients use for the model; may be repeated (default: the model path's name)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd.add_option("--api-key", api_key,
                  "require 'Authorization: Bearer KEY' on every route but /health (default: $PAGODA_API_KEY)");
   cmd.add_flag("--metrics-no-auth", metrics_no_auth, "serve /metrics without the API key");
