@@ -752,5 +752,53 @@ TEST(Server, SlowHeaderClientsAreDroppedAndOthersServed) {
   EXPECT_EQ(closed, count);
 }
 
+// A step that throws (an injected fault): requests in flight end with an error (an error event
+// then [DONE] in a stream, 500 otherwise), /health turns 503, new requests get 503 at once.
+TEST(Server, EngineFailureIsReportedNotHidden) {
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
+  // The slow model: both requests are surely in flight when step 40 fails.
+  ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--fault-injection", "throw-at-step:40"}));
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"ignore_eos", true}, {"temperature", 0}};
+  json streamed = req;
+  streamed["stream"] = true;
+  SseClient sse(port, "/v1/completions", streamed.dump());
+  ASSERT_EQ(sse.status(), 200);
+  HttpResult whole = testing::http_request(port, "POST", "/v1/completions", req.dump());
+  std::vector<std::string> events = sse.rest();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json err = json::parse(events[events.size() - 2], nullptr, false);
+  ASSERT_FALSE(err.is_discarded());
+  expect_error(err, "server_error");
+  EXPECT_EQ(whole.status, 500) << whole.body;
+  HttpResult health = testing::http_request(port, "GET", "/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_NE(health.body.find("injected fault"), std::string::npos) << health.body;
+  HttpResult after = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi"})");
+  EXPECT_EQ(after.status, 503) << after.body;
+  HttpResult m = testing::http_request(port, "GET", "/metrics");
+  EXPECT_EQ(metric(m.body, "vllm:request_success_total{model_name=\"slow\",finished_reason=\"error\"}"), 2) << m.body;
+}
+
+// A step that never returns: /health must not keep saying 200 (the loop makes no progress).
+TEST(Server, StuckEngineFailsHealth) {
+  START_STORIES(server, {"--fault-injection", "stall-at-step:5", "--health-stall-timeout", "1"});
+  EXPECT_EQ(testing::http_request(port, "GET", "/health").status, 200);
+  std::thread stuck([&] {
+    testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi", "max_tokens": 50})", {},
+                          std::chrono::seconds(4));
+  });
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  HttpResult health;
+  while (Clock::now() < deadline && (health = testing::http_request(port, "GET", "/health")).status == 200) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(health.status, 503);
+  EXPECT_NE(health.body.find("no progress"), std::string::npos) << health.body;
+  stuck.join();
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 #include <thread>
 
 #include "apps/pagoda/commands.h"
@@ -49,6 +50,11 @@ void ServeFlags::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--max-request-body", max_request_body, "largest request body accepted (413 beyond)")
       ->capture_default_str();
+  cmd.add_option("--health-stall-timeout", health_stall_timeout,
+                 "seconds without engine progress (while it has work) after which /health answers 503")
+      ->capture_default_str();
+  // For the server's own tests (a failing or stuck engine step); not shown in --help.
+  cmd.add_option("--fault-injection", fault_injection, "")->group("");
   cmd.add_option("--http-header-timeout", http_header_timeout,
                  "seconds a client has to send a request's headers (also the keep-alive idle limit)")
       ->capture_default_str();
@@ -114,6 +120,26 @@ Result<ChatTemplateSource> find_chat_template(const ServeFlags& f, const Tokeniz
   return out;
 }
 
+// --fault-injection: "throw-at-step:N" makes step N throw; "stall-at-step:N" makes it hang.
+Result<std::function<void(int64_t)>> fault_hook(const std::string& spec) {
+  if (spec.empty()) return std::function<void(int64_t)>();
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  char* end = nullptr;
+  const long long at = colon == std::string::npos ? -1 : std::strtoll(spec.c_str() + colon + 1, &end, 10);
+  if (at < 0 || (end && *end != '\0') || (kind != "throw-at-step" && kind != "stall-at-step")) {
+    return invalid_argument("--fault-injection must be throw-at-step:N or stall-at-step:N, got '" + spec + "'");
+  }
+  if (kind == "throw-at-step") {
+    return std::function<void(int64_t)>([at](int64_t step) {
+      if (step == at) throw std::runtime_error("injected fault at step " + std::to_string(step));
+    });
+  }
+  return std::function<void(int64_t)>([at](int64_t step) {
+    while (step == at) std::this_thread::sleep_for(std::chrono::hours(1));
+  });
+}
+
 std::string default_served_name(const std::string& model) {
   std::string name = std::filesystem::path(model).filename().string();
   if (name.empty()) name = std::filesystem::path(model).parent_path().filename().string();
@@ -131,6 +157,9 @@ int run_serve(ServeFlags f) {
   if (f.shutdown_timeout < 0) return fail(invalid_argument("--shutdown-timeout must be >= 0"));
   if (f.max_queued_requests < 0) return fail(invalid_argument("--max-queued-requests must be >= 0"));
   if (!(f.http_header_timeout > 0)) return fail(invalid_argument("--http-header-timeout must be > 0"));
+  if (!(f.health_stall_timeout > 0)) return fail(invalid_argument("--health-stall-timeout must be > 0"));
+  auto fault = fault_hook(f.fault_injection);
+  if (!fault.ok()) return fail(fault.status());
   auto body_limit = parse_byte_size(f.max_request_body);
   if (!body_limit.ok()) return fail(body_limit.status());
   raise_fd_limit();
@@ -156,6 +185,7 @@ int run_serve(ServeFlags f) {
   sc.limits.max_logprobs = f.max_logprobs;
   sc.http.max_body_bytes = static_cast<size_t>(*body_limit);
   sc.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_header_timeout * 1000));
+  sc.stall_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.health_stall_timeout * 1000));
   auto server = server::OpenAiServer::start(sc);
   if (!server.ok()) return fail(server.status());
   log_line(LogLevel::kInfo, "serve", "listening on http://" + f.host + ":" + std::to_string((*server)->port()) +
@@ -192,6 +222,7 @@ int run_serve(ServeFlags f) {
   EngineOptions eo;
   eo.max_queued_requests = f.max_queued_requests;
   eo.metrics = served.metrics;
+  eo.before_step = std::move(*fault);
   engine = std::make_unique<Engine>(std::move(setup->core), eo);
   served.engine = engine.get();
   (*server)->set_model(std::move(served));

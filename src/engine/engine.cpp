@@ -253,6 +253,7 @@ void Engine::run_loop() {
     }
     for (RequestId id : aborted) deliver(core_->abort(id));
     if (all) fail_all(FinishReason::kAbort);
+    if (options_.before_step && core_->has_unfinished()) options_.before_step(steps_++);
     deliver(core_->step());
     mark_progress();
     std::lock_guard<std::mutex> lock(mu_);

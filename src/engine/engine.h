@@ -60,6 +60,9 @@ struct EngineOptions {
   int64_t max_queued_requests = 0;
   // Where the engine records vLLM's metrics; may be null.
   std::shared_ptr<metrics::EngineMetrics> metrics;
+  // Fault injection for tests: called on the engine thread before each step that has work,
+  // with the step's number (0, 1, ...). It may throw (a failing step) or block (a stuck one).
+  std::function<void(int64_t step)> before_step;
 };
 
 // Called on the engine thread with each chunk of one request, in order; the last call has
@@ -131,6 +134,7 @@ class Engine {
   std::unordered_map<RequestId, Sink> sinks_;               // guarded by mu_
   SchedulerStats stats_;                                    // guarded by mu_
   std::atomic<int64_t> last_progress_ns_{0};                // steady_clock, since its epoch
+  int64_t steps_ = 0;                                       // engine thread only
   std::thread thread_;
 };
 
