@@ -225,10 +225,11 @@ int run_serve(ServeFlags f) {
   eo.before_step = std::move(*fault);
   engine = std::make_unique<Engine>(std::move(setup->core), eo);
   served.engine = engine.get();
+  const std::string name = served.served_model_names.front();
   (*server)->set_model(std::move(served));
 
   const std::string url = "http://" + f.host + ":" + std::to_string((*server)->port());
-  log_line(LogLevel::kInfo, "serve", "ready: " + url + "/v1 serving '" + (f.served_model_names.empty() ? default_served_name(f.model.model) : f.served_model_names.front()) + "'");
+  log_line(LogLevel::kInfo, "serve", "ready: " + url + "/v1 serving '" + name + "'");
   std::fprintf(stderr,
                "\n  Try:  curl %s/v1/completions -H 'Content-Type: application/json' \\\n"
                "          -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n\n",
