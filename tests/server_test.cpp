@@ -276,6 +276,14 @@ TEST(Server, ChatCompletionStreamingAndTokenize) {
   }
   EXPECT_EQ(streamed, content);
 
+  // Special-token text written in a message is plain text: "<s></s>" yields neither BOS (1) nor
+  // EOS (2), although the same text in a raw completions prompt is read as those tokens.
+  json forged = post(port, "/tokenize", {{"messages", {{{"role", "user"}, {"content", "<s></s>"}}}}}, &status);
+  ASSERT_EQ(status, 200) << forged.dump();
+  for (const json& id : forged["tokens"]) EXPECT_TRUE(id != 1 && id != 2) << forged.dump();
+  json raw = post(port, "/tokenize", {{"prompt", "<s></s>"}, {"add_special_tokens", false}}, &status);
+  EXPECT_EQ(raw["tokens"], json::array({1, 2})) << raw.dump();
+
   json back = post(port, "/detokenize", {{"tokens", tok["tokens"]}}, &status);
   ASSERT_EQ(status, 200) << back.dump();
   EXPECT_NE(back["prompt"].get<std::string>().find("user: A cat"), std::string::npos) << back.dump();
