@@ -642,17 +642,31 @@ auto guarded(F&& parse) -> decltype(parse()) {
   }
 }
 
-ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const ModelContext& model) {
+// What both generation endpoints read first: the body, the model, and the fields they share.
+struct CommonFields {
+  json body;
+  ParsedRequest r;
+  SamplingParams p;
+  GenerateRequest proto;
+};
+
+ApiResult<CommonFields> read_request(std::string_view body_text, const ModelContext& model, Endpoint endpoint) {
   PAGODA_CHECK(model.tokenizer != nullptr && model.max_model_len > 0);
   ApiResult<json> parsed = parse_body(body_text, model.limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& body = std::get<json>(parsed);
-  ParsedRequest r;
-  r.endpoint = Endpoint::kCompletions;
-  PAGODA_RETURN_IF_API_ERROR(read_model(body, model, r.model));
-  SamplingParams p;
-  GenerateRequest proto;
-  PAGODA_RETURN_IF_API_ERROR(read_common(body, model, r, p, proto));
+  CommonFields c;
+  c.body = std::move(std::get<json>(parsed));
+  c.r.endpoint = endpoint;
+  PAGODA_RETURN_IF_API_ERROR(read_model(c.body, model, c.r.model));
+  if (endpoint == Endpoint::kChat) PAGODA_RETURN_IF_API_ERROR(refuse_tools(c.body));
+  PAGODA_RETURN_IF_API_ERROR(read_common(c.body, model, c.r, c.p, c.proto));
+  return c;
+}
+
+ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const ModelContext& model) {
+  ApiResult<CommonFields> begun = read_request(body_text, model, Endpoint::kCompletions);
+  if (auto* e = std::get_if<ApiError>(&begun)) return *e;
+  auto& [body, r, p, proto] = std::get<CommonFields>(begun);
   std::optional<int64_t> max_tokens;
   PAGODA_RETURN_IF_API_ERROR(read_int(body, "max_tokens", max_tokens));
   if (max_tokens) {
@@ -698,21 +712,13 @@ ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const Mode
     r.prompt_texts.push_back(std::move(in.text));
     r.prompts.push_back(std::move(g));
   }
-  return r;
+  return std::move(r);
 }
 
 ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelContext& model) {
-  PAGODA_CHECK(model.tokenizer != nullptr && model.max_model_len > 0);
-  ApiResult<json> parsed = parse_body(body_text, model.limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& body = std::get<json>(parsed);
-  ParsedRequest r;
-  r.endpoint = Endpoint::kChat;
-  PAGODA_RETURN_IF_API_ERROR(read_model(body, model, r.model));
-  PAGODA_RETURN_IF_API_ERROR(refuse_tools(body));
-  SamplingParams p;
-  GenerateRequest proto;
-  PAGODA_RETURN_IF_API_ERROR(read_common(body, model, r, p, proto));
+  ApiResult<CommonFields> begun = read_request(body_text, model, Endpoint::kChat);
+  if (auto* e = std::get_if<ApiError>(&begun)) return *e;
+  auto& [body, r, p, proto] = std::get<CommonFields>(begun);
   // max_completion_tokens replaced max_tokens; vLLM prefers it when both are given.
   std::string max_tokens_key = "max_tokens";
   std::optional<int64_t> max_tokens;
@@ -754,7 +760,7 @@ ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelConte
   g.prompt_token_ids = std::move(prompt.ids);
   r.prompt_texts.push_back(std::move(prompt.text));
   r.prompts.push_back(std::move(g));
-  return r;
+  return std::move(r);
 }
 
 // ---- responses -----------------------------------------------------------------------------------
