@@ -149,6 +149,14 @@ TEST(Server, GreedyCompletionMatchesGoldenText) {
   EXPECT_EQ(r["usage"]["prompt_tokens"], 1);
   EXPECT_EQ(r["usage"]["completion_tokens"], 256);
   EXPECT_EQ(r["usage"]["total_tokens"], 257);
+
+  // From the golden run's own first two tokens ("Once upon"), greedy goes on the same way, and
+  // the text continues the prompt's: it starts with the space before "a" (as decode(prompt +
+  // output) - decode(prompt) does, and vLLM returns it).
+  json cont = post(port, "/v1/completions", {{"prompt", "Once upon"}, {"max_tokens", 254}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << cont.dump();
+  EXPECT_EQ(cont["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(cont["choices"][0]["text"], golden_text().substr(std::string("Once upon").size()));
 }
 
 // Streaming carries the same text as the whole response, in the OpenAI chunk shape, ending

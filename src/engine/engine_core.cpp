@@ -124,6 +124,10 @@ Status EngineCore::add_request(RequestId id, const GenerateRequest& r) {
     for (TokenId t : tokenizer_->stop_ids()) stop_ids.push_back(t);
   }
   const auto now = std::chrono::steady_clock::now();
+  // Whether the output continues visible prompt text (anything but special tokens such as BOS).
+  const bool after_text = std::any_of(r.prompt_token_ids.begin(), r.prompt_token_ids.end(), [&](TokenId t) {
+    return !tokenizer_->is_special(t) && !tokenizer_->token_bytes(t).empty();
+  });
   std::vector<RequestId> added;
   for (int64_t i = 0; i < r.params.n; ++i) {
     const RequestId seq_id = next_seq_id_++;
@@ -152,7 +156,7 @@ Status EngineCore::add_request(RequestId id, const GenerateRequest& r) {
     s.index = i;
     s.prompt_tokens = static_cast<int64_t>(r.prompt_token_ids.size());
     s.output = std::make_unique<SequenceOutput>(*tokenizer_, r.params.stop, r.params.include_stop_str_in_output,
-                                                r.params.skip_special_tokens);
+                                                r.params.skip_special_tokens, after_text);
     s.want_logprobs = r.params.logprobs.has_value();
     s.want_prompt_logprobs = r.params.prompt_logprobs.has_value();
     s.arrival = now;

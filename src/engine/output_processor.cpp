@@ -5,9 +5,10 @@
 namespace pagoda {
 
 SequenceOutput::SequenceOutput(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                               bool include_stop_str, bool skip_special)
+                               bool include_stop_str, bool skip_special, bool after_text)
     : detok_(tokenizer, skip_special), stops_(std::move(stop_strings)), include_stop_(include_stop_str) {
   for (const auto& s : stops_) max_stop_len_ = std::max(max_stop_len_, s.size());
+  if (after_text) detok_.continue_text();
 }
 
 bool SequenceOutput::push(TokenId id) {

@@ -13,8 +13,10 @@ namespace pagoda {
 
 class SequenceOutput {
  public:
+  // `after_text`: the prompt holds text (not just BOS), so a SentencePiece output keeps its
+  // leading space (see IncrementalDetokenizer::continue_text).
   SequenceOutput(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                 bool include_stop_str, bool skip_special);
+                 bool include_stop_str, bool skip_special, bool after_text);
 
   // Adds one generated token. Returns true when a stop string matched (the text is then cut
   // at the match, or after it with include_stop_str, and the sequence must end).

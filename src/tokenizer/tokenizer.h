@@ -90,6 +90,10 @@ class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special)
       : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  // The ids to come continue text that is already there (a prompt): the leading-space rule does
+  // not apply, as decode(prompt + output) minus decode(prompt) keeps that space. (Prompt "Once
+  // upon" + "▁a▁time" gives " a time", while after BOS alone it gives "a time".)
+  void continue_text() { first_ = false; }
   // The text that `id` completes (possibly empty); ill-formed bytes come out as U+FFFD as soon
   // as no later byte could make them valid.
   std::string push(TokenId id);
