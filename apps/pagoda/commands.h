@@ -42,6 +42,34 @@ struct BenchThroughputFlags {
 };
 int run_bench_throughput(const BenchThroughputFlags& flags);
 
+// `pagoda bench serve`: vLLM's flag names and defaults.
+struct BenchServeFlags {
+  std::string base_url = "http://127.0.0.1:8000";
+  std::string endpoint = "/v1/completions";
+  std::string model;
+  std::string api_key;
+  std::string dataset_name = "random";
+  std::string dataset_path;
+  int64_t random_input_len = 1024;
+  int64_t random_output_len = 128;
+  double random_range_ratio = 0.0;
+  int64_t random_prefix_len = 0;
+  int64_t num_prompts = 1000;
+  std::string request_rate = "inf";
+  double burstiness = 1.0;
+  int64_t max_concurrency = 0;
+  bool ignore_eos = false;
+  uint64_t seed = 0;
+  std::vector<std::string> goodput;
+  std::string percentile_metrics = "ttft,tpot,itl";
+  std::string metric_percentiles = "99";
+  std::string save_result;
+  bool disable_progress = false;
+
+  void add_to(CLI::App& cmd);
+};
+int run_bench_serve(const BenchServeFlags& flags);
+
 struct ServeFlags {
   std::string positional_model;  // `pagoda serve MODEL`
   ModelFlags model;

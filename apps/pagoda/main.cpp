@@ -76,6 +76,11 @@ int main_impl(int argc, char** argv) {
   thr_cmd->add_option("--dataset-seed", thr.dataset_seed, "seed of the random prompts")->capture_default_str();
   thr_cmd->add_option("--output-json", thr.output_json, "also write the results as JSON here");
 
+  BenchServeFlags bserve;
+  CLI::App* bserve_cmd = bench_cmd->add_subcommand(
+      "serve", "load an OpenAI-compatible server (this one or any other) and report latency and throughput");
+  bserve.add_to(*bserve_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -89,6 +94,7 @@ int main_impl(int argc, char** argv) {
   if (generate_cmd->parsed()) return run_generate(gen);
   if (tokenize_cmd->parsed()) return run_tokenize(tok_model, tok_prompt, tok_no_special);
   if (thr_cmd->parsed()) return run_bench_throughput(thr);
+  if (bserve_cmd->parsed()) return run_bench_serve(bserve);
   if (serve_cmd->parsed()) return run_serve(std::move(serve));
   return 2;
 }
