@@ -134,6 +134,46 @@ TEST(Cli, BenchThroughputReportsRates) {
   EXPECT_NE(r.out.find("Total num output tokens:  32"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchThroughputReadsPromptFile) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "bench_prompts." + std::to_string(::getpid()) + ".jsonl";
+  const std::string out = dir + "bench_thr." + std::to_string(::getpid()) + ".json";
+  std::ofstream(in) << "{\"prompt\": \"Once upon a time\", \"output_len\": 20}\n\n{\"prompt\": \"The cat\"}\n";
+  RunResult r = run_pagoda("bench throughput --model " + quote(model) + " --dataset-path " + quote(in) +
+                           " --output-len 10 --output-json " + quote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream f(out);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["num_requests"], 2);
+  EXPECT_EQ(j["total_output_tokens"], 30);  // 20 from the file, 10 from --output-len
+}
+
+// One batch several times: every iteration is timed, prefill comes before the end, and the
+// decode step time is what is left per output token.
+TEST(Cli, BenchLatencySeparatesPrefillAndDecode) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string out = ::testing::TempDir() + "bench_lat." + std::to_string(::getpid()) + ".json";
+  RunResult r = run_pagoda("bench latency --model " + quote(model) +
+                           " --batch-size 4 --input-len 32 --output-len 16 --num-iters 3 --num-iters-warmup 1"
+                           " --output-json " + quote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Avg latency: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("99% percentile latency: "), std::string::npos) << r.out;
+  std::ifstream f(out);
+  auto j = nlohmann::json::parse(f);
+  ASSERT_EQ(j["latencies"].size(), 3u);
+  ASSERT_EQ(j["prefill_latencies"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_GT(j["prefill_latencies"][i].get<double>(), 0.0);
+    EXPECT_LT(j["prefill_latencies"][i].get<double>(), j["latencies"][i].get<double>());
+  }
+  double sum = 0;
+  for (const auto& l : j["latencies"]) sum += l.get<double>();
+  EXPECT_NEAR(j["avg_latency"].get<double>(), sum / 3, 1e-9);
+  EXPECT_GT(j["avg_decode_step_latency"].get<double>(), 0.0);
+}
+
 TEST(Cli, DemoModelRunsWithNothingDownloaded) {
   RunResult r = run_pagoda("generate --model demo-random --prompt 'Hi' --max-tokens 8 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -145,6 +185,12 @@ TEST(Cli, HelpOnEverySubcommand) {
   EXPECT_EQ(top.exit_code, 0);
   EXPECT_NE(top.out.find("generate"), std::string::npos) << top.out;
   EXPECT_NE(top.out.find("tokenize"), std::string::npos) << top.out;
+  for (const char* sub : {"serve", "bench serve", "bench latency", "bench throughput"}) {
+    RunResult r = run_pagoda(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find(std::string(sub) == "bench serve" ? "--base-url" : "--max-num-seqs"), std::string::npos)
+        << sub << r.out;
+  }
   for (const char* sub : {"generate", "tokenize"}) {
     RunResult r = run_pagoda(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;

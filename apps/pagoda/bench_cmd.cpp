@@ -1,16 +1,63 @@
-// `pagoda bench throughput`: offline throughput on random prompts, like vLLM's
-// `vllm bench throughput` (requests/s, output tokens/s, total tokens/s).
+// In-process benchmarks, like vLLM's: `pagoda bench throughput` (requests/s, output tokens/s,
+// total tokens/s over --num-prompts random or file prompts) and `pagoda bench latency` (one batch
+// end to end, several times; prefill and decode apart).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "apps/pagoda/bench/serve_stats.h"
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/engine_setup.h"
 #include "engine/llm.h"
 
 namespace pagoda::app {
+
+namespace {
+
+std::vector<GenerateRequest> random_requests(int64_t count, int64_t input_len, int64_t output_len, int64_t vocab,
+                                             uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(vocab - 1));
+  std::vector<GenerateRequest> requests(static_cast<size_t>(count));
+  for (auto& r : requests) {
+    for (int64_t i = 0; i < input_len; ++i) r.prompt_token_ids.push_back(token(rng));
+    r.params.max_tokens = output_len;
+    r.params.ignore_eos = true;
+    r.params.temperature = 1.0;
+  }
+  return requests;
+}
+
+// --dataset-path: {"prompt": "...", "output_len": N} per line (output_len defaults to --output-len).
+Result<std::vector<GenerateRequest>> file_requests(const BenchThroughputFlags& f) {
+  std::ifstream in(f.dataset_path);
+  if (!in) return Status(StatusCode::kIoError, f.dataset_path + ": cannot open");
+  std::vector<GenerateRequest> out;
+  std::string line;
+  int64_t line_no = 0;
+  while (static_cast<int64_t>(out.size()) < f.num_prompts && std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+      return invalid_argument(f.dataset_path + ":" + std::to_string(line_no) + ": expected {\"prompt\": \"...\"}");
+    }
+    GenerateRequest r;
+    r.prompt = j["prompt"];
+    r.params.max_tokens = j.contains("output_len") && j["output_len"].is_number_integer()
+                              ? j["output_len"].get<int64_t>()
+                              : f.output_len;
+    r.params.ignore_eos = true;
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return invalid_argument(f.dataset_path + ": no prompts");
+  return out;
+}
+
+}  // namespace
 
 int run_bench_throughput(const BenchThroughputFlags& f) {
   if (f.input_len < 1 || f.output_len < 1 || f.num_prompts < 1) {
@@ -19,15 +66,14 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   auto setup = make_engine(f.model, f.engine);
   if (!setup.ok()) return fail(setup.status());
   std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
-  const int64_t vocab = setup->core->model_config().vocab_size;
-  std::mt19937_64 rng(f.dataset_seed);
-  std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(vocab - 1));
-  std::vector<GenerateRequest> requests(static_cast<size_t>(f.num_prompts));
-  for (auto& r : requests) {
-    for (int64_t i = 0; i < f.input_len; ++i) r.prompt_token_ids.push_back(token(rng));
-    r.params.max_tokens = f.output_len;
-    r.params.ignore_eos = true;
-    r.params.temperature = 1.0;
+  std::vector<GenerateRequest> requests;
+  if (f.dataset_path.empty()) {
+    requests = random_requests(f.num_prompts, f.input_len, f.output_len, setup->core->model_config().vocab_size,
+                               f.dataset_seed);
+  } else {
+    auto loaded = file_requests(f);
+    if (!loaded.ok()) return fail(loaded.status());
+    requests = std::move(*loaded);
   }
   LLM llm(std::move(setup->core));
   const auto start = std::chrono::steady_clock::now();
@@ -48,11 +94,74 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
     nlohmann::json j = {{"elapsed_time", elapsed},
                         {"num_requests", results->size()},
                         {"total_num_tokens", prompt_tokens + output_tokens},
+                        {"total_output_tokens", output_tokens},
                         {"requests_per_second", n / elapsed},
                         {"tokens_per_second", (prompt_tokens + output_tokens) / elapsed},
                         {"output_tokens_per_second", output_tokens / elapsed},
                         {"max_num_seqs", f.engine.max_num_seqs}};
     std::ofstream(f.output_json) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int run_bench_latency(const BenchLatencyFlags& f) {
+  if (f.batch_size < 1 || f.input_len < 1 || f.output_len < 1 || f.num_iters < 1 || f.num_iters_warmup < 0) {
+    return fail(invalid_argument(
+        "--batch-size, --input-len, --output-len and --num-iters must be at least 1, --num-iters-warmup >= 0"));
+  }
+  auto setup = make_engine(f.model, f.engine);
+  if (!setup.ok()) return fail(setup.status());
+  std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
+  const int64_t vocab = setup->core->model_config().vocab_size;
+  LLM llm(std::move(setup->core));
+  // Each iteration gets prompts of its own: repeating one would hit the prefix cache and
+  // measure no prefill at all.
+  std::vector<double> e2e, prefill, decode;
+  for (int64_t it = 0; it < f.num_iters_warmup + f.num_iters; ++it) {
+    auto batch = random_requests(f.batch_size, f.input_len, f.output_len, vocab, f.dataset_seed + static_cast<uint64_t>(it));
+    const auto start = std::chrono::steady_clock::now();
+    auto results = llm.generate(std::move(batch));
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!results.ok()) return fail(results.status());
+    if (it < f.num_iters_warmup) continue;
+    // Prefill: until the batch's last first token; decode: the rest, per output token.
+    double first = 0;
+    for (const RequestOutput& r : *results) first = std::max(first, r.timings.first_token_s);
+    e2e.push_back(elapsed);
+    prefill.push_back(first);
+    if (f.output_len > 1) decode.push_back((elapsed - first) / static_cast<double>(f.output_len - 1));
+    std::fprintf(stderr, "\riteration %lld/%lld: %.3f s", static_cast<long long>(it - f.num_iters_warmup + 1),
+                 static_cast<long long>(f.num_iters), elapsed);
+  }
+  std::fprintf(stderr, "\n");
+  const std::vector<double> ps = {10, 25, 50, 75, 90, 99};
+  const bench::MetricStats s = bench::metric_stats(e2e, ps);
+  const bench::MetricStats p = bench::metric_stats(prefill, {});
+  const bench::MetricStats d = bench::metric_stats(decode, {});
+  std::printf("Avg latency: %.4f seconds\n", s.mean);
+  for (double q : ps) std::printf("%g%% percentile latency: %.4f seconds\n", q, s.percentiles.at(q));
+  std::printf("Avg prefill (batch of %lld x %lld tokens): %.4f seconds, %.1f tokens/s\n",
+              static_cast<long long>(f.batch_size), static_cast<long long>(f.input_len), p.mean,
+              p.mean > 0 ? static_cast<double>(f.batch_size * f.input_len) / p.mean : 0.0);
+  if (!decode.empty()) {
+    std::printf("Avg decode step: %.4f seconds, %.1f output tokens/s\n", d.mean,
+                d.mean > 0 ? static_cast<double>(f.batch_size) / d.mean : 0.0);
+  }
+  if (!f.output_json.empty()) {
+    nlohmann::json j = {{"avg_latency", s.mean},
+                        {"latencies", e2e},
+                        {"prefill_latencies", prefill},
+                        {"avg_prefill_latency", p.mean},
+                        {"avg_decode_step_latency", d.mean},
+                        {"batch_size", f.batch_size},
+                        {"input_len", f.input_len},
+                        {"output_len", f.output_len}};
+    nlohmann::json percentiles;
+    for (double q : ps) percentiles[std::to_string(static_cast<int>(q))] = s.percentiles.at(q);
+    j["percentiles"] = percentiles;
+    std::ofstream out(f.output_json);
+    out << j.dump(2) << "\n";
+    if (!out) return fail(Status(StatusCode::kIoError, f.output_json + ": cannot write"));
   }
   return 0;
 }

@@ -38,9 +38,24 @@ struct BenchThroughputFlags {
   int64_t output_len = 128;
   int64_t num_prompts = 16;
   uint64_t dataset_seed = 0;
+  std::string dataset_path;  // JSONL prompts instead of random ones
   std::string output_json;  // optional machine-readable result
 };
 int run_bench_throughput(const BenchThroughputFlags& flags);
+
+// `pagoda bench latency`: one batch, end to end, several times (vLLM's `vllm bench latency`).
+struct BenchLatencyFlags {
+  ModelFlags model;
+  EngineFlags engine;
+  int64_t batch_size = 8;
+  int64_t input_len = 32;
+  int64_t output_len = 128;
+  int64_t num_iters_warmup = 3;
+  int64_t num_iters = 10;
+  uint64_t dataset_seed = 0;
+  std::string output_json;
+};
+int run_bench_latency(const BenchLatencyFlags& flags);
 
 // `pagoda bench serve`: vLLM's flag names and defaults.
 struct BenchServeFlags {

@@ -74,7 +74,22 @@ int main_impl(int argc, char** argv) {
   thr_cmd->add_option("--output-len", thr.output_len, "output tokens per request")->capture_default_str();
   thr_cmd->add_option("--num-prompts", thr.num_prompts, "requests")->capture_default_str();
   thr_cmd->add_option("--dataset-seed", thr.dataset_seed, "seed of the random prompts")->capture_default_str();
+  thr_cmd->add_option("--dataset-path", thr.dataset_path,
+                      "JSONL prompts, one {\"prompt\": ..., \"output_len\": ...} per line, instead of random ones");
   thr_cmd->add_option("--output-json", thr.output_json, "also write the results as JSON here");
+
+  BenchLatencyFlags lat;
+  lat.model.byte_tokenizer_fallback = true;
+  CLI::App* lat_cmd = bench_cmd->add_subcommand("latency", "end-to-end latency of one batch, prefill and decode apart");
+  lat.model.add_to(*lat_cmd, /*weights=*/true);
+  lat.engine.add_to(*lat_cmd);
+  lat_cmd->add_option("--batch-size", lat.batch_size, "requests in the batch")->capture_default_str();
+  lat_cmd->add_option("--input-len", lat.input_len, "prompt tokens per request")->capture_default_str();
+  lat_cmd->add_option("--output-len", lat.output_len, "output tokens per request")->capture_default_str();
+  lat_cmd->add_option("--num-iters-warmup", lat.num_iters_warmup, "untimed iterations first")->capture_default_str();
+  lat_cmd->add_option("--num-iters", lat.num_iters, "timed iterations")->capture_default_str();
+  lat_cmd->add_option("--dataset-seed", lat.dataset_seed, "seed of the random prompts")->capture_default_str();
+  lat_cmd->add_option("--output-json", lat.output_json, "also write the results as JSON here");
 
   BenchServeFlags bserve;
   CLI::App* bserve_cmd = bench_cmd->add_subcommand(
@@ -95,6 +110,7 @@ int main_impl(int argc, char** argv) {
   if (tokenize_cmd->parsed()) return run_tokenize(tok_model, tok_prompt, tok_no_special);
   if (thr_cmd->parsed()) return run_bench_throughput(thr);
   if (bserve_cmd->parsed()) return run_bench_serve(bserve);
+  if (lat_cmd->parsed()) return run_bench_latency(lat);
   if (serve_cmd->parsed()) return run_serve(std::move(serve));
   return 2;
 }
