@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loader/model_source.h"
 #include "support/test_data.h"
 
 namespace pagoda {
@@ -172,6 +174,37 @@ TEST(Cli, BenchLatencySeparatesPrefillAndDecode) {
   for (const auto& l : j["latencies"]) sum += l.get<double>();
   EXPECT_NEAR(j["avg_latency"].get<double>(), sum / 3, 1e-9);
   EXPECT_GT(j["avg_decode_step_latency"].get<double>(), 0.0);
+}
+
+// The machine's limits are measured (positive rates), and each ceiling follows from them and
+// the bytes one decode step reads, which for an untied model are all its parameters but the
+// embedding table and the norms (ModelConfig::num_parameters counts those in), at each type's size.
+TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
+  const std::string out = ::testing::TempDir() + "roofline." + std::to_string(::getpid()) + ".json";
+  RunResult r = run_pagoda("bench roofline --buffer 256MiB --seconds 0.05 --output-json " + quote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Memory read bandwidth:"), std::string::npos) << r.out;
+  std::ifstream f(out);
+  auto j = nlohmann::json::parse(f);
+  const double gbps = j["read_gbps"].get<double>();
+  EXPECT_GT(gbps, 0.1);
+  EXPECT_GT(j["f32_fma_gflops"].get<double>(), 0.1);
+  auto c = dummy_preset("tinyllama-1.1b");
+  ASSERT_TRUE(c.has_value());
+  ASSERT_FALSE(c->tie_word_embeddings);
+  const int64_t weights = c->num_parameters() - c->vocab_size * c->hidden_size - (2 * c->num_layers + 1) * c->hidden_size;
+  const std::map<std::string, double> bytes_per_weight = {
+      {"f32", 4.0}, {"f16", 2.0}, {"bf16", 2.0}, {"q8_0", 34.0 / 32}, {"q4_0", 18.0 / 32}};
+  int seen = 0;
+  for (const auto& e : j["ceilings"]) {
+    const int64_t bytes = e["bytes_per_decode_step"].get<int64_t>();
+    EXPECT_NEAR(e["decode_ceiling_tokens_per_s"].get<double>(), gbps * 1e9 / static_cast<double>(bytes), 1e-6 * gbps * 1e9 / bytes);
+    if (e["model"] != "tinyllama-1.1b") continue;
+    ++seen;
+    EXPECT_EQ(static_cast<double>(bytes), static_cast<double>(weights) * bytes_per_weight.at(e["type"].get<std::string>()))
+        << e.dump();
+  }
+  EXPECT_EQ(seen, 5);
 }
 
 TEST(Cli, DemoModelRunsWithNothingDownloaded) {

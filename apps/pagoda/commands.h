@@ -57,6 +57,15 @@ struct BenchLatencyFlags {
 };
 int run_bench_latency(const BenchLatencyFlags& flags);
 
+// `pagoda bench roofline`: the machine's bandwidth and peak rates, and the ceilings they imply.
+struct BenchRooflineFlags {
+  int64_t threads = 0;            // 0 = one per hardware thread
+  std::string buffer = "1GiB";    // the bandwidth test's buffer
+  double seconds = 0.5;           // per arithmetic test and repetition
+  std::string output_json;
+};
+int run_bench_roofline(const BenchRooflineFlags& flags);
+
 // `pagoda bench serve`: vLLM's flag names and defaults.
 struct BenchServeFlags {
   std::string base_url = "http://127.0.0.1:8000";

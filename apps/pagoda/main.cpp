@@ -96,6 +96,14 @@ int main_impl(int argc, char** argv) {
       "serve", "load an OpenAI-compatible server (this one or any other) and report latency and throughput");
   bserve.add_to(*bserve_cmd);
 
+  BenchRooflineFlags roof;
+  CLI::App* roof_cmd = bench_cmd->add_subcommand(
+      "roofline", "measure memory bandwidth and peak FLOP/s here, and the decode/prefill ceilings they imply");
+  roof_cmd->add_option("--threads", roof.threads, "threads (0 = one per hardware thread)")->capture_default_str();
+  roof_cmd->add_option("--buffer", roof.buffer, "size of the bandwidth test's buffer")->capture_default_str();
+  roof_cmd->add_option("--seconds", roof.seconds, "seconds per arithmetic test")->capture_default_str();
+  roof_cmd->add_option("--output-json", roof.output_json, "also write the results as JSON here");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -111,6 +119,7 @@ int main_impl(int argc, char** argv) {
   if (thr_cmd->parsed()) return run_bench_throughput(thr);
   if (bserve_cmd->parsed()) return run_bench_serve(bserve);
   if (lat_cmd->parsed()) return run_bench_latency(lat);
+  if (roof_cmd->parsed()) return run_bench_roofline(roof);
   if (serve_cmd->parsed()) return run_serve(std::move(serve));
   return 2;
 }
