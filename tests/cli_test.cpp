@@ -207,6 +207,55 @@ TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
   EXPECT_EQ(seen, 5);
 }
 
+// A sweep runs one benchmark per grid point (a fresh engine each), and the CSV, the chart and the
+// best point agree with the per-point results it kept.
+TEST(Cli, BenchSweepWritesCsvChartAndBest) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string dir = ::testing::TempDir() + "sweep." + std::to_string(::getpid());
+  RunResult r = run_pagoda("bench sweep --mode throughput --param max-num-seqs=1,8 --model-args '--model " + model +
+                           "' --bench-args '--input-len 16 --output-len 16 --num-prompts 8' --work-dir " + quote(dir) +
+                           " --output-csv " + quote(dir + ".csv") + " --output-svg " + quote(dir + ".svg"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream csv(dir + ".csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "max-num-seqs,request_throughput,output_throughput,total_token_throughput");
+  double best = 0;
+  std::string best_value;
+  for (int i = 0; i < 2; ++i) {
+    std::ifstream point(dir + "/point" + std::to_string(i) + ".json");
+    auto j = nlohmann::json::parse(point);
+    EXPECT_EQ(j["num_requests"], 8);
+    const double t = j["output_tokens_per_second"].get<double>();
+    EXPECT_EQ(lines[static_cast<size_t>(i) + 1].substr(0, lines[static_cast<size_t>(i) + 1].find(',')), i == 0 ? "1" : "8");
+    if (t > best) {
+      best = t;
+      best_value = i == 0 ? "1" : "8";
+    }
+  }
+  EXPECT_NE(r.out.find("best: max-num-seqs=" + best_value + " "), std::string::npos) << r.out;
+  std::ifstream svg(dir + ".svg");
+  const std::string chart((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(chart.rfind("<svg", 0), 0u);
+  EXPECT_NE(chart.find("<polyline"), std::string::npos);
+
+  // Serve mode: a server per engine setting, bench serve against it; a goal nobody can meet.
+  RunResult s = run_pagoda("bench sweep --mode serve --param request-rate=100,inf --model-args " + quote(model) +
+                           " --bench-args '--num-prompts 10 --random-input-len 8 --random-output-len 4 --ignore-eos'"
+                           " --latency-goal p99_ttft:0.000001 --work-dir " + quote(dir + "-serve") + " --output-csv " +
+                           quote(dir + "-serve.csv") + " --output-svg " + quote(dir + "-serve.svg"));
+  ASSERT_EQ(s.exit_code, 0) << s.out << s.err;
+  std::ifstream serve_csv(dir + "-serve.csv");
+  lines.clear();
+  for (std::string line; std::getline(serve_csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("request-rate,request_throughput,output_throughput,mean_ttft_ms,p99_ttft_ms", 0), 0u);
+  EXPECT_EQ(lines[1].rfind("100,", 0), 0u);
+  EXPECT_EQ(lines[2].rfind("inf,", 0), 0u);
+  EXPECT_NE(s.out.find("best: none meets the latency goal"), std::string::npos) << s.out;
+}
+
 TEST(Cli, DemoModelRunsWithNothingDownloaded) {
   RunResult r = run_pagoda("generate --model demo-random --prompt 'Hi' --max-tokens 8 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -66,6 +66,21 @@ struct BenchRooflineFlags {
 };
 int run_bench_roofline(const BenchRooflineFlags& flags);
 
+// `pagoda bench sweep`: bench throughput or bench serve over a grid of one or two flags.
+struct BenchSweepFlags {
+  std::string mode = "throughput";  // or serve
+  std::vector<std::string> params;  // NAME=V1,V2,...
+  std::string model_args;           // space-separated
+  std::string bench_args;
+  std::string latency_goal;         // e.g. p99_ttft:500
+  std::string output_csv = "sweep.csv";
+  std::string output_svg = "sweep.svg";
+  std::string work_dir = "sweep";
+
+  void add_to(CLI::App& cmd);
+};
+int run_bench_sweep(const BenchSweepFlags& flags);
+
 // `pagoda bench serve`: vLLM's flag names and defaults.
 struct BenchServeFlags {
   std::string base_url = "http://127.0.0.1:8000";

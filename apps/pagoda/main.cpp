@@ -104,6 +104,11 @@ int main_impl(int argc, char** argv) {
   roof_cmd->add_option("--seconds", roof.seconds, "seconds per arithmetic test")->capture_default_str();
   roof_cmd->add_option("--output-json", roof.output_json, "also write the results as JSON here");
 
+  BenchSweepFlags sweep;
+  CLI::App* sweep_cmd = bench_cmd->add_subcommand(
+      "sweep", "run bench throughput or bench serve over a grid of settings; CSV, SVG chart, best setting");
+  sweep.add_to(*sweep_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -120,6 +125,7 @@ int main_impl(int argc, char** argv) {
   if (bserve_cmd->parsed()) return run_bench_serve(bserve);
   if (lat_cmd->parsed()) return run_bench_latency(lat);
   if (roof_cmd->parsed()) return run_bench_roofline(roof);
+  if (sweep_cmd->parsed()) return run_bench_sweep(sweep);
   if (serve_cmd->parsed()) return run_serve(std::move(serve));
   return 2;
 }
