@@ -99,10 +99,19 @@ double read_bandwidth(int threads, int64_t bytes) {
   });
   std::atomic<uint64_t> total{0};
   double best = 0;
+  const bool avx2 = cpu_features().avx2;
   for (int pass = 0; pass < 5; ++pass) {
     const double s = run_parallel(threads, [&](int t) {
+      // Slices of whole 256-byte blocks (mmap memory is page aligned).
+      const size_t blocks = n * sizeof(uint64_t) / 256;
       const size_t lo = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
       const size_t hi = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+      if (avx2) {  // the wide loads the kernels use
+        const size_t b0 = blocks * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        const size_t b1 = blocks * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        total += read_avx2(reinterpret_cast<const char*>(data) + b0 * 256, (b1 - b0) * 256);
+        return;
+      }
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
       size_t i = lo;
       for (; i + 4 <= hi; i += 4) {

@@ -14,7 +14,8 @@ namespace pagoda::cpu {
 
 struct MachineLimits {
   int threads = 0;
-  double read_gbps = 0;         // GB/s (1e9 bytes), a streaming read of a large buffer
+  double read_gbps = 0;         // GB/s (1e9 bytes), a streaming read of a large buffer (AVX2
+                                // loads, four streams per thread, where the CPU has AVX2)
   double f32_fma_gflops = 0;    // GFLOP/s (an FMA counts 2)
   std::string f32_isa;          // "avx512f", "avx2+fma", or "scalar"
   double int8_dot_gops = 0;     // GOP/s of u8 x s8 multiply-adds (VNNI); 0 when absent

@@ -15,4 +15,8 @@ uint64_t fma_loop_avx512(uint64_t iterations, float* sink);   // AVX-512F: sink[
 uint64_t vnni_loop_avx512(uint64_t iterations, int32_t* sink);  // AVX512_VNNI: sink[16]
 uint64_t bf16_loop_avx512(uint64_t iterations, float* sink);  // AVX512_BF16: sink[16]
 
+// Reads `bytes` (a multiple of 256, 32-byte aligned) from `data` with AVX2 loads, as four
+// sequential streams at once; returns the sum so the loads cannot be dropped.
+uint64_t read_avx2(const void* data, uint64_t bytes);
+
 }  // namespace pagoda::cpu
