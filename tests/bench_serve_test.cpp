@@ -202,6 +202,20 @@ TEST(BenchServe, AccountingMatchesTheServersMetrics) {
     EXPECT_GE(len.get<int64_t>(), 12);
     EXPECT_LE(len.get<int64_t>(), 36);
   }
+
+  // A prompt file: each line's output_len (or --random-output-len), exactly, with EOS ignored.
+  const std::string prompts = ::testing::TempDir() + "bench_prompts." + std::to_string(getpid()) + ".jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"Once upon a time\", \"output_len\": 5}\n\n"
+                         << "{\"prompt\": \"The cat\"}\n{\"prompt\": \"Lily\", \"output_len\": 2}\n";
+  const std::string file_cmd = std::string(PAGODA_BINARY) + " bench serve --base-url http://127.0.0.1:" +
+                               std::to_string(server.port()) + " --dataset-name jsonl --dataset-path " + prompts +
+                               " --random-output-len 3 --ignore-eos --disable-progress --save-result " + result +
+                               " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(file_cmd.c_str()), 0);
+  std::ifstream file_result(result);
+  const json fj = json::parse(file_result);
+  EXPECT_EQ(fj["completed"], 3);
+  EXPECT_EQ(fj["output_lens"], json::array({5, 3, 2}));
 }
 
 }  // namespace

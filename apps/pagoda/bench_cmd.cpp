@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "apps/pagoda/bench/prompt_file.h"
 #include "apps/pagoda/bench/serve_stats.h"
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/engine_setup.h"
@@ -31,29 +32,17 @@ std::vector<GenerateRequest> random_requests(int64_t count, int64_t input_len, i
   return requests;
 }
 
-// --dataset-path: {"prompt": "...", "output_len": N} per line (output_len defaults to --output-len).
+// --dataset-path prompts, EOS ignored so that each runs its output_len.
 Result<std::vector<GenerateRequest>> file_requests(const BenchThroughputFlags& f) {
-  std::ifstream in(f.dataset_path);
-  if (!in) return Status(StatusCode::kIoError, f.dataset_path + ": cannot open");
+  PAGODA_ASSIGN_OR_RETURN(auto prompts, bench::read_prompt_file(f.dataset_path, f.num_prompts, f.output_len));
   std::vector<GenerateRequest> out;
-  std::string line;
-  int64_t line_no = 0;
-  while (static_cast<int64_t>(out.size()) < f.num_prompts && std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
-      return invalid_argument(f.dataset_path + ":" + std::to_string(line_no) + ": expected {\"prompt\": \"...\"}");
-    }
+  for (bench::FilePrompt& p : prompts) {
     GenerateRequest r;
-    r.prompt = j["prompt"];
-    r.params.max_tokens = j.contains("output_len") && j["output_len"].is_number_integer()
-                              ? j["output_len"].get<int64_t>()
-                              : f.output_len;
+    r.prompt = std::move(p.prompt);
+    r.params.max_tokens = p.output_len;
     r.params.ignore_eos = true;
     out.push_back(std::move(r));
   }
-  if (out.empty()) return invalid_argument(f.dataset_path + ": no prompts");
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "apps/pagoda/bench/load_client.h"
+#include "apps/pagoda/bench/prompt_file.h"
 #include "apps/pagoda/commands.h"
 
 namespace pagoda::app {
@@ -129,25 +130,9 @@ Result<std::vector<Prompt>> random_dataset(const BenchServeFlags& f, const bench
 }
 
 Result<std::vector<Prompt>> jsonl_dataset(const BenchServeFlags& f) {
-  std::ifstream in(f.dataset_path);
-  if (!in) return Status(StatusCode::kIoError, f.dataset_path + ": cannot open");
+  PAGODA_ASSIGN_OR_RETURN(auto prompts, bench::read_prompt_file(f.dataset_path, f.num_prompts, f.random_output_len));
   std::vector<Prompt> out;
-  std::string line;
-  int64_t line_no = 0;
-  while (static_cast<int64_t>(out.size()) < f.num_prompts && std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
-      return invalid_argument(f.dataset_path + ":" + std::to_string(line_no) + ": expected {\"prompt\": \"...\"}");
-    }
-    Prompt p;
-    p.prompt = j["prompt"];
-    p.output_len = j.contains("output_len") && j["output_len"].is_number_integer() ? j["output_len"].get<int64_t>()
-                                                                                    : f.random_output_len;
-    out.push_back(std::move(p));
-  }
-  if (out.empty()) return invalid_argument(f.dataset_path + ": no prompts");
+  for (bench::FilePrompt& p : prompts) out.push_back(Prompt{std::move(p.prompt), p.output_len});
   return out;
 }
 

@@ -41,12 +41,11 @@ std::string self_binary() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("pagoda");
 }
 
-// Runs `args` (argv[0] included) to completion; its stdout and stderr go to `log`.
-int run_child(const std::vector<std::string>& args, const std::string& log) {
+// Starts `args` (argv[0] included) as a child whose stdout and stderr are appended to `log`.
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
   const pid_t pid = fork();
   if (pid == 0) {
-    FILE* f = std::fopen(log.c_str(), "a");
-    if (f) {
+    if (FILE* f = std::fopen(log.c_str(), "a")) {
       dup2(fileno(f), 1);
       dup2(fileno(f), 2);
     }
@@ -56,8 +55,13 @@ int run_child(const std::vector<std::string>& args, const std::string& log) {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+// Runs `args` to completion (output to `log`); returns its exit status.
+int run_child(const std::vector<std::string>& args, const std::string& log) {
   int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(spawn(args, log), &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -65,21 +69,8 @@ int run_child(const std::vector<std::string>& args, const std::string& log) {
 class ServerChild {
  public:
   Status start(const std::vector<std::string>& args, const std::string& log) {
-    log_ = log;
     std::remove(log.c_str());
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = std::fopen(log.c_str(), "a");
-      if (f) {
-        dup2(fileno(f), 1);
-        dup2(fileno(f), 2);
-      }
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = spawn(args, log);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     while (std::chrono::steady_clock::now() < deadline) {
       std::ifstream in(log);
@@ -110,7 +101,7 @@ class ServerChild {
 
  private:
   pid_t pid_ = -1;
-  std::string url_, log_;
+  std::string url_;
 };
 
 struct Param {
