@@ -176,8 +176,10 @@ std::vector<float> all_logits(const std::string& path, const std::vector<TokenId
   auto source = load_model(path, LoadOptions{});
   EXPECT_TRUE(source.ok()) << source.status().message();
   if (!source.ok()) return {};
-  cpu::CpuBackend backend;
-  auto model = create_model(std::move(*source), backend);
+  auto backend = cpu::CpuBackend::create();
+  EXPECT_TRUE(backend.ok());
+  if (!backend.ok()) return {};
+  auto model = create_model(std::move(*source), **backend);
   EXPECT_TRUE(model.ok()) << model.status().message();
   if (!model.ok()) return {};
   const int64_t n = static_cast<int64_t>(tokens.size());

@@ -250,7 +250,9 @@ ModelConfig base_config() {
 void expect_matches_reference(const ModelConfig& cfg, uint32_t seed) {
   ModelBuilder builder(cfg, seed);
   RefWeights ref_w = builder.build_all();
-  cpu::CpuBackend backend;
+  auto backend_ptr = cpu::CpuBackend::create();
+  ASSERT_TRUE(backend_ptr.ok());
+  cpu::CpuBackend& backend = **backend_ptr;
   auto model = create_model(builder.take(), backend);
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::vector<TokenId> tokens = {1, 17, 5, 60, 33, 2, 41, 8, 8, 19, 0};
@@ -311,7 +313,9 @@ TEST(ModelReference, MissingTensorAndUnknownArchitectureFail) {
   builder.build_all();
   ModelSource src = builder.take();
   src.config.attention_bias = true;  // asks for biases that are not there
-  cpu::CpuBackend backend;
+  auto backend_ptr = cpu::CpuBackend::create();
+  ASSERT_TRUE(backend_ptr.ok());
+  cpu::CpuBackend& backend = **backend_ptr;
   auto r = create_model(std::move(src), backend);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("attn_q.bias"), std::string::npos) << r.status().message();

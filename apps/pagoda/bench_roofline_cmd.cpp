@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "apps/pagoda/commands.h"
+#include "backends/cpu/cpu_thread_pool.h"
 #include "backends/cpu/machine_limits.h"
 #include "loader/model_source.h"
 #include "tensor/dtype.h"
@@ -27,7 +28,7 @@ int run_bench_roofline(const BenchRooflineFlags& f) {
   if (f.threads < 0 || !(f.seconds > 0)) return fail(invalid_argument("--threads must be >= 0 and --seconds > 0"));
   auto bytes = parse_byte_size(f.buffer);
   if (!bytes.ok()) return fail(bytes.status());
-  const int threads = f.threads > 0 ? static_cast<int>(f.threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = f.threads > 0 ? static_cast<int>(f.threads) : cpu::physical_cores();
   const cpu::MachineLimits m = cpu::measure_machine_limits(threads, *bytes, f.seconds);
   const std::string cpu = cpu::cpu_model_name();
   std::printf("CPU: %s, %d threads\n", cpu.c_str(), m.threads);

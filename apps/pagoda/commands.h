@@ -59,7 +59,7 @@ int run_bench_latency(const BenchLatencyFlags& flags);
 
 // `pagoda bench roofline`: the machine's bandwidth and peak rates, and the ceilings they imply.
 struct BenchRooflineFlags {
-  int64_t threads = 0;            // 0 = one per hardware thread
+  int64_t threads = 0;            // 0 = one per physical core
   std::string buffer = "1GiB";    // the bandwidth test's buffer
   double seconds = 0.5;           // per arithmetic test and repetition
   std::string output_json;

@@ -1,6 +1,7 @@
 // pagoda: the one binary, with subcommands like vllm's: serve, generate, tokenize, bench. Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "apps/pagoda/commands.h"
@@ -23,7 +24,11 @@ int run_tokenize(const ModelFlags& model, const std::string& prompt, bool no_add
 }
 
 int main_impl(int argc, char** argv) {
-  cpu::register_cpu_backend();
+  // PAGODA_CPU_ISA=avx2|scalar forces a lower kernel table (testing, comparison); read once here.
+  const char* isa_env = std::getenv("PAGODA_CPU_ISA");
+  auto isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
+  if (!isa.ok()) return fail(Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message()));
+  cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
 
   CLI::App app{"Pagoda: an LLM inference and serving engine"};
   app.require_subcommand(1);

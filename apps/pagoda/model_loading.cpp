@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "backends/cpu/cpu_thread_pool.h"
 #include "loader/gguf_file.h"
 
 namespace pagoda::app {
@@ -21,6 +22,8 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
       ->capture_default_str();
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str();
   app.add_option("--backend", backend, "compute backend")->capture_default_str();
+  app.add_option("--threads", threads, "CPU backend threads (default: one per physical core)")
+      ->check(CLI::Range(1, 4096));
 }
 
 namespace {
@@ -70,6 +73,7 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
   options.dummy_seed = flags.weights_seed;
 
   LoadedModel out;
+  if (flags.backend == "cpu") PAGODA_RETURN_IF_ERROR(cpu::set_cpu_threads(flags.threads));
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
   PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend));

@@ -25,6 +25,7 @@ struct ModelFlags {
   std::string dtype = "auto";      // dummy weights: f32, f16, bf16, q8_0, q4_0
   uint64_t weights_seed = 0;       // dummy weights
   std::string backend = "cpu";
+  int threads = 0;                 // CPU backend threads; 0 = one per physical core
   // Benchmarks on a built-in config without a tokenizer use the byte tokenizer (their prompts
   // are random ids; only the output text, which nobody reads, suffers).
   bool byte_tokenizer_fallback = false;

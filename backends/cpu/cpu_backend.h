@@ -1,38 +1,49 @@
-// CpuBackend: the backend that runs everywhere. It picks its kernel table once, at creation,
-// from the CPU's features: every op starts from the scalar reference kernels, and matmul becomes
-// the AVX2 kernel (threaded over cpu_thread_pool()) where the CPU has AVX2, FMA and F16C.
-// Immutable after creation: thread-safe.
+// CpuBackend: the backend that runs everywhere. It picks its kernel table once, at creation, from
+// the CPU's features (or a forced ISA): every op starts from the scalar reference kernels, and
+// matmul, paged attention and the element-wise ops become the AVX2 kernels (threaded over
+// cpu_thread_pool()) where the CPU has AVX2, FMA and F16C. Immutable after creation: thread-safe.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
+#include "base/status.h"
 
 namespace pagoda::cpu {
 
+// Which kernel table to use. kBest: the best the CPU supports. kAvx2: the AVX2 kernels (an error
+// on a CPU without them). kScalar: the scalar reference kernels for every op (tests compare
+// against them; also a fallback when a SIMD kernel is suspected).
+enum class CpuIsa { kBest, kAvx2, kScalar };
+
+// "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is kBest.
+Result<CpuIsa> parse_cpu_isa(std::string_view name);
+
 struct CpuBackendOptions {
-  // Use the scalar reference kernels for every op whatever the CPU supports (tests compare
-  // against them; also a fallback when a SIMD kernel is suspected).
-  bool force_reference = false;
+  CpuIsa isa = CpuIsa::kBest;
 };
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuBackendOptions options = {});
+  // Fails when options.isa asks for instructions this CPU lacks.
+  static Result<std::unique_ptr<CpuBackend>> create(CpuBackendOptions options = {});
+
   std::string name() const override { return "cpu"; }
-  // Names the kernel picked for each op that has a variant, e.g.
-  // "cpu: matmul avx2+fma+f16c on 16 threads, other ops reference (cpu features: ...)".
+  // Names the kernels picked, e.g. "cpu: avx2+fma+f16c matmul, ... on 16 threads; ... reference
+  // (cpu features: ...)".
   std::string description() const override;
   const Kernels& kernels() const override { return kernels_; }
   bool supports_weight_type(DType t) const override;
 
  private:
+  CpuBackend(Kernels kernels, std::string picked) : kernels_(kernels), picked_(std::move(picked)) {}
   Kernels kernels_;
   std::string picked_;  // what description() reports of the choice
 };
 
-// Registers "cpu" with the backend registry.
-void register_cpu_backend();
+// Registers "cpu" with the backend registry; every backend it creates uses `options`.
+void register_cpu_backend(CpuBackendOptions options = {});
 
 }  // namespace pagoda::cpu

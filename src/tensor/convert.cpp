@@ -109,4 +109,18 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   }
 }
 
+void quantize_activation_row(const float* src, BlockQ8Act* dst, int64_t n) {
+  PAGODA_CHECK(n % kQuantBlock == 0);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    float amax = 0;
+    for (int j = 0; j < kQuantBlock; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float id = amax != 0 ? 127.0f / amax : 0.0f;
+    dst[b].d = amax / 127.0f;
+    for (int j = 0; j < kQuantBlock; ++j) {
+      dst[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));  // default mode: to even
+    }
+  }
+}
+
 }  // namespace pagoda

@@ -16,4 +16,9 @@ void dequantize_row(DType t, const void* src, float* out, int64_t n);
 // from the largest magnitude, as GGUF's reference quantizer does).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
+struct BlockQ8Act;
+// Quantizes `n` f32 activations (n % 32 == 0) into n / 32 blocks as BlockQ8Act defines
+// (tensor/quant_blocks.h). Finite inputs only.
+void quantize_activation_row(const float* src, BlockQ8Act* dst, int64_t n);
+
 }  // namespace pagoda

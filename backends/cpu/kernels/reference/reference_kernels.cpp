@@ -8,11 +8,52 @@
 
 #include "base/check.h"
 #include "tensor/convert.h"
+#include "tensor/half.h"
+#include "tensor/quant_blocks.h"
 
 namespace pagoda::cpu {
 namespace {
 
+// Q8_0 / Q4_0 weights: the activations are quantized to BlockQ8Act and every block's product is
+// an exact integer dot, scaled by both blocks' scales (tensor/quant_blocks.h).
+void matmul_quantized(const float* x, int64_t m, const Tensor& w, float* y) {
+  const int64_t n = w.num_rows();
+  const int64_t k = w.row_len();
+  const int64_t nb = k / kQuantBlock;
+  std::vector<BlockQ8Act> xq(static_cast<size_t>(m * nb));
+  for (int64_t i = 0; i < m; ++i) quantize_activation_row(x + i * k, xq.data() + i * nb, k);
+  int8_t wq[kQuantBlock];
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        float dw;
+        if (w.dtype == DType::kQ8_0) {
+          BlockQ8_0 blk;
+          std::memcpy(&blk, w.row(j) + b * sizeof(BlockQ8_0), sizeof blk);
+          dw = fp16_to_f32(blk.d);
+          std::memcpy(wq, blk.qs, kQuantBlock);
+        } else {
+          BlockQ4_0 blk;
+          std::memcpy(&blk, w.row(j) + b * sizeof(BlockQ4_0), sizeof blk);
+          dw = fp16_to_f32(blk.d);
+          for (int t = 0; t < kQuantBlock / 2; ++t) {
+            wq[t] = static_cast<int8_t>((blk.qs[t] & 0x0f) - 8);
+            wq[t + kQuantBlock / 2] = static_cast<int8_t>((blk.qs[t] >> 4) - 8);
+          }
+        }
+        const BlockQ8Act& xb = xq[static_cast<size_t>(i * nb + b)];
+        int32_t dot = 0;
+        for (int t = 0; t < kQuantBlock; ++t) dot += int32_t{wq[t]} * xb.qs[t];
+        acc += static_cast<float>(dot) * (dw * xb.d);
+      }
+      y[i * n + j] = acc;
+    }
+  }
+}
+
 void matmul(const float* x, int64_t m, const Tensor& w, float* y) {
+  if (is_quantized(w.dtype)) return matmul_quantized(x, m, w, y);
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
   // Convert each weight row once and reuse it for every input row.

@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "tensor/convert.h"
+#include "tensor/quant_blocks.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -88,15 +90,45 @@ TEST(Matmul, AllWeightTypesMatchDoubleReference) {
     Tensor w(wbytes.data(), t, {n, kdim});
     std::vector<float> y(m * n);
     k.matmul(x.data(), m, w, y.data());
+    // Quantized weights multiply activations quantized to BlockQ8Act: the same product with x
+    // replaced by d * q per 32-element block.
+    std::vector<double> xs(x.begin(), x.end());
+    if (is_quantized(t)) {
+      std::vector<BlockQ8Act> xq(static_cast<size_t>(m * kdim / 32));
+      for (int64_t i = 0; i < m; ++i) quantize_activation_row(&x[i * kdim], &xq[i * kdim / 32], kdim);
+      for (int64_t e = 0; e < m * kdim; ++e)
+        xs[e] = static_cast<double>(xq[e / 32].d) * xq[e / 32].qs[e % 32];
+    }
     std::vector<float> row(kdim);
     for (int64_t j = 0; j < n; ++j) {
       dequantize_row(t, w.row(j), row.data(), kdim);
       for (int64_t i = 0; i < m; ++i) {
         double want = 0;
-        for (int64_t c = 0; c < kdim; ++c) want += static_cast<double>(x[i * kdim + c]) * row[c];
+        for (int64_t c = 0; c < kdim; ++c) want += xs[i * kdim + c] * row[c];
         EXPECT_NEAR(y[i * n + j], want, 1e-4) << dtype_name(t);
       }
     }
+  }
+}
+
+// BlockQ8Act by its definition: d = max|x| / 127, q = round-to-even(x * 127 / max|x|); so
+// |x - d q| <= d / 2, the largest magnitude maps to +-127, and a zero block stays zero.
+TEST(Quantize, ActivationBlocksFollowTheirDefinition) {
+  auto x = random_floats(96, 6, 3.0f);
+  for (int j = 32; j < 64; ++j) x[j] = 0;  // a zero block
+  std::vector<BlockQ8Act> q(3);
+  quantize_activation_row(x.data(), q.data(), 96);
+  for (int b = 0; b < 3; ++b) {
+    double amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(static_cast<double>(x[b * 32 + j])));
+    EXPECT_EQ(q[b].d, static_cast<float>(amax) / 127.0f) << b;
+    int max_q = 0;
+    for (int j = 0; j < 32; ++j) {
+      const double v = x[b * 32 + j];
+      EXPECT_LE(std::fabs(v - static_cast<double>(q[b].d) * q[b].qs[j]), q[b].d * (0.5 + 1e-5)) << b << " " << j;
+      max_q = std::max(max_q, std::abs(int{q[b].qs[j]}));
+    }
+    EXPECT_EQ(max_q, b == 1 ? 0 : 127) << b;
   }
 }
 

@@ -1,15 +1,19 @@
-// The AVX2 + FMA + F16C matmul leaf loop. This is the only file built with those flags (see
-// backends/cpu/CMakeLists.txt); read x86_kernels.h before adding an #include here.
+// The AVX2 + FMA + F16C matmul leaf loops, built with those flags (see backends/cpu/CMakeLists.txt);
+// read x86_kernels.h before adding an #include here.
 //
 // Shape of the computation: each output y[i, j] is a dot product of input row i with weight row
-// j, so weights are read in their stored layout and converted to f32 in registers, 8 at a time.
-// A register tile holds R input rows x C weight rows of 8-lane accumulators: each converted
-// weight vector feeds R FMAs and each loaded input vector C FMAs.
+// j, so weights are read in their stored layout and converted in registers. A register tile holds
+// R input rows x C weight rows of 8-lane accumulators: each converted weight vector feeds R
+// products and each loaded input vector C.
+//  - f32 / f16 / bf16 weights: converted to f32, 8 at a time, and FMAs.
+//  - q8_0 / q4_0 weights: int8 dot products with the activations quantized per 32-element block
+//    (BlockQ8Act), one scale multiply per block instead of one per element.
 //  - m = 1 (decode) is memory-bound: R = 1, C = 3..4 streams several weight rows at once, each
 //    read once.
-//  - m > 4 (batched): weight rows are taken 16 at a time and their k range in slices small
-//    enough to stay in L1 while every group of 4 input rows passes over them; partial sums of
-//    later slices are added into y.
+//  - m > 4 (batched): weight rows are taken 16 at a time (f32 types: and their k range in slices
+//    small enough to stay in L1) while every group of 4 input rows passes over them.
+// Every output is summed in the same order for any m, any tile shape and any row split over
+// threads: the same input row gives the same bits alone or in a batch.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -119,56 +123,6 @@ struct Bf16Weights {
   }
 };
 
-// Q8_0: w = d * q. Multiplying by d per element (rather than per block sum) gives exactly the
-// reference's dequantized value, so only the summation order differs from it.
-struct Q8Weights {
-  static constexpr int kBlock = kQuantBlock;
-  static constexpr int64_t kSlice = 512;  // k slice for batched inputs: 16 rows x 544 B
-  static constexpr int kBlockRegs = 1;
-  struct Block {
-    const uint8_t* qs;
-    __m256 d;
-  };
-  static PAGODA_INLINE Block block(const uint8_t* row, int64_t b) {
-    const uint8_t* p = row + b * static_cast<int64_t>(sizeof(BlockQ8_0));
-    return {p + offsetof(BlockQ8_0, qs), _mm256_set1_ps(_cvtsh_ss(load_u16(p)))};
-  }
-  template <int S>
-  static PAGODA_INLINE __m256 load(const Block& blk) {
-    __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 8 * S));
-    return _mm256_mul_ps(blk.d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-  }
-  static PAGODA_INLINE float scalar(const uint8_t*, int64_t) { return 0; }  // no tail
-};
-
-// Q4_0: w = d * (nibble - 8). Elements 0..15 are the low nibbles of bytes 0..15 and elements
-// 16..31 the high nibbles, so 8 elements [8S, 8S + 8) come from bytes 8(S % 2) .. + 8. The
-// offset is folded into one FMA: nibble * d + (-8d) is d * (nibble - 8) rounded once (-8d is
-// exact), the reference's value.
-struct Q4Weights {
-  static constexpr int kBlock = kQuantBlock;
-  static constexpr int64_t kSlice = 1024;  // k slice for batched inputs: 16 rows x 576 B
-  static constexpr int kBlockRegs = 2;
-  struct Block {
-    const uint8_t* qs;
-    __m256 d;
-    __m256 minus_8d;
-  };
-  static PAGODA_INLINE Block block(const uint8_t* row, int64_t b) {
-    const uint8_t* p = row + b * static_cast<int64_t>(sizeof(BlockQ4_0));
-    const float d = _cvtsh_ss(load_u16(p));
-    return {p + offsetof(BlockQ4_0, qs), _mm256_set1_ps(d), _mm256_set1_ps(-8.0f * d)};
-  }
-  template <int S>
-  static PAGODA_INLINE __m256 load(const Block& blk) {
-    __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + 8 * (S % 2)));
-    __m256i v = _mm256_cvtepu8_epi32(bytes);
-    v = S < 2 ? _mm256_and_si256(v, _mm256_set1_epi32(0x0f)) : _mm256_srli_epi32(v, 4);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), blk.d, blk.minus_8d);
-  }
-  static PAGODA_INLINE float scalar(const uint8_t*, int64_t) { return 0; }  // no tail
-};
-
 // One register tile: y[r, c] (+)= sum over t in [k0, k1) of x[r, t] * w[c, t] for r < R, c < C.
 // x rows are ldx apart, w rows w_row_bytes apart, y rows ldy apart. k0 is a multiple of
 // W::kBlock; the elements past the last whole block (plain types only) are summed in scalar.
@@ -206,14 +160,21 @@ PAGODA_INLINE void tile(const float* x, int64_t ldx, const uint8_t* w, int64_t w
   });
 }
 
-// R input rows against weight rows [j0, j1), C at a time, then one by one.
+// How many weight rows (up to 4) one tile of R input rows takes: as many as the 16 ymm registers
+// hold with R x C accumulators, C converted weight vectors, C x kBlockRegs per-block constants and
+// one input vector.
+template <class W, int R>
+constexpr int tile_columns() {
+  constexpr int kFit = 15 / (R + 1 + W::kBlockRegs);
+  return kFit < 4 ? kFit : 4;
+}
+
+// R input rows against weight rows [j0, j1) over the k slice [k0, k1), C weight rows at a time,
+// then one by one.
 template <class W, int R>
 void tile_row_range(const float* x, int64_t ldx, const uint8_t* w, int64_t w_row_bytes, int64_t j0,
                     int64_t j1, int64_t k0, int64_t k1, bool accumulate, float* y, int64_t ldy) {
-  // As many weight rows (up to 4) as the 16 ymm registers hold: R x C accumulators, C converted
-  // weight vectors, C x kBlockRegs per-block constants, one input vector.
-  constexpr int kFit = 15 / (R + 1 + W::kBlockRegs);
-  constexpr int C = kFit < 4 ? kFit : 4;
+  constexpr int C = tile_columns<W, R>();
   int64_t j = j0;
   for (; j + C <= j1; j += C) {
     tile<W, R, C>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, k1, accumulate, y + j, ldy);
@@ -223,18 +184,54 @@ void tile_row_range(const float* x, int64_t ldx, const uint8_t* w, int64_t w_row
   }
 }
 
+// Like tile_row_range over every slice of k, but each group of C weight rows goes through all its
+// slices before the next group: the rows stream from memory front to back (decode is bound by
+// that stream), and every output sees exactly the slices and sums of the batched order.
+template <class W, int R>
+void tile_row_range_all_slices(const float* x, int64_t ldx, int64_t k, const uint8_t* w,
+                               int64_t w_row_bytes, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  constexpr int C = tile_columns<W, R>();
+  int64_t j = j0;
+  for (; j + C <= j1; j += C) {
+    for (int64_t k0 = 0; k0 < k; k0 += W::kSlice) {
+      tile<W, R, C>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, min64(k, k0 + W::kSlice), k0 > 0,
+                    y + j, ldy);
+    }
+  }
+  for (; j < j1; ++j) {
+    for (int64_t k0 = 0; k0 < k; k0 += W::kSlice) {
+      tile<W, R, 1>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, min64(k, k0 + W::kSlice), k0 > 0,
+                    y + j, ldy);
+    }
+  }
+}
+
 template <class W>
 void rows(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t w_row_bytes, float* y,
           int64_t ldy, int64_t row_begin, int64_t row_end) {
-  // With one group of input rows there is no reuse to block for: one pass over whole rows. With
-  // more, a k slice of kRowBlock weight rows stays in L1/L2 while every input-row group passes
-  // over it. Slice lengths were tuned on Zen 2 (shorter ones lose more to the per-slice
-  // horizontal sums and y updates than they gain in locality).
-  const int64_t slice = m <= kMaxInputRows ? k : W::kSlice;
+  // Every output is summed the same way whatever m is (batch invariance): 8 lanes of FMAs over
+  // each k slice of W::kSlice, the slice's horizontal sum added to the previous slices' in order.
+  // Only the loop order differs. With one group of input rows there is no reuse to block for:
+  // each weight row streams once through all its slices. With more, a k slice of kRowBlock weight
+  // rows stays in L1/L2 while every input-row group passes over it. Slice lengths were tuned on
+  // Zen 2 (shorter ones lose more to the per-slice horizontal sums and y updates than they gain
+  // in locality).
+  if (m <= kMaxInputRows) {
+    switch (m) {
+      case 1:
+        return tile_row_range_all_slices<W, 1>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
+      case 2:
+        return tile_row_range_all_slices<W, 2>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
+      case 3:
+        return tile_row_range_all_slices<W, 3>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
+      default:
+        return tile_row_range_all_slices<W, 4>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
+    }
+  }
   for (int64_t j0 = row_begin; j0 < row_end; j0 += kRowBlock) {
     const int64_t j1 = min64(row_end, j0 + kRowBlock);
-    for (int64_t k0 = 0; k0 < k; k0 += slice) {
-      const int64_t k1 = min64(k, k0 + slice);
+    for (int64_t k0 = 0; k0 < k; k0 += W::kSlice) {
+      const int64_t k1 = min64(k, k0 + W::kSlice);
       const bool accumulate = k0 > 0;
       for (int64_t i = 0; i < m; i += kMaxInputRows) {
         const float* xi = x + i * k;
@@ -258,6 +255,120 @@ void rows(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t w_row_
   }
 }
 
+// ---- Q8_0 / Q4_0 weights against activations quantized to BlockQ8Act: int8 dot products ----
+//
+// Per 32-element block: the weights as 32 signed bytes, the activation's 32 signed bytes, and
+// vpmaddubsw (unsigned x signed byte pairs -> int16) made signed by the usual sign trick:
+// |x| times (w with x's sign) is w * x, at most 128 * 127 per byte, so the pair sums cannot
+// saturate. vpmaddwd against ones widens to 8 int32 lanes, exact; converted to f32 they are scaled
+// by d_w * d_x and accumulated in 8 f32 lanes, one FMA per block; the lanes are summed at the end.
+// The order is the same for every tile shape, so outputs do not depend on m.
+
+struct Q8Blocks {
+  static PAGODA_INLINE __m256i qs(const uint8_t* row, int64_t b) {
+    const uint8_t* p = row + b * static_cast<int64_t>(sizeof(BlockQ8_0));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(BlockQ8_0, qs)));
+  }
+  static PAGODA_INLINE float d(const uint8_t* row, int64_t b) {
+    return _cvtsh_ss(load_u16(row + b * static_cast<int64_t>(sizeof(BlockQ8_0))));
+  }
+};
+
+// Q4_0: byte j holds element j in its low nibble and element j + 16 in its high one, so the low
+// nibbles fill the low 128 bits and the high nibbles the high 128 bits, in element order.
+struct Q4Blocks {
+  static PAGODA_INLINE __m256i qs(const uint8_t* row, int64_t b) {
+    const uint8_t* p = row + b * static_cast<int64_t>(sizeof(BlockQ4_0));
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(BlockQ4_0, qs)));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+  }
+  static PAGODA_INLINE float d(const uint8_t* row, int64_t b) {
+    return _cvtsh_ss(load_u16(row + b * static_cast<int64_t>(sizeof(BlockQ4_0))));
+  }
+};
+
+// The 8 int32 lane sums of w * x over one block.
+PAGODA_INLINE __m256i dot_block(__m256i w, __m256i x, __m256i abs_x) {
+  const __m256i pairs = _mm256_maddubs_epi16(abs_x, _mm256_sign_epi8(w, x));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// y[r, c] = sum over all nb blocks for R activation rows (nb blocks apart) x C weight rows.
+template <class W, int R, int C>
+PAGODA_INLINE void qtile(const BlockQ8Act* x, int64_t nb, const uint8_t* w, int64_t w_row_bytes,
+                         float* y, int64_t ldy) {
+  __m256 acc[R][C];
+  unroll<R>(
+      [&](auto r) { unroll<C>([&](auto c) { acc[r.value][c.value] = _mm256_setzero_ps(); }); });
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i wq[C];
+    __m256 wd[C];
+    unroll<C>([&](auto c) {
+      wq[c.value] = W::qs(w + c.value * w_row_bytes, b);
+      wd[c.value] = _mm256_set1_ps(W::d(w + c.value * w_row_bytes, b));
+    });
+    unroll<R>([&](auto r) {
+      const BlockQ8Act& xb = x[r.value * nb + b];
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+      const __m256i abs_x = _mm256_sign_epi8(xq, xq);
+      const __m256 xd = _mm256_set1_ps(xb.d);
+      unroll<C>([&](auto c) {
+        const __m256 dot = _mm256_cvtepi32_ps(dot_block(wq[c.value], xq, abs_x));
+        acc[r.value][c.value] =
+            _mm256_fmadd_ps(dot, _mm256_mul_ps(wd[c.value], xd), acc[r.value][c.value]);
+      });
+    });
+  }
+  unroll<R>([&](auto r) {
+    unroll<C>([&](auto c) { y[r.value * ldy + c.value] = hsum(acc[r.value][c.value]); });
+  });
+}
+
+// Registers: R x C accumulators, C weight vectors and C scales, and the input's three.
+template <int R>
+constexpr int qtile_columns() {
+  constexpr int kFit = (16 - 3) / (R + 2);
+  return kFit < 4 ? kFit : 4;
+}
+
+template <class W, int R>
+void qtile_row_range(const BlockQ8Act* x, int64_t nb, const uint8_t* w, int64_t w_row_bytes,
+                     int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  constexpr int C = qtile_columns<R>();
+  int64_t j = j0;
+  for (; j + C <= j1; j += C) qtile<W, R, C>(x, nb, w + j * w_row_bytes, w_row_bytes, y + j, ldy);
+  for (; j < j1; ++j) qtile<W, R, 1>(x, nb, w + j * w_row_bytes, w_row_bytes, y + j, ldy);
+}
+
+template <class W>
+void qrows(const BlockQ8Act* x, int64_t m, int64_t nb, const uint8_t* w, int64_t w_row_bytes,
+           float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+  // Weight rows in blocks of kRowBlock, each block's rows (a few KiB to tens of KiB) staying in
+  // L1/L2 while every group of input rows passes over them.
+  for (int64_t j0 = row_begin; j0 < row_end; j0 += kRowBlock) {
+    const int64_t j1 = min64(row_end, j0 + kRowBlock);
+    for (int64_t i = 0; i < m; i += kMaxInputRows) {
+      const BlockQ8Act* xi = x + i * nb;
+      float* yi = y + i * ldy;
+      switch (min64(m - i, kMaxInputRows)) {
+        case 1:
+          qtile_row_range<W, 1>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
+          break;
+        case 2:
+          qtile_row_range<W, 2>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
+          break;
+        case 3:
+          qtile_row_range<W, 3>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
+          break;
+        default:
+          qtile_row_range<W, 4>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void matmul_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type, const void* w,
@@ -272,13 +383,53 @@ void matmul_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type, const 
     case DType::kBF16:
       return rows<Bf16Weights>(x, m, k, wb, w_row_bytes, y, ldy, row_begin, row_end);
     case DType::kQ8_0:
-      PAGODA_CHECK(k % kQuantBlock == 0);
-      return rows<Q8Weights>(x, m, k, wb, w_row_bytes, y, ldy, row_begin, row_end);
     case DType::kQ4_0:
-      PAGODA_CHECK(k % kQuantBlock == 0);
-      return rows<Q4Weights>(x, m, k, wb, w_row_bytes, y, ldy, row_begin, row_end);
+      break;
   }
-  PAGODA_CHECK(false && "unknown weight type");
+  PAGODA_CHECK(false && "matmul_rows_avx2 takes f32, f16 or bf16 weights");
+}
+
+void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8Act* out) {
+  PAGODA_CHECK(k % kQuantBlock == 0);
+  const int64_t nb = k / kQuantBlock;
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  // packs_epi32 then packs_epi16 interleave the four vectors by 128-bit lane; this puts the
+  // 32-bit groups back in element order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + i * k + b * kQuantBlock;
+      BlockQ8Act& o = out[i * nb + b];
+      __m256 v[4];
+      unroll<4>([&](auto s) { v[s.value] = _mm256_loadu_ps(xb + 8 * s.value); });
+      __m256 amax = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[0]), _mm256_andnot_ps(sign_bit, v[1]));
+      amax = _mm256_max_ps(amax, _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[2]),
+                                               _mm256_andnot_ps(sign_bit, v[3])));
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float max_abs = _mm_cvtss_f32(m4);
+      const float id = max_abs != 0 ? 127.0f / max_abs : 0.0f;
+      o.d = max_abs / 127.0f;
+      const __m256 scale = _mm256_set1_ps(id);
+      __m256i q[4];
+      // cvtps rounds in the default mode, to nearest even: the reference's nearbyint.
+      unroll<4>([&](auto s) { q[s.value] = _mm256_cvtps_epi32(_mm256_mul_ps(v[s.value], scale)); });
+      const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs), _mm256_permutevar8x32_epi32(q16, order));
+    }
+  }
+}
+
+void matmul_q8act_rows_avx2(const BlockQ8Act* x, int64_t m, int64_t k, DType w_type, const void* w,
+                            int64_t w_row_bytes, float* y, int64_t ldy, int64_t row_begin,
+                            int64_t row_end) {
+  PAGODA_CHECK(k % kQuantBlock == 0);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t nb = k / kQuantBlock;
+  if (w_type == DType::kQ8_0) return qrows<Q8Blocks>(x, m, nb, wb, w_row_bytes, y, ldy, row_begin, row_end);
+  if (w_type == DType::kQ4_0) return qrows<Q4Blocks>(x, m, nb, wb, w_row_bytes, y, ldy, row_begin, row_end);
+  PAGODA_CHECK(false && "matmul_q8act_rows_avx2 takes q8_0 or q4_0 weights");
 }
 
 }  // namespace pagoda::cpu

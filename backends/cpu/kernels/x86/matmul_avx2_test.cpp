@@ -1,8 +1,10 @@
 // Checks the AVX2 matmul against the reference matmul on random shapes: every weight type, input
 // row counts around the 4-row register tile, row lengths with odd tails, output row counts
-// around the 4-row and 16-row blocks, k slices (batched inputs) and the threaded split.
+// around the 4-row and 16-row blocks, k slices (batched inputs) and the threaded split; that a
+// row's result does not depend on the batch; and the activation quantization of the int8 path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -14,6 +16,7 @@
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 #include "tensor/convert.h"
+#include "tensor/quant_blocks.h"
 #include "tensor/tensor.h"
 
 namespace pagoda::cpu {
@@ -134,20 +137,124 @@ TEST(MatmulAvx2, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(one, many);  // each output is computed by one thread in the same order
 }
 
-TEST(CpuBackend, PicksAvx2MatmulUnlessForcedToReference) {
-  CpuBackend reference(CpuBackendOptions{.force_reference = true});
+// Each input row alone (m = 1) and the same rows in batches of 3, 5 and 37 (other tile shapes,
+// the k-sliced path) and on 3 threads: the same bits, for every weight type.
+TEST(MatmulAvx2, BatchSizeDoesNotChangeResults) {
+  SKIP_WITHOUT_AVX2();
+  ThreadPool pool(3);
+  for (DType t : kAllTypes) {
+    const int64_t m = 37, k = 1120, n = 70;  // k: two 512-slices and a part of one
+    Problem p = make_problem(t, m, k, n, 77);
+    std::vector<float> alone(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      matmul_avx2_pooled(p.x.data() + i * k, 1, p.w, alone.data() + i * n, nullptr);
+    for (int64_t batch : {3, 5, 37}) {
+      std::vector<float> batched(static_cast<size_t>(m * n));
+      for (int64_t i = 0; i < m; i += batch) {
+        const int64_t rows = std::min(batch, m - i);
+        matmul_avx2_pooled(p.x.data() + i * k, rows, p.w, batched.data() + i * n, &pool);
+      }
+      EXPECT_EQ(alone, batched) << dtype_name(t) << " batches of " << batch;
+    }
+  }
+}
+
+TEST(QuantizeActivationAvx2, MatchesScalarBitForBit) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(5);
+  const int64_t m = 3, k = 256;
+  std::vector<float> x(static_cast<size_t>(m * k));
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  for (auto& v : x) v = dist(rng);
+  for (int64_t j = 32; j < 64; ++j) x[j] = 0;                 // a zero block
+  for (int64_t j = 64; j < 96; ++j) x[j] = 0.5f * (j - 80);   // halves: ties round to even
+  x[100] = 1e-30f;                                            // tiny values
+  for (int64_t j = 128; j < 160; ++j) x[j] = (j % 2 ? 1 : -1) * 3.0e38f / (j - 120);  // huge
+  std::vector<BlockQ8Act> want(static_cast<size_t>(m * k / 32)), got(want.size());
+  for (int64_t i = 0; i < m; ++i) quantize_activation_row(x.data() + i * k, want.data() + i * k / 32, k);
+  quantize_activation_rows_avx2(x.data(), m, k, got.data());
+  for (size_t b = 0; b < want.size(); ++b) {
+    EXPECT_EQ(got[b].d, want[b].d) << "block " << b;
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(got[b].qs[j], want[b].qs[j]) << "block " << b << " [" << j << "]";
+  }
+}
+
+// The int8 path of q8_0 / q4_0 weights against the exact product of the f32 activations with the
+// dequantized weights (float64): the only difference allowed is the activations' rounding to
+// their blocks, at most d_x / 2 per element, so |error| <= sum over elements of d_x / 2 * |w|.
+TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound) {
+  SKIP_WITHOUT_AVX2();
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t m = 6, k = 512, n = 40;
+    Problem p = make_problem(t, m, k, n, 31);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    matmul_avx2_pooled(p.x.data(), m, p.w, y.data(), nullptr);
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t j = 0; j < n; ++j) {
+      dequantize_row(t, p.w.row(j), row.data(), k);
+      for (int64_t i = 0; i < m; ++i) {
+        double exact = 0, bound = 0;
+        for (int64_t b = 0; b < k / 32; ++b) {
+          double amax = 0;
+          for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(double{p.x[i * k + b * 32 + e]}));
+          for (int e = 0; e < 32; ++e) {
+            const int64_t c = b * 32 + e;
+            exact += double{p.x[i * k + c]} * row[c];
+            bound += amax / 127 / 2 * std::fabs(double{row[c]});
+          }
+        }
+        EXPECT_LE(std::fabs(y[i * n + j] - exact), bound * 1.001 + 1e-5)
+            << dtype_name(t) << " y[" << i << ", " << j << "]";
+      }
+    }
+  }
+}
+
+TEST(CpuBackend, ParsesIsaNames) {
+  EXPECT_EQ(*parse_cpu_isa(""), CpuIsa::kBest);
+  EXPECT_EQ(*parse_cpu_isa("auto"), CpuIsa::kBest);
+  EXPECT_EQ(*parse_cpu_isa("avx2"), CpuIsa::kAvx2);
+  EXPECT_EQ(*parse_cpu_isa("scalar"), CpuIsa::kScalar);
+  auto bad = parse_cpu_isa("avx1024");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("avx1024"), std::string::npos);
+}
+
+TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
+  auto forced = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kScalar});
+  ASSERT_TRUE(forced.ok());
+  const CpuBackend& reference = **forced;
   EXPECT_EQ(reference.kernels().matmul, reference_kernels().matmul);
+  EXPECT_EQ(reference.kernels().paged_attention, reference_kernels().paged_attention);
   EXPECT_NE(reference.description().find("reference"), std::string::npos);
-  CpuBackend fast;
+  auto best = CpuBackend::create();
+  ASSERT_TRUE(best.ok());
+  const CpuBackend& fast = **best;
+  auto avx2 = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx2});
+  EXPECT_EQ(avx2.ok(), has_avx2()) << (avx2.ok() ? "" : avx2.status().message());
+  if (avx2.ok()) {
+    EXPECT_EQ((*avx2)->kernels().matmul, &matmul_avx2);
+  }
   if (has_avx2()) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avx2);
     EXPECT_NE(fast.description().find("avx2"), std::string::npos) << fast.description();
   } else {
     EXPECT_EQ(fast.kernels().matmul, reference_kernels().matmul);
   }
-  // Every other op stays on the reference kernels.
-  EXPECT_EQ(fast.kernels().paged_attention, reference_kernels().paged_attention);
-  EXPECT_EQ(fast.kernels().rms_norm, reference_kernels().rms_norm);
+  const Kernels& ref = reference_kernels();
+  if (has_avx2()) {
+    EXPECT_EQ(fast.kernels().paged_attention, &paged_attention_avx2);
+    EXPECT_EQ(fast.kernels().rms_norm, &rms_norm_avx2);
+    EXPECT_EQ(fast.kernels().silu_mul, &silu_mul_avx2);
+    EXPECT_EQ(fast.kernels().add, &add_avx2);
+  } else {
+    EXPECT_EQ(fast.kernels().paged_attention, ref.paged_attention);
+    EXPECT_EQ(fast.kernels().rms_norm, ref.rms_norm);
+  }
+  // These stay on the reference kernels.
+  EXPECT_EQ(fast.kernels().embedding, ref.embedding);
+  EXPECT_EQ(fast.kernels().rope, ref.rope);
+  EXPECT_EQ(fast.kernels().store_kv, ref.store_kv);
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+// The work split of the AVX2 paged attention, built with baseline flags (see x86_kernels.h).
+#include <algorithm>
+#include <vector>
+
+#include "backend/kernels.h"
+#include "backends/cpu/cpu_thread_pool.h"
+#include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "base/check.h"
+#include "base/thread_pool.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// Query vectors (rows x heads of one group) that share one pass over a key tile: enough to reuse
+// each K/V tile many times from L1, few enough that a prefill splits into many units of work.
+constexpr int64_t kVectorsPerTile = 32;
+constexpr int64_t kMaxGroupHeads = 64;  // wider GQA groups are split into several tiles
+// Below this many multiply-adds (q.k and p.v together) waking the workers costs more than it saves.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+
+struct WorkItem {
+  int64_t seq;
+  int64_t kv_head;
+  int64_t head_begin;  // first query head of the tile (within kv_head's group)
+  int64_t num_heads;
+  int64_t row_begin;   // first query row of the tile (within the sequence)
+  int64_t num_rows;
+};
+
+}  // namespace
+
+void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+                                 const KvLayerView& cache, const AttentionParams& p, float* out,
+                                 ThreadPool* pool) {
+  const int64_t group = p.num_heads / p.num_kv_heads;
+  PAGODA_CHECK(group * p.num_kv_heads == p.num_heads);
+  const int64_t heads_per_tile = std::min(group, kMaxGroupHeads);
+  const int64_t rows_per_tile = std::max<int64_t>(1, kVectorsPerTile / heads_per_tile);
+
+  std::vector<WorkItem> items;
+  int64_t macs = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const AttentionSeq& seq = seqs[s];
+    macs += seq.num_query * seq.context_len * p.num_heads * p.head_dim * 2;
+    for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
+      for (int64_t h0 = 0; h0 < group; h0 += heads_per_tile)
+        for (int64_t r0 = 0; r0 < seq.num_query; r0 += rows_per_tile)
+          items.push_back({s, kvh, h0, std::min(heads_per_tile, group - h0), r0,
+                           std::min(rows_per_tile, seq.num_query - r0)});
+  }
+
+  const int64_t row_stride = p.num_heads * p.head_dim;
+  const int64_t slot_stride = cache.num_kv_heads * cache.head_dim;
+  auto run = [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(2 * rows_per_tile * heads_per_tile));
+    for (int64_t i = begin; i < end; ++i) {
+      const WorkItem& w = items[static_cast<size_t>(i)];
+      const AttentionSeq& seq = seqs[w.seq];
+      const int64_t head = w.kv_head * group + w.head_begin;
+      const int64_t row = seq.query_start + w.row_begin;
+      const int64_t offset = row * row_stride + head * p.head_dim;
+      const AttentionTile tile{
+          .q = q + offset,
+          .out = out + offset,
+          .row_stride = row_stride,
+          .num_rows = w.num_rows,
+          .num_group_heads = w.num_heads,
+          .head_dim = p.head_dim,
+          .first_pos = seq.context_len - seq.num_query + w.row_begin,
+          .key = cache.key + w.kv_head * cache.head_dim,
+          .value = cache.value + w.kv_head * cache.head_dim,
+          .kv_slot_stride = slot_stride,
+          .block_table = seq.block_table,
+          .block_size = cache.block_size,
+          .scale = p.scale,
+          .sliding_window = p.sliding_window,
+          .scratch = scratch.data(),
+      };
+      attention_tile_avx2(tile);
+    }
+  };
+  const auto n = static_cast<int64_t>(items.size());
+  if (pool == nullptr || macs < kMinParallelMacs) {
+    run(0, n);
+  } else {
+    pool->parallel_for(n, run);
+  }
+}
+
+void paged_attention_avx2(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+                          const KvLayerView& cache, const AttentionParams& params, float* out) {
+  paged_attention_avx2_pooled(q, seqs, num_seqs, cache, params, out, &cpu_thread_pool());
+}
+
+}  // namespace pagoda::cpu

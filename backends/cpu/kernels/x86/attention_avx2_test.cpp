@@ -1,0 +1,208 @@
+// Checks the AVX2 paged attention against a float64 softmax attention written here, on random
+// caches: head sizes with odd tails, GQA group sizes, block sizes around the 16-key tile, prefill
+// chunks, sliding windows, several sequences at once and threaded; and that a query's result is
+// the same bits whatever else is in the batch, however its prefill is chunked, and whatever the
+// thread count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/kernels.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "base/thread_pool.h"
+
+namespace pagoda::cpu {
+namespace {
+
+bool has_avx2() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx2 && f.fma;
+}
+
+#define SKIP_WITHOUT_AVX2() \
+  if (!has_avx2()) GTEST_SKIP() << "CPU lacks avx2/fma: " << cpu_features().to_string()
+
+// A paged cache of random keys and values, with each sequence's blocks scattered (shuffled ids).
+struct Cache {
+  std::vector<float> key, value;
+  KvLayerView view;
+  std::vector<std::vector<BlockId>> tables;  // per sequence
+};
+
+Cache make_cache(int64_t block_size, int64_t kv_heads, int64_t hd,
+                 const std::vector<int64_t>& context_lens, std::mt19937& rng) {
+  int64_t blocks = 0;
+  for (int64_t c : context_lens) blocks += (c + block_size - 1) / block_size;
+  blocks += 3;  // unused blocks in between
+  Cache c;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  c.key.resize(static_cast<size_t>(blocks * block_size * kv_heads * hd));
+  c.value.resize(c.key.size());
+  for (auto& v : c.key) v = dist(rng);
+  for (auto& v : c.value) v = dist(rng);
+  c.view = KvLayerView{c.key.data(), c.value.data(), blocks, block_size, kv_heads, hd};
+  std::vector<BlockId> ids(static_cast<size_t>(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  size_t next = 0;
+  for (int64_t len : context_lens) {
+    std::vector<BlockId> t;
+    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) t.push_back(ids[next++]);
+    c.tables.push_back(std::move(t));
+  }
+  return c;
+}
+
+// Float64 attention of one query vector (head h at position pos) over a cache.
+std::vector<double> expected(const float* qh, const Cache& c, const std::vector<BlockId>& table,
+                             int64_t pos, int64_t kvh, const AttentionParams& p) {
+  const int64_t hd = p.head_dim, bs = c.view.block_size;
+  const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  std::vector<double> s;
+  for (int64_t t = first; t <= pos; ++t) {
+    const int64_t slot = table[static_cast<size_t>(t / bs)] * bs + t % bs;
+    const float* k = c.key.data() + (slot * c.view.num_kv_heads + kvh) * hd;
+    double dot = 0;
+    for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * k[d];
+    s.push_back(dot * p.scale);
+  }
+  const double mx = *std::max_element(s.begin(), s.end());
+  double sum = 0;
+  for (double& v : s) sum += (v = std::exp(v - mx));
+  std::vector<double> o(static_cast<size_t>(hd), 0.0);
+  for (int64_t t = first; t <= pos; ++t) {
+    const int64_t slot = table[static_cast<size_t>(t / bs)] * bs + t % bs;
+    const float* v = c.value.data() + (slot * c.view.num_kv_heads + kvh) * hd;
+    for (int64_t d = 0; d < hd; ++d) o[d] += s[static_cast<size_t>(t - first)] / sum * v[d];
+  }
+  return o;
+}
+
+struct Case {
+  int64_t heads, kv_heads, hd, block_size, window;
+  std::vector<int64_t> context, query;  // per sequence
+};
+
+std::string describe(const Case& c) {
+  std::string s = "heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
+                  " hd=" + std::to_string(c.hd) + " block=" + std::to_string(c.block_size) +
+                  " window=" + std::to_string(c.window) + " seqs";
+  for (size_t i = 0; i < c.context.size(); ++i)
+    s += " " + std::to_string(c.query[i]) + "/" + std::to_string(c.context[i]);
+  return s;
+}
+
+void check_case(const Case& cs, ThreadPool* pool, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Cache c = make_cache(cs.block_size, cs.kv_heads, cs.hd, cs.context, rng);
+  const AttentionParams p{cs.heads, cs.kv_heads, cs.hd,
+                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(cs.hd))), cs.window};
+  std::vector<AttentionSeq> seqs;
+  int64_t rows = 0;
+  for (size_t i = 0; i < cs.context.size(); ++i) {
+    seqs.push_back({rows, cs.query[i], cs.context[i], c.tables[i].data()});
+    rows += cs.query[i];
+  }
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> q(static_cast<size_t>(rows * cs.heads * cs.hd));
+  for (auto& v : q) v = dist(rng);
+  std::vector<float> out(q.size(), NAN);
+  paged_attention_avx2_pooled(q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), c.view, p,
+                              out.data(), pool);
+  int failures = 0;
+  for (size_t s = 0; s < seqs.size() && failures < 5; ++s) {
+    for (int64_t j = 0; j < seqs[s].num_query; ++j) {
+      const int64_t row = seqs[s].query_start + j;
+      const int64_t pos = seqs[s].context_len - seqs[s].num_query + j;
+      for (int64_t h = 0; h < cs.heads; ++h) {
+        const float* qh = q.data() + (row * cs.heads + h) * cs.hd;
+        const std::vector<double> want =
+            expected(qh, c, c.tables[s], pos, h / (cs.heads / cs.kv_heads), p);
+        for (int64_t d = 0; d < cs.hd; ++d) {
+          const float got = out[static_cast<size_t>((row * cs.heads + h) * cs.hd + d)];
+          // Values are in [-1, 1] and the weights sum to 1: f32 error stays near 1e-6.
+          if (!(std::fabs(got - want[static_cast<size_t>(d)]) <= 2e-5)) {
+            ADD_FAILURE() << describe(cs) << ": seq " << s << " row " << j << " head " << h
+                          << " [" << d << "] = " << got << ", want " << want[static_cast<size_t>(d)];
+            if (++failures >= 5) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionAvx2, MatchesFloat64Attention) {
+  SKIP_WITHOUT_AVX2();
+  const std::vector<Case> cases = {
+      {1, 1, 8, 16, 0, {1}, {1}},                  // one key
+      {4, 4, 64, 16, 0, {37}, {1}},                // decode, MHA
+      {32, 4, 64, 16, 0, {100}, {100}},            // TinyLlama's GQA, whole prefill
+      {14, 2, 64, 16, 0, {70, 33}, {20, 1}},       // Qwen2.5-0.5B's group of 7, a chunk + a decode
+      {8, 2, 80, 1, 0, {19}, {19}},                // head_dim 80, one-token blocks
+      {6, 3, 12, 3, 0, {40}, {17}},                // head_dim with a tail, blocks of 3
+      {8, 8, 128, 32, 0, {130, 2, 65}, {1, 2, 65}},// several sequences
+      {8, 2, 64, 16, 7, {50}, {50}},               // sliding window inside a tile
+      {8, 2, 64, 16, 40, {90, 61}, {30, 1}},       // sliding window over several tiles
+      {4, 1, 16, 256, 0, {300}, {45}},             // large blocks, MQA
+      {96, 1, 8, 16, 0, {20}, {3}},                // group wider than one tile of heads
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) check_case(c, nullptr, seed++);
+}
+
+TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded) {
+  SKIP_WITHOUT_AVX2();
+  ThreadPool pool(3);
+  check_case({32, 4, 64, 16, 0, {300, 77, 1}, {300, 1, 1}}, &pool, 50);
+  check_case({16, 16, 64, 8, 0, {64, 64, 64, 64}, {1, 1, 1, 1}}, &pool, 51);
+}
+
+// The probe sequence's output rows, computed inside a batch of other sequences (any order),
+// alone, chunked in two, and on several threads: all the same bits.
+TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(9);
+  const int64_t heads = 32, kv_heads = 4, hd = 64, bs = 16, ctx = 97;
+  Cache c = make_cache(bs, kv_heads, hd, {ctx, 50, 200}, rng);
+  const AttentionParams p{heads, kv_heads, hd, 0.125f, 0};
+  const int64_t row_floats = heads * hd;
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> probe_q(static_cast<size_t>(ctx * row_floats));
+  for (auto& v : probe_q) v = dist(rng);
+
+  // Alone, whole prefill, calling thread.
+  std::vector<float> alone(probe_q.size());
+  AttentionSeq whole{0, ctx, ctx, c.tables[0].data()};
+  paged_attention_avx2_pooled(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
+
+  // In two chunks (the first 40 rows, then the rest), 3 threads.
+  ThreadPool pool(3);
+  std::vector<float> chunked(probe_q.size());
+  AttentionSeq first{0, 40, 40, c.tables[0].data()};
+  paged_attention_avx2_pooled(probe_q.data(), &first, 1, c.view, p, chunked.data(), &pool);
+  AttentionSeq rest{0, ctx - 40, ctx, c.tables[0].data()};
+  paged_attention_avx2_pooled(probe_q.data() + 40 * row_floats, &rest, 1, c.view, p,
+                              chunked.data() + 40 * row_floats, &pool);
+  EXPECT_EQ(alone, chunked);
+
+  // Last in a batch after two other sequences (a decode and a prefill chunk), 2 threads.
+  std::vector<float> batch_q(static_cast<size_t>((1 + 30) * row_floats), 0.5f);
+  batch_q.insert(batch_q.end(), probe_q.begin(), probe_q.end());
+  std::vector<AttentionSeq> seqs = {{0, 1, 50, c.tables[1].data()},
+                                    {1, 30, 200, c.tables[2].data()},
+                                    {31, ctx, ctx, c.tables[0].data()}};
+  std::vector<float> batch_out(batch_q.size());
+  ThreadPool two(2);
+  paged_attention_avx2_pooled(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
+  EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch_out.begin() + 31 * row_floats));
+}
+
+}  // namespace
+}  // namespace pagoda::cpu
