@@ -3,9 +3,15 @@
 // layouts, llama3 rope scaling, Qwen2 biases with tied embeddings, Qwen3 q/k norms with a
 // head_dim that is not hidden/heads, and a sliding window. The engine side runs the sequence in
 // chunks through a paged cache with a shuffled block table, so the cache path is covered too.
+// Then the fast CPU kernels against the scalar reference kernels at the model level: the real
+// stories260K and TinyLlama-shaped random models in every weight type.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <numbers>
 #include <random>
@@ -13,6 +19,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "loader/model_source.h"
+#include "support/test_data.h"
 #include "model/model.h"
 
 namespace pagoda {
@@ -327,6 +335,87 @@ TEST(ModelReference, MissingTensorAndUnknownArchitectureFail) {
   auto r2 = create_model(std::move(src2), backend);
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find("gpt2"), std::string::npos);
+}
+
+// ---- Fast kernels against the scalar reference kernels, whole models ----
+
+std::unique_ptr<cpu::CpuBackend> cpu_backend(cpu::CpuIsa isa) {
+  auto b = cpu::CpuBackend::create(cpu::CpuBackendOptions{.isa = isa});
+  EXPECT_TRUE(b.ok()) << b.status().message();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+// Logits of `tokens` (run in `chunks`) on the scalar and the best kernels: every logit within
+// `tol` x the position's largest magnitude, and the same argmax at every position unless the
+// top two are closer than the tolerance allows telling apart.
+void expect_fast_matches_scalar(const std::function<Result<ModelSource>()>& load,
+                                const std::vector<TokenId>& tokens,
+                                const std::vector<int64_t>& chunks, double tol,
+                                const std::string& what) {
+  auto scalar = cpu_backend(cpu::CpuIsa::kScalar);
+  auto fast = cpu_backend(cpu::CpuIsa::kBest);
+  ASSERT_TRUE(scalar && fast);
+  auto src1 = load(), src2 = load();
+  ASSERT_TRUE(src1.ok() && src2.ok()) << what;
+  auto m_scalar = create_model(std::move(*src1), *scalar);
+  auto m_fast = create_model(std::move(*src2), *fast);
+  ASSERT_TRUE(m_scalar.ok() && m_fast.ok()) << what;
+  const auto want = engine_logits(**m_scalar, tokens, chunks);
+  const auto got = engine_logits(**m_fast, tokens, chunks);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t t = 0; t < want.size(); ++t) {
+    double scale = 0;
+    for (float v : want[t]) scale = std::max(scale, std::fabs(double{v}));
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      const double err = std::fabs(double{got[t][i]} - want[t][i]) / scale;
+      worst = std::max(worst, err);
+      ASSERT_LE(err, tol) << what << ": position " << t << " logit " << i << " = " << got[t][i]
+                          << ", scalar " << want[t][i];
+    }
+    const auto top = std::max_element(want[t].begin(), want[t].end()) - want[t].begin();
+    const auto top_fast = std::max_element(got[t].begin(), got[t].end()) - got[t].begin();
+    if (top != top_fast) {
+      EXPECT_LE(std::fabs(double{want[t][top]} - want[t][top_fast]), 2 * tol * scale)
+          << what << ": position " << t << " argmax " << top_fast << ", scalar " << top;
+    }
+  }
+  std::printf("%s: largest logit difference %.2e of the position's largest logit\n", what.c_str(), worst);
+}
+
+TEST(FastKernels, Stories260KLogitsMatchScalarKernels) {
+  PAGODA_TEST_FILE(path, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(ids_path, "stories260K/greedy-bos-256.ids");
+  // BOS and the model's own first 24 greedy tokens: a prefill chunk, decodes, another chunk.
+  std::vector<TokenId> tokens = {1};
+  std::ifstream ids(ids_path);
+  for (TokenId id; tokens.size() < 25 && ids >> id;) tokens.push_back(id);
+  ASSERT_EQ(tokens.size(), 25u);
+  expect_fast_matches_scalar([&] { return load_model(path, LoadOptions{}); }, tokens,
+                             {10, 1, 1, 13}, 1e-4, "stories260K");
+}
+
+// Every weight type of a TinyLlama-1.1B-shaped model (hidden 2048, 32/4 heads of 64,
+// intermediate 5632, vocab 32000; 2 of its 22 layers to keep the scalar side quick).
+TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
+  ModelConfig cfg = *dummy_preset("tinyllama-1.1b");
+  cfg.num_layers = 2;
+  std::vector<TokenId> tokens = {1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203};
+  // Float weights: only the summation order differs (measured 3e-6). Quantized weights meet
+  // activations quantized to int8 per block on both sides: wherever the two sides' f32 inputs
+  // (equal to ~1e-6) straddle a rounding step, one activation moves by a whole step (max|x| / 127)
+  // and the random, untrained layers carry that on (measured 7.5e-3 for q8_0, 1.0e-2 for q4_0;
+  // the int8 rounding itself moves logits by about 1e-2 of their spread). A kernel bug moves them
+  // by O(1).
+  for (auto [type, tol] : {std::pair{DType::kF16, 1e-4}, std::pair{DType::kBF16, 1e-4},
+                           std::pair{DType::kQ8_0, 3e-2}, std::pair{DType::kQ4_0, 3e-2}}) {
+    auto load = [&]() -> Result<ModelSource> {
+      PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, type, 3, "tinyllama-shaped"));
+      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w)};
+    };
+    expect_fast_matches_scalar(load, tokens, {7, 1, 1, 2}, tol,
+                               "tinyllama-shaped " + std::string(dtype_name(type)));
+  }
 }
 
 }  // namespace

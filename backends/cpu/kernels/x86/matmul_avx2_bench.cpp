@@ -1,7 +1,7 @@
 // Micro-benchmark of the matmul kernels on the projection shapes of a 1.1B Llama (hidden 2048,
 // intermediate 5632). Reports multiply-adds per second (items_per_second, as GMAC/s x 1e9) and,
 // for decode (m = 1), the weight bytes streamed per second, to compare with the machine's memory
-// bandwidth. Not part of ctest: run build/.../cpu_matmul_bench by hand.
+// bandwidth. Not part of ctest: run build/.../cpu_kernels_bench by hand.
 #include <benchmark/benchmark.h>
 
 #include <random>
