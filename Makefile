@@ -1,7 +1,7 @@
 # The two commands of the Quick start, and a few more for developers.
 #   make run   [MODEL=path] [PORT=8000]    set up, build (Release), and serve the model over HTTP
 #   make test                              set up, build, and run every test (+ ASan corruption tests)
-#   make test-asan                         the file-parsing and tokenizer tests under ASan+UBSan
+#   make test-asan                         the untrusted-input and SIMD kernel tests under ASan+UBSan
 #   make build | make clean
 JOBS ?= 2
 BUILD_DIR ?= build/release
@@ -36,13 +36,15 @@ test: test-asan npm-deps
 	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 300
 
 # The tests that parse untrusted input (model files, tokenizers, chat templates, request bodies,
-# and the whole server over HTTP), labelled "untrusted-input", under AddressSanitizer + UBSan.
-ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda
+# and the whole server over HTTP), labelled "untrusted-input", and the SIMD kernel tests
+# ("kernels"), under AddressSanitizer + UBSan.
+ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda \
+  cpu_simd_kernels_test
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
-	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 -L untrusted-input
+	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 -L '^(untrusted-input|kernels)$$'
 
 # npm packages of the client-side server tests, from the committed package-lock.json.
 npm-deps: setup
