@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -25,13 +26,14 @@ struct RunResult {
   std::string err;
 };
 
-// Runs the pagoda binary with `args` (already shell-quoted), capturing stdout and stderr.
-RunResult run_pagoda(const std::string& args) {
+// Runs the pagoda binary with `args` (already shell-quoted) and the environment assignments
+// `env` ("NAME=value ..."), capturing stdout and stderr.
+RunResult run_pagoda(const std::string& args, const std::string& env = "") {
   // Tests run in parallel processes: each run gets its own stderr file.
   static int counter = 0;
   std::string err_file = ::testing::TempDir() + "pagoda_cli_stderr." + std::to_string(::getpid()) +
                          "." + std::to_string(counter++) + ".txt";
-  std::string cmd = std::string(PAGODA_BINARY) + " " + args + " 2>" + err_file;
+  std::string cmd = env + " " + std::string(PAGODA_BINARY) + " " + args + " 2>" + err_file;
   RunResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -73,6 +75,28 @@ TEST(Cli, GenerateStories260KGoldenText) {
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("prompt tokens: 1, generated tokens: 256"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos);
+}
+
+// The golden text through the scalar kernels on one thread and the best kernels on three; bad
+// PAGODA_CPU_ISA and --threads values are refused.
+TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  std::ifstream in(txt);
+  std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  want.pop_back();
+  const std::string args = "generate --model " + quote(model) + " --prompt '' --max-tokens 256 --temperature 0";
+  for (auto [env, threads] : {std::pair{"PAGODA_CPU_ISA=scalar", 1}, std::pair{"PAGODA_CPU_ISA=auto", 3}}) {
+    RunResult r = run_pagoda(args + " --threads " + std::to_string(threads), env);
+    ASSERT_EQ(r.exit_code, 0) << env << ": " << r.err;
+    EXPECT_EQ(r.out, want) << env << " --threads " << threads;
+  }
+  RunResult bad_isa = run_pagoda(args, "PAGODA_CPU_ISA=avx1024");
+  EXPECT_NE(bad_isa.exit_code, 0);
+  EXPECT_NE(bad_isa.err.find("PAGODA_CPU_ISA"), std::string::npos) << bad_isa.err;
+  RunResult bad_threads = run_pagoda(args + " --threads 0");
+  EXPECT_NE(bad_threads.exit_code, 0);
+  EXPECT_NE(bad_threads.err.find("--threads"), std::string::npos) << bad_threads.err;
 }
 
 TEST(Cli, SeededSamplingIsReproducible) {
