@@ -15,6 +15,9 @@ namespace {
 // each K/V tile many times from L1, few enough that a prefill splits into many units of work.
 constexpr int64_t kVectorsPerTile = 32;
 constexpr int64_t kMaxGroupHeads = 64;  // wider GQA groups are split into several tiles
+// The most query vectors one tile can hold: kVectorsPerTile rows' worth, or one row of a
+// kMaxGroupHeads group.
+constexpr int64_t kMaxVectors = std::max(kVectorsPerTile, kMaxGroupHeads);
 // Below this many multiply-adds (q.k and p.v together) waking the workers costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 
@@ -51,8 +54,9 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
 
   const int64_t row_stride = p.num_heads * p.head_dim;
   const int64_t slot_stride = cache.num_kv_heads * cache.head_dim;
+  PAGODA_CHECK(rows_per_tile * heads_per_tile <= kMaxVectors);
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(static_cast<size_t>(2 * rows_per_tile * heads_per_tile));
+    float scratch[2 * kMaxVectors];  // per query vector: running max and denominator
     for (int64_t i = begin; i < end; ++i) {
       const WorkItem& w = items[static_cast<size_t>(i)];
       const AttentionSeq& seq = seqs[w.seq];
@@ -74,7 +78,7 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
           .block_size = cache.block_size,
           .scale = p.scale,
           .sliding_window = p.sliding_window,
-          .scratch = scratch.data(),
+          .scratch = scratch,
       };
       attention_tile_avx2(tile);
     }
