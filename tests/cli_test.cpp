@@ -334,6 +334,7 @@ TEST(Cli, CorruptModelFileNamesFileAndProblem) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -26,11 +26,12 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(CpuBackendOptions options
     picked = "reference kernels (forced)";
   } else if (has_avx2) {
     k.matmul = matmul_avx2;
+    k.pack_matmul_weight = pack_matmul_weight_avx2;
     k.paged_attention = paged_attention_avx2;
     k.rms_norm = rms_norm_avx2;
     k.silu_mul = silu_mul_avx2;
     k.add = add_avx2;
-    picked = "avx2+fma+f16c matmul, attention, rms_norm, silu_mul, add on " +
+    picked = "avx2+fma+f16c matmul (packed weights), attention, rms_norm, silu_mul, add on " +
              std::to_string(cpu_thread_pool().num_threads()) +
              " threads; embedding, rope, store_kv reference";
   } else {

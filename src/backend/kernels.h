@@ -49,6 +49,12 @@ struct Kernels {
   // scales. Each output's summation order must not depend on m (batch invariance).
   void (*matmul)(const float* x, int64_t m, const Tensor& w, float* y);
 
+  // Optional (nullptr: matmul reads weights as stored). Rearranges a matmul weight [n, k] into
+  // the layout this table's matmul is fastest on, in memory it allocates into *storage; returns
+  // the view to hand matmul from then on (same dtype and shape, layout kBackendPacked, or w itself
+  // when packing would not help). Products are those of the row-major weight. Called at load.
+  Tensor (*pack_matmul_weight)(const Tensor& w, Buffer* storage);
+
   // out[i, :] = row ids[i] of table, converted to f32.  table: [rows, dim] any DType.
   void (*embedding)(const Tensor& table, const TokenId* ids, int64_t n, float* out);
 

@@ -4,6 +4,11 @@
 // [out_features, in_features], so one row is one output's weights. (GGUF lists dims innermost
 // first; the loader reverses them.) The view never owns its memory: weights point into a
 // MappedFile or a Buffer kept alive by their owner. Copyable; no synchronization.
+//
+// A matmul weight may instead be in a backend's packed layout (TensorLayout::kBackendPacked, made by
+// Kernels::pack_matmul_weight): same dtype and shape, but the bytes are arranged the way that
+// backend's matmul reads them, so only that matmul may read them (row(), row_bytes() and
+// nbytes() describe the row-major form, not the packed bytes).
 #pragma once
 
 #include <array>
@@ -19,9 +24,12 @@ namespace pagoda {
 
 inline constexpr int kMaxDims = 4;
 
+enum class TensorLayout : uint8_t { kRowMajor, kBackendPacked };
+
 struct Tensor {
   void* data = nullptr;
   DType dtype = DType::kF32;
+  TensorLayout layout = TensorLayout::kRowMajor;
   int ndim = 0;
   std::array<int64_t, kMaxDims> shape{};
 

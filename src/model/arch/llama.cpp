@@ -38,6 +38,8 @@ class LlamaModel final : public Model {
 
  private:
   Result<Tensor> matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A matmul weight in the backend's packed layout (or as loaded when it has none).
+  Result<Tensor> matmul_weight(const std::string& name, int64_t rows, int64_t cols);
   Result<F32Vector> vector(const std::string& name, int64_t len);
   void add_bias(float* x, int64_t rows, const F32Vector& bias, int64_t len);
   void ensure_workspace(int64_t num_tokens);
@@ -46,8 +48,9 @@ class LlamaModel final : public Model {
   const ModelConfig& cfg_;
   const Kernels k_;  // a copy: function pointers, so the Backend object need not outlive the model
   const Backend* backend_ = nullptr;  // set during init() only; the model keeps a copy of k_
-  Tensor token_embd_;   // [vocab, hidden]
-  Tensor lm_head_;      // [vocab, hidden]; token_embd_ when tied
+  Tensor token_embd_;   // [vocab, hidden], as loaded (the embedding reads its rows)
+  Tensor lm_head_;      // [vocab, hidden], packed; a packed copy of token_embd_ when tied
+  std::vector<Buffer> packed_;  // the memory of the packed matmul weights
   F32Vector output_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
@@ -69,6 +72,12 @@ Result<Tensor> LlamaModel::matrix(const std::string& name, int64_t rows, int64_t
   return t;
 }
 
+Result<Tensor> LlamaModel::matmul_weight(const std::string& name, int64_t rows, int64_t cols) {
+  PAGODA_ASSIGN_OR_RETURN(Tensor t, matrix(name, rows, cols));
+  if (k_.pack_matmul_weight == nullptr) return t;
+  return k_.pack_matmul_weight(t, &packed_.emplace_back());
+}
+
 Result<F32Vector> LlamaModel::vector(const std::string& name, int64_t len) {
   PAGODA_ASSIGN_OR_RETURN(Tensor t, source_.weights.get(name, {len}));
   F32Vector v{Buffer(static_cast<size_t>(len) * sizeof(float))};
@@ -81,11 +90,8 @@ Status LlamaModel::init(const Backend& backend) {
   const int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim;
   const int64_t q_dim = cfg_.num_heads * hd, kv_dim = cfg_.num_kv_heads * hd;
   PAGODA_ASSIGN_OR_RETURN(token_embd_, matrix("token_embd.weight", cfg_.vocab_size, hidden));
-  if (cfg_.tie_word_embeddings) {
-    lm_head_ = token_embd_;
-  } else {
-    PAGODA_ASSIGN_OR_RETURN(lm_head_, matrix("output.weight", cfg_.vocab_size, hidden));
-  }
+  const std::string lm_head_name = cfg_.tie_word_embeddings ? "token_embd.weight" : "output.weight";
+  PAGODA_ASSIGN_OR_RETURN(lm_head_, matmul_weight(lm_head_name, cfg_.vocab_size, hidden));
   PAGODA_ASSIGN_OR_RETURN(output_norm_, vector("output_norm.weight", hidden));
   layers_.resize(static_cast<size_t>(cfg_.num_layers));
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
@@ -93,10 +99,10 @@ Status LlamaModel::init(const Backend& backend) {
     const std::string p = "blk." + std::to_string(i) + ".";
     PAGODA_ASSIGN_OR_RETURN(l.attn_norm, vector(p + "attn_norm.weight", hidden));
     PAGODA_ASSIGN_OR_RETURN(l.ffn_norm, vector(p + "ffn_norm.weight", hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wq, matrix(p + "attn_q.weight", q_dim, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wk, matrix(p + "attn_k.weight", kv_dim, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wv, matrix(p + "attn_v.weight", kv_dim, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wo, matrix(p + "attn_output.weight", hidden, q_dim));
+    PAGODA_ASSIGN_OR_RETURN(l.wq, matmul_weight(p + "attn_q.weight", q_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wk, matmul_weight(p + "attn_k.weight", kv_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wv, matmul_weight(p + "attn_v.weight", kv_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wo, matmul_weight(p + "attn_output.weight", hidden, q_dim));
     if (cfg_.attention_bias) {
       PAGODA_ASSIGN_OR_RETURN(l.bq, vector(p + "attn_q.bias", q_dim));
       PAGODA_ASSIGN_OR_RETURN(l.bk, vector(p + "attn_k.bias", kv_dim));
@@ -106,9 +112,9 @@ Status LlamaModel::init(const Backend& backend) {
       PAGODA_ASSIGN_OR_RETURN(l.q_norm, vector(p + "attn_q_norm.weight", hd));
       PAGODA_ASSIGN_OR_RETURN(l.k_norm, vector(p + "attn_k_norm.weight", hd));
     }
-    PAGODA_ASSIGN_OR_RETURN(l.w_gate, matrix(p + "ffn_gate.weight", cfg_.intermediate_size, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.w_up, matrix(p + "ffn_up.weight", cfg_.intermediate_size, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.w_down, matrix(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
+    PAGODA_ASSIGN_OR_RETURN(l.w_gate, matmul_weight(p + "ffn_gate.weight", cfg_.intermediate_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.w_up, matmul_weight(p + "ffn_up.weight", cfg_.intermediate_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.w_down, matmul_weight(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
   }
   inv_freq_ = rope_inv_freq(cfg_);
   backend_ = nullptr;  // the Backend need not outlive the model

@@ -53,6 +53,7 @@ void matmul_quantized(const float* x, int64_t m, const Tensor& w, float* y) {
 }
 
 void matmul(const float* x, int64_t m, const Tensor& w, float* y) {
+  PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && "the reference matmul reads row-major weights");
   if (is_quantized(w.dtype)) return matmul_quantized(x, m, w, y);
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
@@ -183,6 +184,7 @@ void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
 const Kernels& reference_kernels() {
   static const Kernels kernels{
       .matmul = matmul,
+      .pack_matmul_weight = nullptr,
       .embedding = embedding,
       .rms_norm = rms_norm,
       .rope = rope,

@@ -1,22 +1,21 @@
-// The AVX2 + FMA + F16C matmul leaf loops, built with those flags (see backends/cpu/CMakeLists.txt);
-// read x86_kernels.h before adding an #include here.
+// The AVX2 + FMA + F16C matmul leaf loops, over weights packed in panels (x86_kernels.h describes
+// the layout, packed_weights.cpp makes it), and the quantization of activations for the int8
+// path. Built with those flags and -ffp-contract=off (see backends/cpu/CMakeLists.txt); read
+// x86_kernels.h before adding an #include here.
 //
-// Shape of the computation: each output y[i, j] is a dot product of input row i with weight row
-// j, so weights are read in their stored layout and converted in registers. A register tile holds
-// R input rows x C weight rows of 8-lane accumulators: each converted weight vector feeds R
-// products and each loaded input vector C.
-//  - f32 / f16 / bf16 weights: converted to f32, 8 at a time, and FMAs.
-//  - q8_0 / q4_0 weights: int8 dot products with the activations quantized per 32-element block
-//    (BlockQ8Act), one scale multiply per block instead of one per element.
-//  - m = 1 (decode) is memory-bound: R = 1, C = 3..4 streams several weight rows at once, each
-//    read once.
-//  - m > 4 (batched): weight rows are taken 16 at a time (f32 types: and their k range in slices
-//    small enough to stay in L1) while every group of 4 input rows passes over them.
-// Every output is summed in the same order for any m, any tile shape and any row split over
-// threads: the same input row gives the same bits alone or in a batch.
+// Shape of the computation: the 8 lanes of a vector are 8 outputs (the 8 rows of a panel), so an
+// output is one lane's running sum, added to in k order: no horizontal sums, and one broadcast
+// input value or group feeds a whole panel. A register tile holds R input rows x P panels.
+//  - f32 / f16 / bf16: per k element, the panel's 8 weights converted to f32 and one FMA per
+//    input row and panel.
+//  - q8_0 / q4_0: per 32-element block, the exact integer dot of each of the 8 rows with the
+//    input's BlockQ8Act (vpmaddubsw on groups of 4 bytes, input bytes broadcast), then
+//    acc += float(dot) * (d_w * d_x) as a multiply and an add, in the reference kernel's order
+//    and rounding: bit for bit the reference's result.
+// An output's sum is the same sequence of operations for every m, tile shape, k slicing (the
+// running sum is stored to y and loaded back between slices) and split over threads.
 #include <immintrin.h>
 
-#include <cstddef>
 #include <utility>  // std::integer_sequence: a type only, emits no code
 
 #include "backends/cpu/kernels/x86/x86_kernels.h"
@@ -27,11 +26,24 @@ namespace pagoda::cpu {
 namespace {
 
 #define PAGODA_INLINE inline __attribute__((always_inline))
+// On the loops that call the tiles: inline every call below them, the unroll lambdas included
+// (GCC does not always, and an out-of-line tile body spills its accumulators on every block).
+#define PAGODA_FLATTEN __attribute__((flatten))
 
-constexpr int64_t kRowBlock = 16;  // weight rows that share one pass over the input rows
-constexpr int kMaxInputRows = 4;   // input rows per register tile
+// k elements per slice of a batched f32-type product: a panel pair's slice (16 KiB of f32,
+// 8 KiB of f16) stays in L1 while every group of input rows passes over it.
+constexpr int64_t kFloatSlice = 256;
+// Blocks per slice of a batched int8 product: 16 x 32 elements, 4.3 KiB of a q8_0 panel.
+constexpr int64_t kBlockSlice = 16;
 
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Decode streams the weights from memory. The hardware prefetcher alone leaves the int8 loops
+// waiting on memory (decode at 16 to 19 tokens/s for q8_0 on TinyLlama, 22 with this); they ask
+// for the lines kPrefetchAhead bytes ahead of the block they read. Tuned on Zen 2 (768 beat 0,
+// 1536 and 2048).
+constexpr int64_t kPrefetchAhead = 768;
+PAGODA_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 template <int S>
 struct Idx {
@@ -45,325 +57,274 @@ PAGODA_INLINE void unroll(F&& f) {
   (std::make_integer_sequence<int, N>{});
 }
 
-PAGODA_INLINE float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// Lanes [0, valid) set: the outputs of a panel that exist (the last panel may be padding).
+PAGODA_INLINE __m256i lane_mask(int64_t valid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-PAGODA_INLINE uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  __builtin_memcpy(&v, p, 2);
+// The running sums of one panel's outputs: y[0, valid), valid in [1, 8].
+PAGODA_INLINE __m256 load_out(const float* y, int64_t valid) {
+  return valid >= kPanelRows ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, lane_mask(valid));
+}
+PAGODA_INLINE void store_out(float* y, __m256 v, int64_t valid) {
+  if (valid >= kPanelRows) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    _mm256_maskstore_ps(y, lane_mask(valid), v);
+  }
+}
+
+// Outputs of panel p of a tile whose first panel has `valid` existing outputs.
+PAGODA_INLINE int64_t panel_valid(int64_t valid, int p) { return valid - p * kPanelRows; }
+
+PAGODA_INLINE int32_t load_i32(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
   return v;
 }
 
-// Weight readers. A row is read in blocks of kBlock elements (a multiple of 8): block(row, b)
-// prepares block b, load<S>(block) converts its elements [8S, 8S + 8) to f32. Plain types also
-// give scalar(row, t) for the k % 8 tail; quantized rows have no tail (k % 32 == 0).
-struct F32Weights {
-  static constexpr int kBlock = 8;
-  static constexpr int64_t kSlice = 512;  // k slice for batched inputs: 16 rows x 2 KiB
-  static constexpr int kBlockRegs = 0;    // ymm registers one prepared Block holds
-  struct Block {
-    const float* p;
-  };
-  static PAGODA_INLINE Block block(const uint8_t* row, int64_t b) {
-    return {reinterpret_cast<const float*>(row) + b * kBlock};
-  }
-  template <int S>
-  static PAGODA_INLINE __m256 load(const Block& blk) {
-    return _mm256_loadu_ps(blk.p);
-  }
-  static PAGODA_INLINE float scalar(const uint8_t* row, int64_t t) {
-    return reinterpret_cast<const float*>(row)[t];
+// ---- f32 / f16 / bf16 panels: element (row c, column t) at t * 8 + c ----
+
+struct F32Panel {
+  static constexpr int64_t kElemBytes = 4;
+  static PAGODA_INLINE __m256 load(const uint8_t* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
   }
 };
 
-struct F16Weights {
-  static constexpr int kBlock = 8;
-  static constexpr int64_t kSlice = 512;  // k slice for batched inputs: 16 rows x 1 KiB
-  static constexpr int kBlockRegs = 0;    // ymm registers one prepared Block holds
-  struct Block {
-    const uint16_t* p;
-  };
-  static PAGODA_INLINE Block block(const uint8_t* row, int64_t b) {
-    return {reinterpret_cast<const uint16_t*>(row) + b * kBlock};
-  }
-  template <int S>
-  static PAGODA_INLINE __m256 load(const Block& blk) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.p)));
-  }
-  static PAGODA_INLINE float scalar(const uint8_t* row, int64_t t) {
-    return _cvtsh_ss(reinterpret_cast<const uint16_t*>(row)[t]);
+struct F16Panel {
+  static constexpr int64_t kElemBytes = 2;
+  static PAGODA_INLINE __m256 load(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 };
 
-struct Bf16Weights {
-  static constexpr int kBlock = 8;
-  static constexpr int64_t kSlice = 512;  // k slice for batched inputs: 16 rows x 1 KiB
-  static constexpr int kBlockRegs = 0;    // ymm registers one prepared Block holds
-  struct Block {
-    const uint16_t* p;
-  };
-  static PAGODA_INLINE Block block(const uint8_t* row, int64_t b) {
-    return {reinterpret_cast<const uint16_t*>(row) + b * kBlock};
-  }
-  template <int S>
-  static PAGODA_INLINE __m256 load(const Block& blk) {
+struct Bf16Panel {
+  static constexpr int64_t kElemBytes = 2;
+  static PAGODA_INLINE __m256 load(const uint8_t* p) {
     // bf16 is the top half of an f32: widen and shift into place.
-    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.p)));
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   }
-  static PAGODA_INLINE float scalar(const uint8_t* row, int64_t t) {
-    uint32_t bits = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[t]) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
 };
 
-// One register tile: y[r, c] (+)= sum over t in [k0, k1) of x[r, t] * w[c, t] for r < R, c < C.
-// x rows are ldx apart, w rows w_row_bytes apart, y rows ldy apart. k0 is a multiple of
-// W::kBlock; the elements past the last whole block (plain types only) are summed in scalar.
-template <class W, int R, int C>
-PAGODA_INLINE void tile(const float* x, int64_t ldx, const uint8_t* w, int64_t w_row_bytes,
-                        int64_t k0, int64_t k1, bool accumulate, float* y, int64_t ldy) {
-  __m256 acc[R][C];
-  unroll<R>(
-      [&](auto r) { unroll<C>([&](auto c) { acc[r.value][c.value] = _mm256_setzero_ps(); }); });
-  const int64_t b1 = k1 / W::kBlock;
-  for (int64_t b = k0 / W::kBlock; b < b1; ++b) {
-    typename W::Block blk[C];
-    unroll<C>([&](auto c) { blk[c.value] = W::block(w + c.value * w_row_bytes, b); });
-    const float* xb = x + b * W::kBlock;
-    unroll<W::kBlock / 8>([&](auto s) {
-      __m256 wv[C];
-      unroll<C>([&](auto c) { wv[c.value] = W::template load<decltype(s)::value>(blk[c.value]); });
-      unroll<R>([&](auto r) {
-        const __m256 xv = _mm256_loadu_ps(xb + r.value * ldx + s.value * 8);
-        unroll<C>([&](auto c) {
-          acc[r.value][c.value] = _mm256_fmadd_ps(xv, wv[c.value], acc[r.value][c.value]);
-        });
+// y[r, 8p + c] (+)= sum over t in [t0, t1) of x[r, t] * w[8p + c, t], for R input rows (ldx
+// apart) and P consecutive panels (panel_bytes apart); `valid` outputs exist from the first
+// panel's first row on. accumulate: continue the running sums already in y.
+template <class W, int R, int P, bool kStream = false>
+PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels,
+                              int64_t panel_bytes, int64_t t0, int64_t t1, bool accumulate,
+                              float* y, int64_t ldy, int64_t valid) {
+  __m256 acc[R][P];
+  unroll<R>([&](auto r) {
+    unroll<P>([&](auto p) {
+      acc[r.value][p.value] = accumulate ? load_out(y + r.value * ldy + p.value * kPanelRows,
+                                                    panel_valid(valid, p.value))
+                                         : _mm256_setzero_ps();
+    });
+  });
+  constexpr int64_t kStep = kPanelRows * W::kElemBytes;  // bytes of one column of a panel
+  for (int64_t t = t0; t < t1; ++t) {
+    if constexpr (kStream) {
+      if ((t & 3) == 0) {
+        unroll<P>([&](auto p) { prefetch(panels + p.value * panel_bytes + t * kStep + kPrefetchAhead); });
+      }
+    }
+    __m256 w[P];
+    unroll<P>([&](auto p) { w[p.value] = W::load(panels + p.value * panel_bytes + t * kStep); });
+    unroll<R>([&](auto r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r.value * ldx + t);
+      unroll<P>([&](auto p) {
+        acc[r.value][p.value] = _mm256_fmadd_ps(xv, w[p.value], acc[r.value][p.value]);
       });
     });
   }
   unroll<R>([&](auto r) {
-    unroll<C>([&](auto c) {
-      float sum = hsum(acc[r.value][c.value]);
-      for (int64_t t = b1 * W::kBlock; t < k1; ++t) {
-        sum += x[r.value * ldx + t] * W::scalar(w + c.value * w_row_bytes, t);
-      }
-      float& out = y[r.value * ldy + c.value];
-      out = accumulate ? out + sum : sum;
+    unroll<P>([&](auto p) {
+      store_out(y + r.value * ldy + p.value * kPanelRows, acc[r.value][p.value],
+                panel_valid(valid, p.value));
     });
   });
 }
 
-// How many weight rows (up to 4) one tile of R input rows takes: as many as the 16 ymm registers
-// hold with R x C accumulators, C converted weight vectors, C x kBlockRegs per-block constants and
-// one input vector.
-template <class W, int R>
-constexpr int tile_columns() {
-  constexpr int kFit = 15 / (R + 1 + W::kBlockRegs);
-  return kFit < 4 ? kFit : 4;
-}
+constexpr int kFloatRows = 6;  // input rows per batched tile: 6 x 2 accumulators, 2 weights, 1 input
 
-// R input rows against weight rows [j0, j1) over the k slice [k0, k1), C weight rows at a time,
-// then one by one.
+// R input rows over panels [p0, p1), two at a time, for the k slice [t0, t1).
 template <class W, int R>
-void tile_row_range(const float* x, int64_t ldx, const uint8_t* w, int64_t w_row_bytes, int64_t j0,
-                    int64_t j1, int64_t k0, int64_t k1, bool accumulate, float* y, int64_t ldy) {
-  constexpr int C = tile_columns<W, R>();
-  int64_t j = j0;
-  for (; j + C <= j1; j += C) {
-    tile<W, R, C>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, k1, accumulate, y + j, ldy);
+void float_panel_range(const float* x, int64_t k, const uint8_t* panels, int64_t panel_bytes,
+                       int64_t n, int64_t p0, int64_t p1, int64_t t0, int64_t t1, float* y,
+                       int64_t ldy) {
+  const bool accumulate = t0 > 0;
+  int64_t p = p0;
+  for (; p + 2 <= p1; p += 2) {
+    float_tile<W, R, 2>(x, k, panels + p * panel_bytes, panel_bytes, t0, t1, accumulate,
+                        y + p * kPanelRows, ldy, n - p * kPanelRows);
   }
-  for (; j < j1; ++j) {
-    tile<W, R, 1>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, k1, accumulate, y + j, ldy);
-  }
-}
-
-// Like tile_row_range over every slice of k, but each group of C weight rows goes through all its
-// slices before the next group: the rows stream from memory front to back (decode is bound by
-// that stream), and every output sees exactly the slices and sums of the batched order.
-template <class W, int R>
-void tile_row_range_all_slices(const float* x, int64_t ldx, int64_t k, const uint8_t* w,
-                               int64_t w_row_bytes, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  constexpr int C = tile_columns<W, R>();
-  int64_t j = j0;
-  for (; j + C <= j1; j += C) {
-    for (int64_t k0 = 0; k0 < k; k0 += W::kSlice) {
-      tile<W, R, C>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, min64(k, k0 + W::kSlice), k0 > 0,
-                    y + j, ldy);
-    }
-  }
-  for (; j < j1; ++j) {
-    for (int64_t k0 = 0; k0 < k; k0 += W::kSlice) {
-      tile<W, R, 1>(x, ldx, w + j * w_row_bytes, w_row_bytes, k0, min64(k, k0 + W::kSlice), k0 > 0,
-                    y + j, ldy);
-    }
+  if (p < p1) {
+    float_tile<W, R, 1>(x, k, panels + p * panel_bytes, panel_bytes, t0, t1, accumulate,
+                        y + p * kPanelRows, ldy, n - p * kPanelRows);
   }
 }
 
 template <class W>
-void rows(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t w_row_bytes, float* y,
-          int64_t ldy, int64_t row_begin, int64_t row_end) {
-  // Every output is summed the same way whatever m is (batch invariance): 8 lanes of FMAs over
-  // each k slice of W::kSlice, the slice's horizontal sum added to the previous slices' in order.
-  // Only the loop order differs. With one group of input rows there is no reuse to block for:
-  // each weight row streams once through all its slices. With more, a k slice of kRowBlock weight
-  // rows stays in L1/L2 while every input-row group passes over it. Slice lengths were tuned on
-  // Zen 2 (shorter ones lose more to the per-slice horizontal sums and y updates than they gain
-  // in locality).
-  if (m <= kMaxInputRows) {
-    switch (m) {
-      case 1:
-        return tile_row_range_all_slices<W, 1>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
-      case 2:
-        return tile_row_range_all_slices<W, 2>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
-      case 3:
-        return tile_row_range_all_slices<W, 3>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
-      default:
-        return tile_row_range_all_slices<W, 4>(x, k, k, w, w_row_bytes, row_begin, row_end, y, ldy);
+PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8_t* panels, int64_t n, float* y,
+                int64_t ldy, int64_t p0, int64_t p1) {
+  const int64_t panel_bytes = k * kPanelRows * W::kElemBytes;
+  if (m == 1) {
+    // Decode: bound by the weight stream. Four panels at once, each through all of k: four
+    // independent FMA chains, every weight byte read once, front to back.
+    int64_t p = p0;
+    for (; p + 4 <= p1; p += 4) {
+      float_tile<W, 1, 4, true>(x, k, panels + p * panel_bytes, panel_bytes, 0, k, false,
+                          y + p * kPanelRows, ldy, n - p * kPanelRows);
     }
+    for (; p < p1; ++p) {
+      float_tile<W, 1, 1, true>(x, k, panels + p * panel_bytes, panel_bytes, 0, k, false,
+                          y + p * kPanelRows, ldy, n - p * kPanelRows);
+    }
+    return;
   }
-  for (int64_t j0 = row_begin; j0 < row_end; j0 += kRowBlock) {
-    const int64_t j1 = min64(row_end, j0 + kRowBlock);
-    for (int64_t k0 = 0; k0 < k; k0 += W::kSlice) {
-      const int64_t k1 = min64(k, k0 + W::kSlice);
-      const bool accumulate = k0 > 0;
-      for (int64_t i = 0; i < m; i += kMaxInputRows) {
+  // Batched: a k slice of a panel pair stays in L1 while every group of input rows passes over it.
+  for (int64_t t0 = 0; t0 < k; t0 += kFloatSlice) {
+    const int64_t t1 = min64(k, t0 + kFloatSlice);
+    for (int64_t p = p0; p < p1; p += 2) {
+      const int64_t pe = min64(p1, p + 2);
+      for (int64_t i = 0; i < m; i += kFloatRows) {
         const float* xi = x + i * k;
         float* yi = y + i * ldy;
-        switch (min64(m - i, kMaxInputRows)) {
-          case 1:
-            tile_row_range<W, 1>(xi, k, w, w_row_bytes, j0, j1, k0, k1, accumulate, yi, ldy);
-            break;
-          case 2:
-            tile_row_range<W, 2>(xi, k, w, w_row_bytes, j0, j1, k0, k1, accumulate, yi, ldy);
-            break;
-          case 3:
-            tile_row_range<W, 3>(xi, k, w, w_row_bytes, j0, j1, k0, k1, accumulate, yi, ldy);
-            break;
-          default:
-            tile_row_range<W, 4>(xi, k, w, w_row_bytes, j0, j1, k0, k1, accumulate, yi, ldy);
-            break;
+        switch (min64(m - i, kFloatRows)) {
+          case 1: float_panel_range<W, 1>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
+          case 2: float_panel_range<W, 2>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
+          case 3: float_panel_range<W, 3>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
+          case 4: float_panel_range<W, 4>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
+          case 5: float_panel_range<W, 5>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
+          default: float_panel_range<W, 6>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
         }
       }
     }
   }
 }
 
-// ---- Q8_0 / Q4_0 weights against activations quantized to BlockQ8Act: int8 dot products ----
+// ---- q8_0 / q4_0 panels: per 32-element block, 8 fp16 scales (row order), then the weights ----
 //
-// Per 32-element block: the weights as 32 signed bytes, the activation's 32 signed bytes, and
-// vpmaddubsw (unsigned x signed byte pairs -> int16) made signed by the usual sign trick:
-// |x| times (w with x's sign) is w * x, at most 128 * 127 per byte, so the pair sums cannot
-// saturate. vpmaddwd against ones widens to 8 int32 lanes, exact; converted to f32 they are scaled
-// by d_w * d_x and accumulated in 8 f32 lanes, one FMA per block; the lanes are summed at the end.
-// The order is the same for every tile shape, so outputs do not depend on m.
-
-struct Q8Blocks {
-  static PAGODA_INLINE __m256i qs(const uint8_t* row, int64_t b) {
-    const uint8_t* p = row + b * static_cast<int64_t>(sizeof(BlockQ8_0));
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(BlockQ8_0, qs)));
-  }
-  static PAGODA_INLINE float d(const uint8_t* row, int64_t b) {
-    return _cvtsh_ss(load_u16(row + b * static_cast<int64_t>(sizeof(BlockQ8_0))));
-  }
-};
-
-// Q4_0: byte j holds element j in its low nibble and element j + 16 in its high one, so the low
-// nibbles fill the low 128 bits and the high nibbles the high 128 bits, in element order.
-struct Q4Blocks {
-  static PAGODA_INLINE __m256i qs(const uint8_t* row, int64_t b) {
-    const uint8_t* p = row + b * static_cast<int64_t>(sizeof(BlockQ4_0));
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(BlockQ4_0, qs)));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
-  }
-  static PAGODA_INLINE float d(const uint8_t* row, int64_t b) {
-    return _cvtsh_ss(load_u16(row + b * static_cast<int64_t>(sizeof(BlockQ4_0))));
-  }
-};
-
-// The 8 int32 lane sums of w * x over one block.
-PAGODA_INLINE __m256i dot_block(__m256i w, __m256i x, __m256i abs_x) {
-  const __m256i pairs = _mm256_maddubs_epi16(abs_x, _mm256_sign_epi8(w, x));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
-// y[r, c] = sum over all nb blocks for R activation rows (nb blocks apart) x C weight rows.
-template <class W, int R, int C>
-PAGODA_INLINE void qtile(const BlockQ8Act* x, int64_t nb, const uint8_t* w, int64_t w_row_bytes,
-                         float* y, int64_t ldy) {
-  __m256 acc[R][C];
-  unroll<R>(
-      [&](auto r) { unroll<C>([&](auto c) { acc[r.value][c.value] = _mm256_setzero_ps(); }); });
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[C];
-    __m256 wd[C];
-    unroll<C>([&](auto c) {
-      wq[c.value] = W::qs(w + c.value * w_row_bytes, b);
-      wd[c.value] = _mm256_set1_ps(W::d(w + c.value * w_row_bytes, b));
-    });
-    unroll<R>([&](auto r) {
-      const BlockQ8Act& xb = x[r.value * nb + b];
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-      const __m256i abs_x = _mm256_sign_epi8(xq, xq);
-      const __m256 xd = _mm256_set1_ps(xb.d);
-      unroll<C>([&](auto c) {
-        const __m256 dot = _mm256_cvtepi32_ps(dot_block(wq[c.value], xq, abs_x));
-        acc[r.value][c.value] =
-            _mm256_fmadd_ps(dot, _mm256_mul_ps(wd[c.value], xd), acc[r.value][c.value]);
+// q8_0: 8 groups g of 32 bytes, each the 4 int8 weights [4g, 4g + 4) of rows 0..7.
+// vpmaddubsw multiplies unsigned by signed bytes, so the weights go in as |w| and the inputs as
+// x with w's sign: |w| * (x sign w) = w * x, pairs at most 2 x 128 x 127, no saturation; vpmaddwd
+// widens each group's pairs to int32 before they are summed.
+struct Q8Panel {
+  static constexpr int64_t kBlockBytes = 16 + 8 * kQuantBlock;
+  template <int R>
+  static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb, const int32_t*,
+                                 __m256i (&dot)[R]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    unroll<R>([&](auto r) { dot[r.value] = _mm256_setzero_si256(); });
+    unroll<8>([&](auto g) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g.value));
+      const __m256i abs_w = _mm256_abs_epi8(w);
+      unroll<R>([&](auto r) {
+        const __m256i xv = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * g.value));
+        const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
+        dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
       });
     });
   }
+};
+
+// q4_0: 4 groups h of 32 bytes, byte (h, c, j) holding row c's nibbles n[4h + j] (low) and
+// n[16 + 4h + j] (high): q4_0's own byte 4h + j. The nibbles go in unsigned: sum n * x, pairs at
+// most 2 x 15 x 127, and all eight of a block summed in int16 (at most 30480) before widening;
+// the offset is taken off after: sum (n - 8) * x = sum n * x - 8 * sum x.
+struct Q4Panel {
+  static constexpr int64_t kBlockBytes = 16 + 4 * kQuantBlock;
+  template <int R>
+  static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb,
+                                 const int32_t* x_sums, __m256i (&dot)[R]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i sum16[R];
+    unroll<R>([&](auto r) { sum16[r.value] = _mm256_setzero_si256(); });
+    unroll<4>([&](auto h) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * h.value));
+      const __m256i lo = _mm256_and_si256(bytes, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      unroll<R>([&](auto r) {
+        const __m256i x_lo = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * h.value));
+        const __m256i x_hi = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 16 + 4 * h.value));
+        sum16[r.value] = _mm256_add_epi16(
+            sum16[r.value],
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)));
+      });
+    });
+    const __m256i ones = _mm256_set1_epi16(1);
+    unroll<R>([&](auto r) {
+      dot[r.value] = _mm256_sub_epi32(_mm256_madd_epi16(sum16[r.value], ones),
+                                      _mm256_set1_epi32(8 * x_sums[r.value]));
+    });
+  }
+};
+
+// y[r, c] (+)= sum over blocks [b0, b1) of float(dot) * (d_w * d_x) for R input rows (row r's
+// blocks at x + r * nb, block sums at x_sums + r * nb) and one panel (valid outputs).
+template <class W, int R, bool kStream = false>
+PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb,
+                              const uint8_t* panel, int64_t b0, int64_t b1, bool accumulate,
+                              float* y, int64_t ldy, int64_t valid) {
+  __m256 acc[R];
   unroll<R>([&](auto r) {
-    unroll<C>([&](auto c) { y[r.value * ldy + c.value] = hsum(acc[r.value][c.value]); });
+    acc[r.value] = accumulate ? load_out(y + r.value * ldy, valid) : _mm256_setzero_ps();
   });
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* blk = panel + b * W::kBlockBytes;
+    if constexpr (kStream) {
+      for (int64_t o = 0; o < W::kBlockBytes; o += 64) prefetch(blk + kPrefetchAhead + o);
+    }
+    const BlockQ8Act* xb[R];
+    int32_t sums[R];
+    unroll<R>([&](auto r) {
+      xb[r.value] = x + r.value * nb + b;
+      sums[r.value] = x_sums == nullptr ? 0 : x_sums[r.value * nb + b];
+    });
+    __m256i dot[R];
+    W::template dots<R>(blk, xb, sums, dot);
+    const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    unroll<R>([&](auto r) {
+      const __m256 scale = _mm256_mul_ps(d_w, _mm256_set1_ps(xb[r.value]->d));
+      acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[r.value]), scale));
+    });
+  }
+  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
-// Registers: R x C accumulators, C weight vectors and C scales, and the input's three.
-template <int R>
-constexpr int qtile_columns() {
-  constexpr int kFit = (16 - 3) / (R + 2);
-  return kFit < 4 ? kFit : 4;
-}
-
-template <class W, int R>
-void qtile_row_range(const BlockQ8Act* x, int64_t nb, const uint8_t* w, int64_t w_row_bytes,
-                     int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  constexpr int C = qtile_columns<R>();
-  int64_t j = j0;
-  for (; j + C <= j1; j += C) qtile<W, R, C>(x, nb, w + j * w_row_bytes, w_row_bytes, y + j, ldy);
-  for (; j < j1; ++j) qtile<W, R, 1>(x, nb, w + j * w_row_bytes, w_row_bytes, y + j, ldy);
-}
+constexpr int kQuantRows = 4;  // input rows per batched tile
 
 template <class W>
-void qrows(const BlockQ8Act* x, int64_t m, int64_t nb, const uint8_t* w, int64_t w_row_bytes,
-           float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
-  // Weight rows in blocks of kRowBlock, each block's rows (a few KiB to tens of KiB) staying in
-  // L1/L2 while every group of input rows passes over them.
-  for (int64_t j0 = row_begin; j0 < row_end; j0 += kRowBlock) {
-    const int64_t j1 = min64(row_end, j0 + kRowBlock);
-    for (int64_t i = 0; i < m; i += kMaxInputRows) {
-      const BlockQ8Act* xi = x + i * nb;
-      float* yi = y + i * ldy;
-      switch (min64(m - i, kMaxInputRows)) {
-        case 1:
-          qtile_row_range<W, 1>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
-          break;
-        case 2:
-          qtile_row_range<W, 2>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
-          break;
-        case 3:
-          qtile_row_range<W, 3>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
-          break;
-        default:
-          qtile_row_range<W, 4>(xi, nb, w, w_row_bytes, j0, j1, yi, ldy);
-          break;
+PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t nb,
+                const uint8_t* panels, int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+  const int64_t panel_bytes = nb * W::kBlockBytes;
+  if (m == 1) {
+    // Decode: each panel streams once through all its blocks.
+    for (int64_t p = p0; p < p1; ++p) {
+      quant_tile<W, 1, true>(x, x_sums, nb, panels + p * panel_bytes, 0, nb, false, y + p * kPanelRows,
+                       ldy, n - p * kPanelRows);
+    }
+    return;
+  }
+  for (int64_t b0 = 0; b0 < nb; b0 += kBlockSlice) {
+    const int64_t b1 = min64(nb, b0 + kBlockSlice);
+    const bool accumulate = b0 > 0;
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = panels + p * panel_bytes;
+      const int64_t valid = n - p * kPanelRows;
+      for (int64_t i = 0; i < m; i += kQuantRows) {
+        const BlockQ8Act* xi = x + i * nb;
+        const int32_t* si = x_sums == nullptr ? nullptr : x_sums + i * nb;
+        float* yi = y + i * ldy + p * kPanelRows;
+        switch (min64(m - i, kQuantRows)) {
+          case 1: quant_tile<W, 1>(xi, si, nb, panel, b0, b1, accumulate, yi, ldy, valid); break;
+          case 2: quant_tile<W, 2>(xi, si, nb, panel, b0, b1, accumulate, yi, ldy, valid); break;
+          case 3: quant_tile<W, 3>(xi, si, nb, panel, b0, b1, accumulate, yi, ldy, valid); break;
+          default: quant_tile<W, 4>(xi, si, nb, panel, b0, b1, accumulate, yi, ldy, valid); break;
+        }
       }
     }
   }
@@ -371,25 +332,41 @@ void qrows(const BlockQ8Act* x, int64_t m, int64_t nb, const uint8_t* w, int64_t
 
 }  // namespace
 
-void matmul_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type, const void* w,
-                      int64_t w_row_bytes, float* y, int64_t ldy, int64_t row_begin,
-                      int64_t row_end) {
-  const auto* wb = static_cast<const uint8_t*>(w);
+void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
+                             const void* panels, int64_t n, float* y, int64_t ldy,
+                             int64_t panel_begin, int64_t panel_end) {
+  const auto* w = static_cast<const uint8_t*>(panels);
   switch (w_type) {
     case DType::kF32:
-      return rows<F32Weights>(x, m, k, wb, w_row_bytes, y, ldy, row_begin, row_end);
+      return float_rows<F32Panel>(x, m, k, w, n, y, ldy, panel_begin, panel_end);
     case DType::kF16:
-      return rows<F16Weights>(x, m, k, wb, w_row_bytes, y, ldy, row_begin, row_end);
+      return float_rows<F16Panel>(x, m, k, w, n, y, ldy, panel_begin, panel_end);
     case DType::kBF16:
-      return rows<Bf16Weights>(x, m, k, wb, w_row_bytes, y, ldy, row_begin, row_end);
+      return float_rows<Bf16Panel>(x, m, k, w, n, y, ldy, panel_begin, panel_end);
     case DType::kQ8_0:
     case DType::kQ4_0:
       break;
   }
-  PAGODA_CHECK(false && "matmul_rows_avx2 takes f32, f16 or bf16 weights");
+  PAGODA_CHECK(false && "matmul_packed_rows_avx2 takes f32, f16 or bf16 panels");
 }
 
-void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8Act* out) {
+void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
+                              DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
+                              int64_t panel_begin, int64_t panel_end) {
+  PAGODA_CHECK(k % kQuantBlock == 0);
+  const auto* w = static_cast<const uint8_t*>(panels);
+  const int64_t nb = k / kQuantBlock;
+  if (w_type == DType::kQ8_0) {
+    return quant_rows<Q8Panel>(x, nullptr, m, nb, w, n, y, ldy, panel_begin, panel_end);
+  }
+  if (w_type == DType::kQ4_0) {
+    PAGODA_CHECK(x_sums != nullptr);
+    return quant_rows<Q4Panel>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+  }
+  PAGODA_CHECK(false && "matmul_packed_q8act_avx2 takes q8_0 or q4_0 panels");
+}
+
+PAGODA_FLATTEN void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8Act* out) {
   PAGODA_CHECK(k % kQuantBlock == 0);
   const int64_t nb = k / kQuantBlock;
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
@@ -421,15 +398,17 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
   }
 }
 
-void matmul_q8act_rows_avx2(const BlockQ8Act* x, int64_t m, int64_t k, DType w_type, const void* w,
-                            int64_t w_row_bytes, float* y, int64_t ldy, int64_t row_begin,
-                            int64_t row_end) {
-  PAGODA_CHECK(k % kQuantBlock == 0);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const int64_t nb = k / kQuantBlock;
-  if (w_type == DType::kQ8_0) return qrows<Q8Blocks>(x, m, nb, wb, w_row_bytes, y, ldy, row_begin, row_end);
-  if (w_type == DType::kQ4_0) return qrows<Q4Blocks>(x, m, nb, wb, w_row_bytes, y, ldy, row_begin, row_end);
-  PAGODA_CHECK(false && "matmul_q8act_rows_avx2 takes q8_0 or q4_0 weights");
+void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t* sums) {
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    sums[b] = _mm_cvtsi128_si32(s4);
+  }
 }
 
 }  // namespace pagoda::cpu

@@ -1,7 +1,9 @@
 // Micro-benchmark of the matmul kernels on the projection shapes of a 1.1B Llama (hidden 2048,
 // intermediate 5632). Reports multiply-adds per second (items_per_second, as GMAC/s x 1e9) and,
 // for decode (m = 1), the weight bytes streamed per second, to compare with the machine's memory
-// bandwidth. Not part of ctest: run build/.../cpu_kernels_bench by hand.
+// bandwidth (decode cycles through copies of the weights, 64 MiB or more in all, so that they
+// stream from memory as a model's do, not from the last-level cache). Not part of ctest: run
+// build/.../cpu_kernels_bench by hand.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -20,6 +22,8 @@ namespace {
 struct Weights {
   std::vector<uint8_t> bytes;
   Tensor w;
+  Buffer packed_storage;
+  Tensor packed;  // w in the AVX2 matmul's layout
 };
 
 Weights random_weights(DType t, int64_t n, int64_t k) {
@@ -38,7 +42,7 @@ Weights random_weights(DType t, int64_t n, int64_t k) {
 }
 
 // Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
-// kernel when reference is true.
+// kernel (on the row-major weights) when reference is true.
 void run(benchmark::State& state, bool reference) {
   const CpuFeatures& f = cpu_features();
   if (!reference && !(f.avx2 && f.fma && f.f16c)) {
@@ -48,19 +52,32 @@ void run(benchmark::State& state, bool reference) {
   const auto t = static_cast<DType>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   const bool threaded = state.range(4) != 0;
-  Weights w = random_weights(t, n, k);
+  std::vector<Weights> copies(1);
+  copies[0] = random_weights(t, n, k);
+  const int64_t bytes = copies[0].w.nbytes();
+  if (m == 1) {
+    constexpr int64_t kStreamBytes = int64_t{64} << 20;
+    copies.resize(static_cast<size_t>((kStreamBytes + bytes - 1) / bytes));
+    for (size_t c = 1; c < copies.size(); ++c) copies[c] = random_weights(t, n, k);
+  }
+  for (Weights& w : copies) {
+    if (!reference) w.packed = pack_matmul_weight_avx2(w.w, &w.packed_storage);
+  }
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  size_t next = 0;
   for (auto _ : state) {
+    const Weights& w = copies[next];
+    next = (next + 1) % copies.size();
     if (reference) {
       reference_kernels().matmul(x.data(), m, w.w, y.data());
     } else {
-      matmul_avx2_pooled(x.data(), m, w.w, y.data(), threaded ? &cpu_thread_pool() : nullptr);
+      matmul_avx2_pooled(x.data(), m, w.packed, y.data(), threaded ? &cpu_thread_pool() : nullptr);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * m * n * k);
-  state.SetBytesProcessed(state.iterations() * w.w.nbytes());
+  state.SetBytesProcessed(state.iterations() * bytes);
   state.SetLabel(
       std::string(dtype_name(t)) +
       (threaded ? " threads=" + std::to_string(cpu_thread_pool().num_threads()) : " 1 thread"));

@@ -12,52 +12,79 @@
 
 namespace pagoda::cpu {
 namespace {
-// Output rows per unit of parallel work: a multiple of the leaf's 16-row blocks, small enough
-// that even a 64-row projection spreads over a few threads.
-constexpr int64_t kRowsPerChunk = 16;
+
 // Below this many multiply-adds (tens of microseconds of work) waking the workers costs more
 // than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
-}  // namespace
 
-void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+// The activations quantized once per call (split by rows when there are many) and shared by every
+// thread, with each block's sum when `with_sums`. One buffer per calling thread, reused: calls
+// are per layer, sizes repeat.
+struct QuantizedInput {
+  const BlockQ8Act* blocks;
+  const int32_t* sums;  // nullptr unless asked for
+};
+
+QuantizedInput quantize_input(const float* x, int64_t m, int64_t k, bool with_sums, bool parallel,
+                              ThreadPool* pool) {
+  PAGODA_CHECK(k % kQuantBlock == 0);
+  thread_local std::vector<BlockQ8Act> xq;
+  thread_local std::vector<int32_t> sums;
+  const int64_t nb = k / kQuantBlock;
+  xq.resize(static_cast<size_t>(m * nb));
+  if (with_sums) sums.resize(static_cast<size_t>(m * nb));
+  BlockQ8Act* xq_data = xq.data();
+  int32_t* sums_data = with_sums ? sums.data() : nullptr;
+  auto rows = [&](int64_t begin, int64_t end) {
+    quantize_activation_rows_avx2(x + begin * k, end - begin, k, xq_data + begin * nb);
+    if (with_sums) {
+      activation_block_sums_avx2(xq_data + begin * nb, (end - begin) * nb, sums_data + begin * nb);
+    }
+  };
+  if (parallel && m >= 2 * pool->num_threads()) {
+    pool->parallel_for(m, rows);
+  } else {
+    rows(0, m);
+  }
+  return {xq_data, sums_data};
+}
+
+// The work is split by panels, kPanelsPerChunk (32 output rows) at a time: small enough that
+// even a 256-row projection spreads over 8 chunks.
+constexpr int64_t kPanelsPerChunk = 4;
+
+void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
-  if (m <= 0 || n <= 0) return;
-  const int64_t w_row_bytes = w.row_bytes();
-  const int64_t num_chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
+  const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
+  const int64_t num_chunks = (num_panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
   const bool parallel = pool != nullptr && pool->num_threads() > 1 && num_chunks > 1 &&
                         m * n * k >= kMinParallelMacs;
-  // Runs leaf(begin_row, end_row) over [0, n), split over the pool when worth it.
   auto split = [&](auto&& leaf) {
-    if (!parallel) return leaf(0, n);
+    if (!parallel) return leaf(0, num_panels);
     pool->parallel_for(num_chunks, [&](int64_t begin, int64_t end) {
-      leaf(begin * kRowsPerChunk, std::min(n, end * kRowsPerChunk));
+      leaf(begin * kPanelsPerChunk, std::min(num_panels, end * kPanelsPerChunk));
     });
   };
   if (!is_quantized(w.dtype)) {
-    split([&](int64_t j0, int64_t j1) {
-      matmul_rows_avx2(x, m, k, w.dtype, w.data, w_row_bytes, y, n, j0, j1);
+    split([&](int64_t p0, int64_t p1) {
+      matmul_packed_rows_avx2(x, m, k, w.dtype, w.data, n, y, n, p0, p1);
     });
     return;
   }
-  PAGODA_CHECK(k % kQuantBlock == 0);
-  // The activations, quantized once per call (split by rows when there are many) and shared by
-  // every thread. One buffer per calling thread, reused: calls are per layer, sizes repeat.
-  thread_local std::vector<BlockQ8Act> xq;
-  const int64_t nb = k / kQuantBlock;
-  xq.resize(static_cast<size_t>(m * nb));
-  BlockQ8Act* xq_data = xq.data();
-  if (parallel && m >= 2 * pool->num_threads()) {
-    pool->parallel_for(m, [&](int64_t begin, int64_t end) {
-      quantize_activation_rows_avx2(x + begin * k, end - begin, k, xq_data + begin * nb);
-    });
-  } else {
-    quantize_activation_rows_avx2(x, m, k, xq_data);
-  }
-  split([&](int64_t j0, int64_t j1) {
-    matmul_q8act_rows_avx2(xq_data, m, k, w.dtype, w.data, w_row_bytes, y, n, j0, j1);
+  const QuantizedInput xq = quantize_input(x, m, k, w.dtype == DType::kQ4_0, parallel, pool);
+  split([&](int64_t p0, int64_t p1) {
+    matmul_packed_q8act_avx2(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
   });
+}
+
+}  // namespace
+
+void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
+               "the AVX2 matmul takes weights from pack_matmul_weight_avx2");
+  if (m <= 0 || w.num_rows() <= 0) return;
+  matmul_packed_pooled(x, m, w, y, pool);
 }
 
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {

@@ -1,11 +1,13 @@
-// Checks the AVX2 matmul against the reference matmul on random shapes: every weight type, input
-// row counts around the 4-row register tile, row lengths with odd tails, output row counts
-// around the 4-row and 16-row blocks, k slices (batched inputs) and the threaded split; that a
+// Checks the AVX2 matmul (on weights packed by pack_matmul_weight_avx2) against the reference
+// matmul on random shapes: every weight type, input row counts around the register tiles (1, 4,
+// 6), row lengths with odd tails, output row counts around the 8-row panels and the 4-panel
+// chunks of the threaded split, k slices (batched inputs); the int8 path bit for bit; that a
 // row's result does not depend on the batch; and the activation quantization of the int8 path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,10 +34,13 @@ bool has_avx2() {
 
 constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
 
-// A random [n, k] weight matrix of type t, and x: [m, k] f32.
+// A random [n, k] weight matrix of type t (row-major, and packed for the AVX2 matmul), and
+// x: [m, k] f32.
 struct Problem {
   std::vector<uint8_t> w_bytes;
   Tensor w;
+  Buffer packed_storage;
+  Tensor packed;
   std::vector<float> x;
 };
 
@@ -50,13 +55,15 @@ Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed) {
   for (int64_t r = 0; r < n; ++r)
     quantize_row(t, wf.data() + r * k, p.w_bytes.data() + r * row_bytes, k);
   p.w = Tensor(p.w_bytes.data(), t, {n, k});
+  p.packed = pack_matmul_weight_avx2(p.w, &p.packed_storage);
   p.x.resize(static_cast<size_t>(m * k));
   for (auto& v : p.x) v = dist(rng);
   return p;
 }
 
-// Expects y to equal the reference matmul within f32 reassociation error: 1e-5 of the sum of
-// |x * w| over the row.
+// Expects y to equal the reference matmul: bit for bit for q8_0 / q4_0 (the same integer dots,
+// scaled and summed in the same order), within f32 reassociation error for the others (1e-5 of
+// the sum of |x * w| over the row).
 void expect_matches_reference(const Problem& p, int64_t m, const std::vector<float>& y,
                               const std::string& what) {
   const int64_t n = p.w.num_rows(), k = p.w.row_len();
@@ -71,7 +78,8 @@ void expect_matches_reference(const Problem& p, int64_t m, const std::vector<flo
       for (int64_t t = 0; t < k; ++t)
         mag += std::fabs(static_cast<double>(p.x[i * k + t]) * row[t]);
       const float got = y[i * n + j], ref = want[i * n + j];
-      if (!(std::fabs(got - ref) <= 1e-5 * mag + 1e-30)) {
+      const bool ok = is_quantized(p.w.dtype) ? got == ref : std::fabs(got - ref) <= 1e-5 * mag + 1e-30;
+      if (!ok) {
         ADD_FAILURE() << what << " y[" << i << ", " << j << "] = " << got << ", reference " << ref
                       << ", sum |x*w| " << mag;
         ++failures;
@@ -89,13 +97,13 @@ TEST(MatmulAvx2, MatchesReferenceOnSmallShapes) {
   SKIP_WITHOUT_AVX2();
   uint32_t seed = 1;
   for (DType t : kAllTypes) {
-    for (int64_t k : {32, 64, 96, 100, 257}) {
+    for (int64_t k : {1, 7, 32, 64, 96, 100, 257}) {
       if (is_quantized(t) && k % 32 != 0) continue;
-      for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 33}) {
-        for (int64_t n : {1, 5, 64, 67}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 33}) {
+        for (int64_t n : {1, 7, 8, 33, 64, 67}) {
           Problem p = make_problem(t, m, k, n, seed++);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          matmul_avx2_pooled(p.x.data(), m, p.w, y.data(), nullptr);
+          matmul_avx2_pooled(p.x.data(), m, p.packed, y.data(), nullptr);
           expect_matches_reference(p, m, y, describe(t, m, k, n));
         }
       }
@@ -103,8 +111,9 @@ TEST(MatmulAvx2, MatchesReferenceOnSmallShapes) {
   }
 }
 
-// Long rows: batched inputs take the k-sliced path (slices of 256..1024 plus a tail), decode the
-// one-pass path; both through a 3-thread pool and through the backend's shared pool.
+// Long rows: batched inputs take the k-sliced path (slices of 256 elements or 16 blocks plus a
+// tail), decode the one-pass path; both through a 3-thread pool and through the backend's shared
+// pool, over output counts that leave a partial panel and a partial chunk.
 TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded) {
   SKIP_WITHOUT_AVX2();
   ThreadPool pool(3);
@@ -113,13 +122,14 @@ TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded) {
     for (int64_t k : {1088, 2051}) {
       if (is_quantized(t) && k % 32 != 0) continue;
       for (int64_t m : {1, 6, 9}) {
-        for (int64_t n : {37, 131}) {
+        for (int64_t n : {37, 131, 4097}) {
+          if (n == 4097 && m != 1) continue;  // the reference takes long enough
           Problem p = make_problem(t, m, k, n, seed++);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          matmul_avx2_pooled(p.x.data(), m, p.w, y.data(), &pool);
+          matmul_avx2_pooled(p.x.data(), m, p.packed, y.data(), &pool);
           expect_matches_reference(p, m, y, describe(t, m, k, n) + " pool(3)");
           std::vector<float> y2(static_cast<size_t>(m * n), NAN);
-          matmul_avx2(p.x.data(), m, p.w, y2.data());
+          matmul_avx2(p.x.data(), m, p.packed, y2.data());
           expect_matches_reference(p, m, y2, describe(t, m, k, n) + " shared pool");
         }
       }
@@ -131,31 +141,96 @@ TEST(MatmulAvx2, ThreadCountDoesNotChangeResults) {
   SKIP_WITHOUT_AVX2();
   Problem p = make_problem(DType::kQ4_0, 5, 512, 300, 7);
   std::vector<float> one(5 * 300), many(5 * 300);
-  matmul_avx2_pooled(p.x.data(), 5, p.w, one.data(), nullptr);
+  matmul_avx2_pooled(p.x.data(), 5, p.packed, one.data(), nullptr);
   ThreadPool pool(4);
-  matmul_avx2_pooled(p.x.data(), 5, p.w, many.data(), &pool);
+  matmul_avx2_pooled(p.x.data(), 5, p.packed, many.data(), &pool);
   EXPECT_EQ(one, many);  // each output is computed by one thread in the same order
 }
 
-// Each input row alone (m = 1) and the same rows in batches of 3, 5 and 37 (other tile shapes,
-// the k-sliced path) and on 3 threads: the same bits, for every weight type.
+// Each input row alone (m = 1) and the same rows in batches of 3, 5, 6 and 37 (other tile
+// shapes, the k-sliced path) and on 3 threads: the same bits, for every weight type.
 TEST(MatmulAvx2, BatchSizeDoesNotChangeResults) {
   SKIP_WITHOUT_AVX2();
   ThreadPool pool(3);
   for (DType t : kAllTypes) {
-    const int64_t m = 37, k = 1120, n = 70;  // k: two 512-slices and a part of one
+    const int64_t m = 37, k = 1120, n = 70;  // k: 4 slices of 256 (2 of 16 blocks) and a part
     Problem p = make_problem(t, m, k, n, 77);
     std::vector<float> alone(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i)
-      matmul_avx2_pooled(p.x.data() + i * k, 1, p.w, alone.data() + i * n, nullptr);
-    for (int64_t batch : {3, 5, 37}) {
+      matmul_avx2_pooled(p.x.data() + i * k, 1, p.packed, alone.data() + i * n, nullptr);
+    for (int64_t batch : {3, 5, 6, 37}) {
       std::vector<float> batched(static_cast<size_t>(m * n));
       for (int64_t i = 0; i < m; i += batch) {
         const int64_t rows = std::min(batch, m - i);
-        matmul_avx2_pooled(p.x.data() + i * k, rows, p.w, batched.data() + i * n, &pool);
+        matmul_avx2_pooled(p.x.data() + i * k, rows, p.packed, batched.data() + i * n, &pool);
       }
       EXPECT_EQ(alone, batched) << dtype_name(t) << " batches of " << batch;
     }
+  }
+}
+
+// The packed view keeps the weight's type and shape; its bytes (panels of 8 rows, the last one
+// padded) are the row-major bytes rearranged: each packed element found where the layout says.
+TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels) {
+  SKIP_WITHOUT_AVX2();
+  for (DType t : kAllTypes) {
+    const int64_t n = 13, k = 64;
+    Problem p = make_problem(t, 1, k, n, 3);
+    EXPECT_EQ(p.packed.layout, TensorLayout::kBackendPacked);
+    EXPECT_EQ(p.packed.dtype, t);
+    EXPECT_EQ(p.packed.shape_string(), "[13, 64]");
+    EXPECT_EQ(p.packed_storage.size(), static_cast<size_t>(2 * packed_panel_bytes(t, k)));
+    const auto* packed = p.packed_storage.as<uint8_t>();
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* panel = packed + (j / 8) * packed_panel_bytes(t, k);
+      const int64_t c = j % 8;
+      const uint8_t* row = p.w.row(j);
+      if (!is_quantized(t)) {
+        const int64_t e = block_bytes(t);
+        for (int64_t col = 0; col < k; ++col)
+          ASSERT_EQ(std::memcmp(panel + (col * 8 + c) * e, row + col * e, e), 0) << dtype_name(t);
+        continue;
+      }
+      const int64_t blk = block_bytes(t), groups = t == DType::kQ8_0 ? 8 : 4;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        const uint8_t* pb = panel + b * 8 * blk;
+        ASSERT_EQ(std::memcmp(pb + 2 * c, row + b * blk, 2), 0) << dtype_name(t) << " scale";
+        for (int64_t g = 0; g < groups; ++g)
+          ASSERT_EQ(std::memcmp(pb + 16 + 32 * g + 4 * c, row + b * blk + 2 + 4 * g, 4), 0)
+              << dtype_name(t) << " row " << j << " block " << b << " group " << g;
+      }
+    }
+    // Rows 13..15 (panel rows 5..7) of the last panel are padding: all zero.
+    auto panel_row_of_byte = [&](int64_t i) -> int64_t {
+      if (!is_quantized(t)) return i / block_bytes(t) % 8;
+      const int64_t in_block = i % (8 * block_bytes(t));
+      return in_block < 16 ? in_block / 2 : (in_block - 16) % 32 / 4;
+    };
+    const uint8_t* last = packed + packed_panel_bytes(t, k);
+    for (int64_t i = 0; i < packed_panel_bytes(t, k); ++i) {
+      if (panel_row_of_byte(i) >= 5) {
+        ASSERT_EQ(last[i], 0) << dtype_name(t) << " byte " << i;
+      }
+    }
+  }
+}
+
+TEST(ActivationBlockSumsAvx2, SumsEachBlock) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(9);
+  std::vector<BlockQ8Act> blocks(5);
+  for (auto& b : blocks) {
+    b.d = 1;
+    for (auto& q : b.qs) q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  }
+  for (auto& q : blocks[3].qs) q = -127;  // the extremes
+  for (auto& q : blocks[4].qs) q = 127;
+  std::vector<int32_t> sums(5);
+  activation_block_sums_avx2(blocks.data(), 5, sums.data());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    int32_t want = 0;
+    for (int8_t q : blocks[b].qs) want += q;
+    EXPECT_EQ(sums[b], want) << "block " << b;
   }
 }
 
@@ -188,7 +263,7 @@ TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound) {
     const int64_t m = 6, k = 512, n = 40;
     Problem p = make_problem(t, m, k, n, 31);
     std::vector<float> y(static_cast<size_t>(m * n));
-    matmul_avx2_pooled(p.x.data(), m, p.w, y.data(), nullptr);
+    matmul_avx2_pooled(p.x.data(), m, p.packed, y.data(), nullptr);
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t j = 0; j < n; ++j) {
       dequantize_row(t, p.w.row(j), row.data(), k);
@@ -234,7 +309,9 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   EXPECT_EQ(avx2.ok(), has_avx2()) << (avx2.ok() ? "" : avx2.status().message());
   if (avx2.ok()) {
     EXPECT_EQ((*avx2)->kernels().matmul, &matmul_avx2);
+    EXPECT_EQ((*avx2)->kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
   }
+  EXPECT_EQ(reference.kernels().pack_matmul_weight, nullptr);
   if (has_avx2()) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avx2);
     EXPECT_NE(fast.description().find("avx2"), std::string::npos) << fast.description();

@@ -3,12 +3,12 @@
 // its features is a bug (SIGILL). Stateless apart from the thread pool they are handed:
 // thread-safe.
 //
-// Layout of the AVX2 kernels: matmul_avx2.cpp and attention_avx2.cpp hold only the leaf loops and
-// are the files compiled with -mavx2 -mfma (-mf16c). They deliberately use no inline function or
+// Layout of the AVX2 kernels: matmul_avx2.cpp, attention_avx2.cpp and elementwise_avx2.cpp hold
+// only the leaf loops and are the files compiled with -mavx2 -mfma (-mf16c). They deliberately use no inline function or
 // template from a shared header (no Tensor, std::vector, std::function, tensor/half.h, <cmath>):
 // the out-of-line copy such a file emits would carry AVX2 instructions, and the linker may keep
 // that copy for the whole program, which must run on CPUs without AVX2. The threading drivers
-// (*_driver.cpp) are baseline code.
+// (*_driver.cpp) and the weight packing (packed_weights.cpp) are baseline code.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 namespace pagoda {
 struct BlockQ8Act;
 struct Tensor;
+class Buffer;
 class ThreadPool;
 struct AttentionSeq;
 struct AttentionParams;
@@ -26,26 +27,50 @@ struct KvLayerView;
 
 namespace pagoda::cpu {
 
-// AVX2 + FMA + F16C. Computes y[i, j] = sum_t x[i, t] * w[j, t] for every i < m and every
-// j in [row_begin, row_end): x is [m, k] f32; w is row j at w + j * w_row_bytes, k elements of
-// w_type (f32, f16 or bf16); y is [m, ldy] f32. Runs on the calling thread.
-void matmul_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type, const void* w,
-                      int64_t w_row_bytes, float* y, int64_t ldy, int64_t row_begin,
-                      int64_t row_end);
-
 // AVX2. Quantizes the m rows of x ([m, k] f32, k % 32 == 0) to m * k / 32 BlockQ8Act, bit for
 // bit as quantize_activation_row does.
 void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8Act* out);
 
-// AVX2 + F16C. The same product for q8_0 / q4_0 weights (k % 32 == 0) against activations
-// quantized by quantize_activation_rows_avx2 (row i at x + i * k / 32): int8 dot products per
-// block, as the reference kernel defines them.
-void matmul_q8act_rows_avx2(const BlockQ8Act* x, int64_t m, int64_t k, DType w_type, const void* w,
-                            int64_t w_row_bytes, float* y, int64_t ldy, int64_t row_begin,
-                            int64_t row_end);
+// ---- Packed weights (packed_weights.cpp): the layout the AVX2 matmul is fastest on ----
+//
+// The n rows of a weight [n, k] go in panels of kPanelRows consecutive rows (the last one padded
+// with zero rows), panel p at data + p * packed_panel_bytes(type, k), so that the 8 lanes of a
+// vector are 8 outputs:
+//  - f32 / f16 / bf16: column-major within the panel: element (row c, column t) at index
+//    t * 8 + c, in the weight's own type.
+//  - q8_0 / q4_0: the panel's k / 32 blocks one after another, each: the 8 rows' fp16 scales
+//    (16 bytes), then their weights in groups of 4 bytes per row: q8_0: 8 x 32 bytes, group g =
+//    rows 0..7's int8 weights [4g, 4g + 4); q4_0: 4 x 32 bytes, group h = rows 0..7's q4_0
+//    bytes [4h, 4h + 4) (nibbles of elements 4h.. low, 16 + 4h.. high).
+// Same bytes per row as the stored types; only the order changes.
+inline constexpr int64_t kPanelRows = 8;
+int64_t packed_panel_bytes(DType type, int64_t k);
 
-// y[m, n] = x[m, k] * w[n, k]^T (the Kernels::matmul contract) with matmul_rows_avx2, the rows
-// of w split over `pool` in chunks (pool == nullptr, or a small product: the calling thread only).
+// The Kernels::pack_matmul_weight entry of the AVX2 table: every type packs (w must be
+// row-major), and the AVX2 matmul takes only packed weights. Split over cpu_thread_pool().
+Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage);
+
+// AVX2 + FMA + F16C. y[i, j] = sum_t x[i, t] * w[j, t] for i < m and the rows j of panels
+// [panel_begin, panel_end) that exist (j < n), from f32 / f16 / bf16 panels; x is [m, k] f32,
+// y is [m, ldy]. Each output is one FMA chain in t order, whatever m: batch-invariant.
+void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
+                             const void* panels, int64_t n, float* y, int64_t ldy,
+                             int64_t panel_begin, int64_t panel_end);
+
+// AVX2 + F16C. The same for q8_0 / q4_0 panels against activations quantized by
+// quantize_activation_rows_avx2 (row i at x + i * k / 32); q4_0 also takes each block's sum of
+// quantized values (activation_block_sums_avx2, same indexing; unused for q8_0). Bit for bit the
+// reference kernel's result.
+void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
+                              DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
+                              int64_t panel_begin, int64_t panel_end);
+
+// AVX2. sums[b] = the sum of x[b].qs, for b < num_blocks.
+void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t* sums);
+
+// y[m, n] = x[m, k] * w[n, k]^T (the Kernels::matmul contract) for w from
+// pack_matmul_weight_avx2, its panels split over `pool` in chunks (pool == nullptr, or a small
+// product: the calling thread only).
 void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 
 // The Kernels::matmul entry: matmul_avx2_pooled over cpu_thread_pool().

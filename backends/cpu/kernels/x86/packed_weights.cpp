@@ -1,0 +1,80 @@
+// Packing of matmul weights into the panel layout of the AVX2 kernels (x86_kernels.h describes
+// it). Plain byte moves, built with baseline flags.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_thread_pool.h"
+#include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "tensor/quant_blocks.h"
+#include "tensor/tensor.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// Scales and weight groups of row c of a panel, one quantized block at a time.
+template <class Block, int kGroups>
+void pack_quant_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+  constexpr int64_t kPanelBlockBytes = kPanelRows * static_cast<int64_t>(sizeof(Block));
+  for (int64_t b = 0; b < nb; ++b) {
+    Block blk;
+    std::memcpy(&blk, src + b * static_cast<int64_t>(sizeof(Block)), sizeof blk);
+    uint8_t* dst = panel + b * kPanelBlockBytes;
+    std::memcpy(dst + 2 * c, &blk.d, 2);
+    for (int g = 0; g < kGroups; ++g) {
+      std::memcpy(dst + 16 + 32 * g + 4 * c, reinterpret_cast<const uint8_t*>(blk.qs) + 4 * g, 4);
+    }
+  }
+}
+
+// Row c of a panel of a plain type: its k elements of elem_bytes, 8 elements apart.
+void pack_plain_row(const uint8_t* src, int64_t k, int64_t elem_bytes, int64_t c, uint8_t* panel) {
+  for (int64_t t = 0; t < k; ++t) {
+    std::memcpy(panel + (t * kPanelRows + c) * elem_bytes, src + t * elem_bytes,
+                static_cast<size_t>(elem_bytes));
+  }
+}
+
+}  // namespace
+
+int64_t packed_panel_bytes(DType type, int64_t k) {
+  return kPanelRows * (k / block_elems(type)) * block_bytes(type);
+}
+
+Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
+  PAGODA_CHECK(w.layout == TensorLayout::kRowMajor);
+  const int64_t n = w.num_rows();
+  const int64_t k = w.row_len();
+  if (n == 0) return w;
+  const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
+  const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
+  *storage = Buffer(static_cast<size_t>(num_panels * panel_bytes));  // zero: padding rows
+  auto* out = storage->as<uint8_t>();
+  const DType type = w.dtype;
+  cpu_thread_pool().parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* panel = out + p * panel_bytes;
+      for (int64_t c = 0; c < kPanelRows && p * kPanelRows + c < n; ++c) {
+        const uint8_t* src = w.row(p * kPanelRows + c);
+        switch (type) {
+          case DType::kQ8_0:
+            pack_quant_row<BlockQ8_0, 8>(src, k / kQuantBlock, c, panel);
+            break;
+          case DType::kQ4_0:
+            pack_quant_row<BlockQ4_0, 4>(src, k / kQuantBlock, c, panel);
+            break;
+          default:
+            pack_plain_row(src, k, block_bytes(type), c, panel);
+            break;
+        }
+      }
+    }
+  });
+  Tensor packed = w;
+  packed.data = out;
+  packed.layout = TensorLayout::kBackendPacked;
+  return packed;
+}
+
+}  // namespace pagoda::cpu
