@@ -99,6 +99,27 @@ TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
   EXPECT_NE(bad_threads.err.find("--threads"), std::string::npos) << bad_threads.err;
 }
 
+// --dtype takes vLLM's names: float32 keeps stories260K's f32 weights (the golden text), half
+// converts them (it runs; its text may drift from the golden one), q8_0 cannot (a 172-wide
+// feed-forward is not whole 32-element blocks) and says which tensor.
+TEST(Cli, DtypeConvertsFileWeights) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  std::ifstream in(txt);
+  std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  want.pop_back();
+  const std::string args = "generate --model " + quote(model) + " --prompt '' --max-tokens 256 --temperature 0";
+  RunResult f32 = run_pagoda(args + " --dtype float32");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  EXPECT_EQ(f32.out, want);
+  RunResult half = run_pagoda(args + " --dtype half");
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  EXPECT_GT(half.out.size(), want.size() / 2);
+  RunResult q8 = run_pagoda(args + " --dtype q8_0");
+  EXPECT_EQ(q8.exit_code, 1);
+  EXPECT_NE(q8.err.find("ffn_down"), std::string::npos) << q8.err;
+}
+
 TEST(Cli, SeededSamplingIsReproducible) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   std::string args = "generate --model " + quote(model) +
@@ -311,6 +332,7 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
       "generate --model demo-random --temperature -1 --prompt hi",
       "generate --model demo-random --max-tokens 100000 --prompt hi",
       "generate --model demo-random --no-such-flag",
+      "generate --model demo-random --dtype float64 --prompt hi",
       "frobnicate",
   };
   for (const char* args : cases) {

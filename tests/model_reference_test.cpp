@@ -14,8 +14,10 @@
 #include <functional>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -411,11 +413,57 @@ TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
                            std::pair{DType::kQ8_0, 3e-2}, std::pair{DType::kQ4_0, 3e-2}}) {
     auto load = [&]() -> Result<ModelSource> {
       PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, type, 3, "tinyllama-shaped"));
-      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w)};
+      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};
     };
     expect_fast_matches_scalar(load, tokens, {7, 1, 1, 2}, tol,
                                "tinyllama-shaped " + std::string(dtype_name(type)));
   }
+}
+
+// --dtype on weights from a file: stories260K's f32 matmul weights converted at load. Rounding a
+// weight to f16 moves it by at most 2^-11 of itself, to bf16 by 2^-8: the logits move by about
+// that fraction of their spread (measured below), far less than a wrong conversion would. The
+// logits must move, though: the conversion happened.
+TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
+  PAGODA_TEST_FILE(path, "stories260K/stories260K.gguf");
+  auto backend = cpu_backend(cpu::CpuIsa::kScalar);
+  ASSERT_TRUE(backend);
+  const std::vector<TokenId> tokens = {1, 403, 261, 378, 275, 55, 300, 99};  // vocabulary: 512
+  auto logits_with = [&](std::optional<DType> t) {
+    LoadOptions o;
+    o.matmul_dtype = t;
+    auto src = load_model(path, o);
+    EXPECT_TRUE(src.ok());
+    auto model = create_model(std::move(*src), *backend);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    return engine_logits(**model, tokens, {5, 1, 1, 1});
+  };
+  const auto f32 = logits_with(std::nullopt);
+  EXPECT_EQ(logits_with(DType::kF32), f32);  // already f32: nothing converted
+  for (auto [type, tol] : {std::pair{DType::kF16, 5e-3}, std::pair{DType::kBF16, 4e-2}}) {
+    const auto got = logits_with(type);
+    ASSERT_EQ(got.size(), f32.size());
+    double worst = 0;
+    for (size_t t = 0; t < f32.size(); ++t) {
+      double scale = 0;
+      for (float v : f32[t]) scale = std::max(scale, std::fabs(double{v}));
+      for (size_t i = 0; i < f32[t].size(); ++i)
+        worst = std::max(worst, std::fabs(double{got[t][i]} - f32[t][i]) / scale);
+    }
+    EXPECT_LE(worst, tol) << dtype_name(type);
+    EXPECT_GT(worst, 0) << dtype_name(type) << ": logits unchanged, the weights were not converted";
+    std::printf("stories260K --dtype %s: largest logit change %.2e of the position's largest\n",
+                std::string(dtype_name(type)).c_str(), worst);
+  }
+  // Its feed-forward width, 172, is not a whole number of 32-element blocks.
+  LoadOptions o;
+  o.matmul_dtype = DType::kQ8_0;
+  auto src = load_model(path, o);
+  ASSERT_TRUE(src.ok());
+  auto bad = create_model(std::move(*src), *backend);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ffn_down"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("q8_0"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace

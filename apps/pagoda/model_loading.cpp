@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <utility>
 
 #include "backends/cpu/cpu_thread_pool.h"
 #include "loader/gguf_file.h"
@@ -18,7 +19,9 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
   app.add_option("--load-format", load_format, "auto, gguf, safetensors, or dummy (random weights)")
       ->capture_default_str();
   app.add_option("--dtype", dtype,
-                 "type of dummy weights: f32, f16, bf16, q8_0, q4_0; auto = bf16 above 200M parameters, else f32")
+                 "matmul weight type: auto, float32 (float, f32), float16 (half, f16), bfloat16 (bf16), "
+                 "q8_0, q4_0. Files: float weights converted at load, auto keeps them as stored; "
+                 "dummy weights: generated in it, auto = bf16 above 200M parameters, else f32")
       ->capture_default_str();
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str();
   app.add_option("--backend", backend, "compute backend")->capture_default_str();
@@ -27,6 +30,20 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
 }
 
 namespace {
+
+// A --dtype value: vLLM's names (float32, float, float16, half, bfloat16) or ours (dtype_name).
+Result<DType> parse_dtype_flag(const std::string& name) {
+  static const std::pair<const char*, DType> kAliases[] = {
+      {"float32", DType::kF32}, {"float", DType::kF32},     {"float16", DType::kF16},
+      {"half", DType::kF16},    {"bfloat16", DType::kBF16},
+  };
+  for (const auto& [alias, t] : kAliases) {
+    if (name == alias) return t;
+  }
+  if (auto t = dtype_from_name(name)) return *t;
+  return invalid_argument("unknown --dtype '" + name +
+                          "' (auto, float32, float16, bfloat16, f32, f16, bf16, q8_0 or q4_0)");
+}
 
 Result<std::unique_ptr<Tokenizer>> tokenizer_from(const std::string& path) {
   namespace fs = std::filesystem;
@@ -64,9 +81,9 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
     options.format = LoadFormat::kDummy;
   }
   if (flags.dtype != "auto") {
-    auto t = dtype_from_name(flags.dtype);
-    if (!t) return invalid_argument("unknown --dtype '" + flags.dtype + "'");
-    options.dummy_dtype = *t;
+    PAGODA_ASSIGN_OR_RETURN(const DType t, parse_dtype_flag(flags.dtype));
+    options.dummy_dtype = t;
+    options.matmul_dtype = t;
   } else if (auto preset = dummy_preset(flags.model); preset && preset->num_parameters() > 200'000'000) {
     options.dummy_dtype = DType::kBF16;  // what such checkpoints ship in; f32 would double the memory
   }

@@ -119,8 +119,10 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
   return invalid_argument("unknown load format '" + name + "' (expected auto, gguf, safetensors or dummy)");
 }
 
-Result<ModelSource> load_model(const std::string& path, const LoadOptions& options) {
-  if (options.format == LoadFormat::kDummy) return load_dummy(path, options);
+namespace {
+
+// The GGUF file or HF directory at path (format auto, gguf or safetensors).
+Result<ModelSource> load_from_files(const std::string& path, const LoadOptions& options) {
   PathKind kind = classify(path);
   switch (options.format) {
     case LoadFormat::kGguf:
@@ -141,6 +143,15 @@ Result<ModelSource> load_model(const std::string& path, const LoadOptions& optio
     case PathKind::kHfConfig: return load_hf(path, hf_dir_of(path, kind));
     default: return not_a_model(path, kind);
   }
+}
+
+}  // namespace
+
+Result<ModelSource> load_model(const std::string& path, const LoadOptions& options) {
+  if (options.format == LoadFormat::kDummy) return load_dummy(path, options);
+  PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_from_files(path, options));
+  source.matmul_dtype = options.matmul_dtype;
+  return source;
 }
 
 }  // namespace pagoda

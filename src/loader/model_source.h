@@ -67,6 +67,9 @@ struct LoadOptions {
   // For dummy weights: the dtype to generate (f32, f16, bf16, q8_0, q4_0) and the seed.
   DType dummy_dtype = DType::kF32;
   uint64_t dummy_seed = 0;
+  // For weights from files: the type the model converts every f32 / f16 / bf16 matmul weight to
+  // at load (--dtype); nullopt keeps the stored types. Quantized weights stay as stored.
+  std::optional<DType> matmul_dtype;
 };
 
 struct ModelSource {
@@ -74,6 +77,7 @@ struct ModelSource {
   LoadFormat format = LoadFormat::kAuto;  // the format actually loaded
   ModelConfig config;
   WeightMap weights;
+  std::optional<DType> matmul_dtype;  // LoadOptions::matmul_dtype, applied by create_model
 };
 
 // Loads the config and weights at `path`:

@@ -38,7 +38,8 @@ class LlamaModel final : public Model {
 
  private:
   Result<Tensor> matrix(const std::string& name, int64_t rows, int64_t cols);
-  // A matmul weight in the backend's packed layout (or as loaded when it has none).
+  // A matmul weight converted to source_.matmul_dtype (float weights only) and in the backend's
+  // packed layout, where those apply.
   Result<Tensor> matmul_weight(const std::string& name, int64_t rows, int64_t cols);
   Result<F32Vector> vector(const std::string& name, int64_t len);
   void add_bias(float* x, int64_t rows, const F32Vector& bias, int64_t len);
@@ -50,7 +51,7 @@ class LlamaModel final : public Model {
   const Backend* backend_ = nullptr;  // set during init() only; the model keeps a copy of k_
   Tensor token_embd_;   // [vocab, hidden], as loaded (the embedding reads its rows)
   Tensor lm_head_;      // [vocab, hidden], packed; a packed copy of token_embd_ when tied
-  std::vector<Buffer> packed_;  // the memory of the packed matmul weights
+  std::vector<Buffer> packed_;  // the memory of the converted and packed matmul weights
   F32Vector output_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
@@ -74,8 +75,35 @@ Result<Tensor> LlamaModel::matrix(const std::string& name, int64_t rows, int64_t
 
 Result<Tensor> LlamaModel::matmul_weight(const std::string& name, int64_t rows, int64_t cols) {
   PAGODA_ASSIGN_OR_RETURN(Tensor t, matrix(name, rows, cols));
-  if (k_.pack_matmul_weight == nullptr) return t;
-  return k_.pack_matmul_weight(t, &packed_.emplace_back());
+  Buffer converted;
+  if (source_.matmul_dtype && *source_.matmul_dtype != t.dtype && !is_quantized(t.dtype)) {
+    const DType to = *source_.matmul_dtype;
+    if (!dtype_bytes(to, static_cast<uint64_t>(cols))) {
+      return invalid_argument(source_.path + ": cannot convert tensor " + name + " " +
+                              t.shape_string() + " to " + std::string(dtype_name(to)) +
+                              ": its rows are not whole blocks of " +
+                              std::to_string(block_elems(to)) + " elements");
+    }
+    Tensor out(nullptr, to, {rows, cols});
+    converted = Buffer(static_cast<size_t>(out.nbytes()));
+    out.data = converted.data();
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(t.dtype, t.row(r), row.data(), cols);
+      quantize_row(to, row.data(), converted.as<uint8_t>() + r * out.row_bytes(), cols);
+    }
+    t = out;
+  }
+  if (k_.pack_matmul_weight != nullptr) {
+    Buffer packed;
+    const Tensor p = k_.pack_matmul_weight(t, &packed);
+    if (p.data != t.data) {  // packed into new memory: the converted copy is no longer read
+      converted = std::move(packed);
+      t = p;
+    }
+  }
+  if (converted.size() > 0) packed_.push_back(std::move(converted));
+  return t;
 }
 
 Result<F32Vector> LlamaModel::vector(const std::string& name, int64_t len) {

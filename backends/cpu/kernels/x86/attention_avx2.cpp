@@ -6,7 +6,10 @@
 // V rows (a few KiB) staying in L1 while every query vector of the tile passes over them, so GQA
 // heads and neighbouring query rows share one read of the cache. Softmax is online (flash
 // attention): each query vector keeps its running maximum and denominator, and its output row
-// accumulates the unnormalised weighted values, rescaled when the maximum grows.
+// accumulates the unnormalised weighted values, rescaled when the maximum grows. Scores come 8
+// keys at a time (one accumulator per key, summed across lanes together), and the weighted
+// values 64 output elements at a time (8 independent FMA chains), so neither waits on a
+// horizontal sum or one long dependency chain.
 //
 // Determinism: a query vector's result depends only on its own values, its position and the
 // cache, never on the other rows or heads of the tile, the tile size or the thread count: its keys
@@ -25,33 +28,60 @@ namespace {
 
 constexpr int64_t kKeyTile = 16;  // key positions per tile (also the most scores kept at once)
 
-// q . k over head_dim elements (any head_dim; 8 lanes at a time, then the tail in scalar).
-inline __attribute__((always_inline)) float dot(const float* q, const float* k, int64_t head_dim) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+#define PAGODA_ATT_INLINE inline __attribute__((always_inline))
+
+// Lane j = the sum of the 8 lanes of a[j].
+PAGODA_ATT_INLINE __m256 sum_lanes8(const __m256 (&a)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  // u0 = [a0 a1 a2 a3 (low 4 lanes summed) | a0 a1 a2 a3 (high 4)], u1 likewise for a4..a7.
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Lane j = q . k[j] over head_dim elements, for 8 keys: one accumulator per key, 8 lanes of the
+// head dimension each, summed across lanes at the end (the head_dim % 8 tail added in scalar).
+// Each lane's value depends only on q and its own key.
+PAGODA_ATT_INLINE __m256 dot8(const float* q, const float* const* k, int64_t head_dim) {
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
   int64_t d = 0;
-  for (; d + 16 <= head_dim; d += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), a1);
+  for (; d + 8 <= head_dim; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + d), acc[j]);
   }
-  if (d + 8 <= head_dim) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a0);
-    d += 8;
+  __m256 s = sum_lanes8(acc);
+  if (d < head_dim) {
+    alignas(32) float tail[8];
+    for (int j = 0; j < 8; ++j) {
+      float t = 0;
+      for (int64_t e = d; e < head_dim; ++e) t += q[e] * k[j][e];
+      tail[j] = t;
+    }
+    s = _mm256_add_ps(s, _mm256_load_ps(tail));
   }
-  float s = avx2::hsum(_mm256_add_ps(a0, a1));
-  for (; d < head_dim; ++d) s += q[d] * k[d];
   return s;
 }
 
-// out = out * scale (scale_old) then out += sum over the tile of p[t] * v[t].
-inline __attribute__((always_inline)) void rescale_accumulate(float* out, float scale_old,
-                                                              const float* p, const float* const* v,
-                                                              int64_t count, int64_t head_dim) {
-  int64_t d = 0;
+// out = out * scale_old, then out += sum over t < count of p[t] * v[t]. Up to 64 elements of out
+// at a time, as 8 independent FMA chains over the keys.
+PAGODA_ATT_INLINE void rescale_accumulate(float* out, float scale_old, const float* p,
+                                          const float* const* v, int64_t count, int64_t head_dim) {
   const __m256 s = _mm256_set1_ps(scale_old);
+  int64_t d = 0;
+  for (; d + 64 <= head_dim; d += 64) {
+    __m256 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_mul_ps(_mm256_loadu_ps(out + d + 8 * c), s);
+    for (int64_t t = 0; t < count; ++t) {
+      const __m256 pt = _mm256_broadcast_ss(p + t);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v[t] + d + 8 * c), acc[c]);
+    }
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + d + 8 * c, acc[c]);
+  }
   for (; d + 8 <= head_dim; d += 8) {
     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(out + d), s);
     for (int64_t t = 0; t < count; ++t)
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v[t] + d), acc);
+      acc = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t), _mm256_loadu_ps(v[t] + d), acc);
     _mm256_storeu_ps(out + d, acc);
   }
   for (; d < head_dim; ++d) {
@@ -104,27 +134,37 @@ void attention_tile_avx2(const AttentionTile& a) {
       for (int64_t g = 0; g < a.num_group_heads; ++g) {
         const int64_t vi = r * a.num_group_heads + g;
         const float* qv = a.q + r * a.row_stride + g * hd;
-        float tile_max = -__builtin_inff();
-        for (int64_t t = 0; t < count; ++t) {
-          score[t] = dot(qv, kp[lo - t0 + t], hd) * a.scale;
-          tile_max = score[t] > tile_max ? score[t] : tile_max;
+        // Scores of the tile's keys, 8 per vector; lanes past count are -inf (weight 0).
+        __m256 sv[kKeyTile / 8];
+        __m256 tile_max_v = _mm256_set1_ps(-__builtin_inff());
+        for (int64_t j = 0; j < kKeyTile / 8; ++j) {
+          if (8 * j >= count) {
+            sv[j] = _mm256_set1_ps(-__builtin_inff());
+            continue;
+          }
+          const float* keys[8];
+          for (int64_t e = 0; e < 8; ++e) keys[e] = kp[lo - t0 + (8 * j + e < count ? 8 * j + e : 0)];
+          const __m256 valid = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_ps(static_cast<float>(count - 8 * j)), _CMP_LT_OQ);
+          sv[j] = _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()),
+                                   _mm256_mul_ps(dot8(qv, keys, hd), _mm256_set1_ps(a.scale)), valid);
+          tile_max_v = _mm256_max_ps(tile_max_v, sv[j]);
         }
+        const float tile_max = avx2::hmax(tile_max_v);
         const float new_max = tile_max > max_score[vi] ? tile_max : max_score[vi];
         // First tile: the zero output and denominator need no rescale (and e^(-inf) is avoided).
         const float scale_old = max_score[vi] == -__builtin_inff() ? 0.0f : __builtin_expf(max_score[vi] - new_max);
         max_score[vi] = new_max;
-        float tile_sum = 0;
-        int64_t t = 0;
         const __m256 m = _mm256_set1_ps(new_max);
-        for (; t + 8 <= count; t += 8) {
-          const __m256 p = avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(score + t), m));
-          _mm256_storeu_ps(score + t, p);
-          tile_sum += avx2::hsum(p);
+        __m256 sum_v = _mm256_setzero_ps();
+        for (int64_t j = 0; j < kKeyTile / 8; ++j) {
+          // exp clamps -inf to a tiny value: the mask makes missing keys' weights exactly 0.
+          const __m256 valid = _mm256_cmp_ps(sv[j], _mm256_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ);
+          const __m256 p = _mm256_and_ps(avx2::exp(_mm256_sub_ps(sv[j], m)), valid);
+          _mm256_store_ps(score + 8 * j, p);
+          sum_v = _mm256_add_ps(sum_v, p);
         }
-        for (; t < count; ++t) {
-          score[t] = __builtin_expf(score[t] - new_max);
-          tile_sum += score[t];
-        }
+        const float tile_sum = avx2::hsum(sum_v);
         denom[vi] = denom[vi] * scale_old + tile_sum;
         rescale_accumulate(a.out + r * a.row_stride + g * hd, scale_old, score, vp + (lo - t0),
                            count, hd);

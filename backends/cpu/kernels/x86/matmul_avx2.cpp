@@ -53,7 +53,7 @@ struct Idx {
 // Calls f(Idx<S>{}) for S = 0..N-1, unrolled at compile time.
 template <int N, class F>
 PAGODA_INLINE void unroll(F&& f) {
-  [&]<int... S>(std::integer_sequence<int, S...>) { (f(Idx<S>{}), ...); }
+  [&]<int... S>(std::integer_sequence<int, S...>) __attribute__((always_inline)) { (f(Idx<S>{}), ...); }
   (std::make_integer_sequence<int, N>{});
 }
 
@@ -109,13 +109,14 @@ struct Bf16Panel {
   }
 };
 
-// y[r, 8p + c] (+)= sum over t in [t0, t1) of x[r, t] * w[8p + c, t], for R input rows (ldx
-// apart) and P consecutive panels (panel_bytes apart); `valid` outputs exist from the first
-// panel's first row on. accumulate: continue the running sums already in y.
+// y[r, 8p + c] (+)= sum over t < len of x[r, t] * w[8p + c, t], for R input rows (ldx apart)
+// and P consecutive panels (panel_bytes apart), x and the panels starting at the same column;
+// `valid` outputs exist from the first panel's first row on. accumulate: continue the running
+// sums already in y. kStream: prefetch ahead (decode).
 template <class W, int R, int P, bool kStream = false>
 PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels,
-                              int64_t panel_bytes, int64_t t0, int64_t t1, bool accumulate,
-                              float* y, int64_t ldy, int64_t valid) {
+                              int64_t panel_bytes, int64_t len, bool accumulate, float* y,
+                              int64_t ldy, int64_t valid) {
   __m256 acc[R][P];
   unroll<R>([&](auto r) {
     unroll<P>([&](auto p) {
@@ -125,7 +126,7 @@ PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels
     });
   });
   constexpr int64_t kStep = kPanelRows * W::kElemBytes;  // bytes of one column of a panel
-  for (int64_t t = t0; t < t1; ++t) {
+  for (int64_t t = 0; t < len; ++t) {
     if constexpr (kStream) {
       if ((t & 3) == 0) {
         unroll<P>([&](auto p) { prefetch(panels + p.value * panel_bytes + t * kStep + kPrefetchAhead); });
@@ -150,20 +151,37 @@ PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels
 
 constexpr int kFloatRows = 6;  // input rows per batched tile: 6 x 2 accumulators, 2 weights, 1 input
 
-// R input rows over panels [p0, p1), two at a time, for the k slice [t0, t1).
+// R input rows against one or two panels (num_panels) over one k slice.
 template <class W, int R>
-void float_panel_range(const float* x, int64_t k, const uint8_t* panels, int64_t panel_bytes,
-                       int64_t n, int64_t p0, int64_t p1, int64_t t0, int64_t t1, float* y,
-                       int64_t ldy) {
-  const bool accumulate = t0 > 0;
-  int64_t p = p0;
-  for (; p + 2 <= p1; p += 2) {
-    float_tile<W, R, 2>(x, k, panels + p * panel_bytes, panel_bytes, t0, t1, accumulate,
-                        y + p * kPanelRows, ldy, n - p * kPanelRows);
+PAGODA_INLINE void float_slice(const float* x, int64_t ldx, const uint8_t* panels,
+                               int64_t panel_bytes, int64_t num_panels, int64_t len,
+                               bool accumulate, float* y, int64_t ldy, int64_t valid) {
+  if (num_panels == 2) {
+    float_tile<W, R, 2>(x, ldx, panels, panel_bytes, len, accumulate, y, ldy, valid);
+  } else {
+    float_tile<W, R, 1>(x, ldx, panels, panel_bytes, len, accumulate, y, ldy, valid);
   }
-  if (p < p1) {
-    float_tile<W, R, 1>(x, k, panels + p * panel_bytes, panel_bytes, t0, t1, accumulate,
-                        y + p * kPanelRows, ldy, n - p * kPanelRows);
+}
+
+// Every group of input rows over one k slice of one or two panels (P = W's panels or f32 ones).
+template <class P>
+PAGODA_INLINE void float_slice_all_rows(const float* x, int64_t m, int64_t k, const uint8_t* panels,
+                                        int64_t panel_bytes, int64_t num_panels, int64_t len,
+                                        bool accumulate, float* y, int64_t ldy, int64_t valid) {
+  for (int64_t i = 0; i < m; i += kFloatRows) {
+    const float* xi = x + i * k;
+    float* yi = y + i * ldy;
+    const auto args = [&]<int R>() {
+      float_slice<P, R>(xi, k, panels, panel_bytes, num_panels, len, accumulate, yi, ldy, valid);
+    };
+    switch (min64(m - i, kFloatRows)) {
+      case 1: args.template operator()<1>(); break;
+      case 2: args.template operator()<2>(); break;
+      case 3: args.template operator()<3>(); break;
+      case 4: args.template operator()<4>(); break;
+      case 5: args.template operator()<5>(); break;
+      default: args.template operator()<6>(); break;
+    }
   }
 }
 
@@ -171,36 +189,44 @@ template <class W>
 PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8_t* panels, int64_t n, float* y,
                 int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = k * kPanelRows * W::kElemBytes;
+  constexpr int64_t kStep = kPanelRows * W::kElemBytes;
   if (m == 1) {
     // Decode: bound by the weight stream. Four panels at once, each through all of k: four
     // independent FMA chains, every weight byte read once, front to back.
     int64_t p = p0;
     for (; p + 4 <= p1; p += 4) {
-      float_tile<W, 1, 4, true>(x, k, panels + p * panel_bytes, panel_bytes, 0, k, false,
-                          y + p * kPanelRows, ldy, n - p * kPanelRows);
+      float_tile<W, 1, 4, true>(x, k, panels + p * panel_bytes, panel_bytes, k, false,
+                                y + p * kPanelRows, ldy, n - p * kPanelRows);
     }
     for (; p < p1; ++p) {
-      float_tile<W, 1, 1, true>(x, k, panels + p * panel_bytes, panel_bytes, 0, k, false,
-                          y + p * kPanelRows, ldy, n - p * kPanelRows);
+      float_tile<W, 1, 1, true>(x, k, panels + p * panel_bytes, panel_bytes, k, false,
+                                y + p * kPanelRows, ldy, n - p * kPanelRows);
     }
     return;
   }
-  // Batched: a k slice of a panel pair stays in L1 while every group of input rows passes over it.
+  // Batched: a k slice of a panel pair stays in L1 while every group of input rows passes over
+  // it. f16 / bf16 slices are first converted to f32 (exactly), once instead of once per group.
+  alignas(32) float converted[2][kFloatSlice * kPanelRows];  // 16 KiB
   for (int64_t t0 = 0; t0 < k; t0 += kFloatSlice) {
-    const int64_t t1 = min64(k, t0 + kFloatSlice);
+    const int64_t len = min64(k, t0 + kFloatSlice) - t0;
+    const bool accumulate = t0 > 0;
     for (int64_t p = p0; p < p1; p += 2) {
-      const int64_t pe = min64(p1, p + 2);
-      for (int64_t i = 0; i < m; i += kFloatRows) {
-        const float* xi = x + i * k;
-        float* yi = y + i * ldy;
-        switch (min64(m - i, kFloatRows)) {
-          case 1: float_panel_range<W, 1>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
-          case 2: float_panel_range<W, 2>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
-          case 3: float_panel_range<W, 3>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
-          case 4: float_panel_range<W, 4>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
-          case 5: float_panel_range<W, 5>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
-          default: float_panel_range<W, 6>(xi, k, panels, panel_bytes, n, p, pe, t0, t1, yi, ldy); break;
+      const int64_t num_panels = min64(p1 - p, 2);
+      const uint8_t* slice = panels + p * panel_bytes + t0 * kStep;
+      float* yp = y + p * kPanelRows;
+      const int64_t valid = n - p * kPanelRows;
+      if constexpr (W::kElemBytes == 4) {
+        float_slice_all_rows<W>(x + t0, m, k, slice, panel_bytes, num_panels, len, accumulate, yp,
+                                ldy, valid);
+      } else {
+        for (int64_t q = 0; q < num_panels; ++q) {
+          for (int64_t t = 0; t < len; ++t) {
+            _mm256_store_ps(converted[q] + t * kPanelRows, W::load(slice + q * panel_bytes + t * kStep));
+          }
         }
+        float_slice_all_rows<F32Panel>(x + t0, m, k, reinterpret_cast<const uint8_t*>(converted),
+                                       sizeof(converted[0]), num_panels, len, accumulate, yp, ldy,
+                                       valid);
       }
     }
   }
