@@ -77,15 +77,25 @@ TEST(Cli, GenerateStories260KGoldenText) {
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos);
 }
 
+// stories260K's golden greedy text (the file without its final newline), and the generate
+// command that should print it.
+std::string golden_text(const std::string& txt) {
+  std::ifstream in(txt);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.pop_back();
+  return text;
+}
+std::string greedy_256_args(const std::string& model) {
+  return "generate --model " + quote(model) + " --prompt '' --max-tokens 256 --temperature 0";
+}
+
 // The golden text through the scalar kernels on one thread and the best kernels on three; bad
 // PAGODA_CPU_ISA and --threads values are refused.
 TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
-  std::ifstream in(txt);
-  std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  want.pop_back();
-  const std::string args = "generate --model " + quote(model) + " --prompt '' --max-tokens 256 --temperature 0";
+  const std::string want = golden_text(txt);
+  const std::string args = greedy_256_args(model);
   for (auto [env, threads] : {std::pair{"PAGODA_CPU_ISA=scalar", 1}, std::pair{"PAGODA_CPU_ISA=auto", 3}}) {
     RunResult r = run_pagoda(args + " --threads " + std::to_string(threads), env);
     ASSERT_EQ(r.exit_code, 0) << env << ": " << r.err;
@@ -105,10 +115,8 @@ TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
 TEST(Cli, DtypeConvertsFileWeights) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
-  std::ifstream in(txt);
-  std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  want.pop_back();
-  const std::string args = "generate --model " + quote(model) + " --prompt '' --max-tokens 256 --temperature 0";
+  const std::string want = golden_text(txt);
+  const std::string args = greedy_256_args(model);
   RunResult f32 = run_pagoda(args + " --dtype float32");
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
   EXPECT_EQ(f32.out, want);
@@ -234,6 +242,12 @@ TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
   const double gbps = j["read_gbps"].get<double>();
   EXPECT_GT(gbps, 0.1);
   EXPECT_GT(j["f32_fma_gflops"].get<double>(), 0.1);
+  // The int8 multiply-add peak where the kernels have one (AVX2 or VNNI), else 0.
+  const std::string int8_isa = j["int8_isa"].get<std::string>();
+  EXPECT_EQ(int8_isa.empty(), j["int8_dot_gops"].get<double>() == 0) << int8_isa;
+  if (!int8_isa.empty()) {
+    EXPECT_NE(r.out.find("int8 dot peak (" + int8_isa + ")"), std::string::npos) << r.out;
+  }
   auto c = dummy_preset("tinyllama-1.1b");
   ASSERT_TRUE(c.has_value());
   ASSERT_FALSE(c->tie_word_embeddings);

@@ -34,7 +34,7 @@ int run_bench_roofline(const BenchRooflineFlags& f) {
   std::printf("CPU: %s, %d threads\n", cpu.c_str(), m.threads);
   std::printf("Memory read bandwidth:  %8.2f GB/s\n", m.read_gbps);
   std::printf("f32 FMA peak (%s): %8.2f GFLOP/s\n", m.f32_isa.c_str(), m.f32_fma_gflops);
-  if (m.int8_dot_gops > 0) std::printf("int8 dot peak (VNNI):   %8.2f GOP/s\n", m.int8_dot_gops);
+  if (m.int8_dot_gops > 0) std::printf("int8 dot peak (%s): %8.2f GOP/s\n", m.int8_isa.c_str(), m.int8_dot_gops);
   if (m.bf16_dot_gflops > 0) std::printf("bf16 dot peak:          %8.2f GFLOP/s\n", m.bf16_dot_gflops);
   std::printf("\n%-16s %-6s %14s %22s %24s\n", "model", "type", "bytes/decode", "decode ceiling (tok/s)",
               "f32 prefill ceiling (tok/s)");
@@ -61,6 +61,7 @@ int run_bench_roofline(const BenchRooflineFlags& f) {
                         {"f32_fma_gflops", m.f32_fma_gflops},
                         {"f32_isa", m.f32_isa},
                         {"int8_dot_gops", m.int8_dot_gops},
+                        {"int8_isa", m.int8_isa},
                         {"bf16_dot_gflops", m.bf16_dot_gflops},
                         {"ceilings", ceilings}};
     std::ofstream out(f.output_json);

@@ -72,6 +72,13 @@ uint64_t vnni_as_float_sink(uint64_t iterations, float* sink) {
   return ops;
 }
 
+uint64_t int8_avx2_as_float_sink(uint64_t iterations, float* sink) {
+  int32_t out[8];
+  const uint64_t ops = int8_dot_loop_avx2(iterations, out);
+  std::memcpy(sink, out, sizeof out);
+  return ops;
+}
+
 // Baseline loop for CPUs without AVX2: the compiler's own code, four chains.
 uint64_t fma_loop_scalar(uint64_t iterations, float* sink) {
   float a0 = 0.1f, a1 = 0.2f, a2 = 0.3f, a3 = 0.4f;
@@ -146,7 +153,13 @@ MachineLimits measure_machine_limits(int threads, int64_t buffer_bytes, double s
     m.f32_isa = "scalar";
     m.f32_fma_gflops = peak_rate(m.threads, seconds, fma_loop_scalar) / 1e9;
   }
-  if (f.avx512vnni) m.int8_dot_gops = peak_rate(m.threads, seconds, vnni_as_float_sink) / 1e9;
+  if (f.avx512vnni) {
+    m.int8_isa = "avx512vnni";
+    m.int8_dot_gops = peak_rate(m.threads, seconds, vnni_as_float_sink) / 1e9;
+  } else if (f.avx2) {
+    m.int8_isa = "avx2";
+    m.int8_dot_gops = peak_rate(m.threads, seconds, int8_avx2_as_float_sink) / 1e9;
+  }
   if (f.avx512bf16) m.bf16_dot_gflops = peak_rate(m.threads, seconds, bf16_loop_avx512) / 1e9;
   return m;
 }

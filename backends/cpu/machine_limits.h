@@ -18,7 +18,8 @@ struct MachineLimits {
                                 // loads, four streams per thread, where the CPU has AVX2)
   double f32_fma_gflops = 0;    // GFLOP/s (an FMA counts 2)
   std::string f32_isa;          // "avx512f", "avx2+fma", or "scalar"
-  double int8_dot_gops = 0;     // GOP/s of u8 x s8 multiply-adds (VNNI); 0 when absent
+  double int8_dot_gops = 0;     // GOP/s of u8 x s8 multiply-adds (a multiply-add counts 2)
+  std::string int8_isa;         // "avx512vnni", "avx2" (vpmaddubsw + vpmaddwd), or "" (none)
   double bf16_dot_gflops = 0;   // GFLOP/s of bf16 dot products (AVX512_BF16); 0 when absent
 };
 

@@ -22,6 +22,25 @@ uint64_t fma_loop_avx2(uint64_t iterations, float* sink) {
   return iterations * 10 * 8 * 2;
 }
 
+uint64_t int8_dot_loop_avx2(uint64_t iterations, int32_t* sink) {
+  // The int8 matmul's inner step: u8 x s8 pairs summed to int16 (vpmaddubsw), widened to int32
+  // (vpmaddwd against ones) and accumulated: 32 multiply-adds.
+  __m256i acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_epi32(i);
+  // The signed operand is the accumulator's own bytes, so no product can be hoisted out of the
+  // loop (its values wrap; only the instruction rate matters).
+  const __m256i a = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  for (uint64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 10; ++i) {
+      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, acc[i]), ones));
+    }
+  }
+  __m256i sum = acc[0];
+  for (int i = 1; i < 10; ++i) sum = _mm256_add_epi32(sum, acc[i]);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sink), sum);
+  return iterations * 10 * 32 * 2;
+}
+
 uint64_t read_avx2(const void* data, uint64_t bytes) {
   // Four sequential streams at once (quarters of the range), as a matmul reads several weight
   // rows together: one stream alone leaves the memory system idle between prefetches.

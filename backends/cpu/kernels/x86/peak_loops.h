@@ -13,6 +13,7 @@ namespace pagoda::cpu {
 uint64_t fma_loop_avx2(uint64_t iterations, float* sink);     // AVX2 + FMA: sink[8]
 uint64_t fma_loop_avx512(uint64_t iterations, float* sink);   // AVX-512F: sink[16]
 uint64_t vnni_loop_avx512(uint64_t iterations, int32_t* sink);  // AVX512_VNNI: sink[16]
+uint64_t int8_dot_loop_avx2(uint64_t iterations, int32_t* sink);  // AVX2 vpmaddubsw: sink[8]
 uint64_t bf16_loop_avx512(uint64_t iterations, float* sink);  // AVX512_BF16: sink[16]
 
 // Reads `bytes` (a multiple of 256, 32-byte aligned) from `data` with AVX2 loads, as four
