@@ -3,8 +3,10 @@
 // This is the seam between the model (which knows the math of an architecture) and a backend
 // (which knows how to do each op fast on its hardware). Every entry has a scalar reference in
 // backends/cpu/kernels/reference; fast variants must match it. Activations are f32; weight
-// matrices stay in their stored DType and the kernel converts on the fly. All pointers are
-// borrowed; kernels allocate nothing the caller sees. Tables are immutable: thread-safe.
+// matrices stay in their stored DType (in a backend's packed layout where the table has
+// pack_matmul_weight) and the kernel converts on the fly. All pointers are
+// borrowed; kernels allocate nothing the caller sees (pack_matmul_weight fills the Buffer it is
+// handed). Tables are immutable: thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -49,10 +51,11 @@ struct Kernels {
   // scales. Each output's summation order must not depend on m (batch invariance).
   void (*matmul)(const float* x, int64_t m, const Tensor& w, float* y);
 
-  // Optional (nullptr: matmul reads weights as stored). Rearranges a matmul weight [n, k] into
-  // the layout this table's matmul is fastest on, in memory it allocates into *storage; returns
-  // the view to hand matmul from then on (same dtype and shape, layout kBackendPacked, or w itself
-  // when packing would not help). Products are those of the row-major weight. Called at load.
+  // Optional (nullptr: matmul reads row-major weights as stored). Rearranges a row-major matmul
+  // weight [n, k] into the layout this table's matmul reads, in memory it allocates into
+  // *storage; returns the view to hand matmul from then on (same dtype and shape, layout
+  // kBackendPacked). Where it is set, matmul takes only weights it returned. Products are those of
+  // the row-major weight. Called at load.
   Tensor (*pack_matmul_weight)(const Tensor& w, Buffer* storage);
 
   // out[i, :] = row ids[i] of table, converted to f32.  table: [rows, dim] any DType.

@@ -95,12 +95,9 @@ Result<Tensor> LlamaModel::matmul_weight(const std::string& name, int64_t rows, 
     t = out;
   }
   if (k_.pack_matmul_weight != nullptr) {
-    Buffer packed;
-    const Tensor p = k_.pack_matmul_weight(t, &packed);
-    if (p.data != t.data) {  // packed into new memory: the converted copy is no longer read
-      converted = std::move(packed);
-      t = p;
-    }
+    Buffer packed;  // apart from `converted`, which packing reads
+    t = k_.pack_matmul_weight(t, &packed);
+    converted = std::move(packed);  // the packed copy is all the matmul reads from now on
   }
   if (converted.size() > 0) packed_.push_back(std::move(converted));
   return t;

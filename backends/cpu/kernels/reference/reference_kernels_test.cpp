@@ -12,6 +12,7 @@
 
 #include "tensor/convert.h"
 #include "tensor/quant_blocks.h"
+#include "support/random_values.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -23,13 +24,7 @@ double fp16_bits_to_double(uint16_t h) {
   return sign ? -v : v;
 }
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_floats;
 
 TEST(Dequantize, Q8_0MatchesBlockFormat) {
   std::mt19937 rng(1);

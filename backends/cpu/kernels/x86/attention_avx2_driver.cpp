@@ -40,7 +40,11 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
   const int64_t heads_per_tile = std::min(group, kMaxGroupHeads);
   const int64_t rows_per_tile = std::max<int64_t>(1, kVectorsPerTile / heads_per_tile);
 
-  std::vector<WorkItem> items;
+  // Reused across calls (one per layer per step). A reference, so that the workers running
+  // `run` below read the calling thread's list, not their own thread_local one.
+  thread_local std::vector<WorkItem> items_of_this_thread;
+  std::vector<WorkItem>& items = items_of_this_thread;
+  items.clear();
   int64_t macs = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];

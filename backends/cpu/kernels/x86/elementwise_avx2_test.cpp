@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "support/random_values.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -17,13 +18,7 @@ namespace {
   if (!(cpu_features().avx2 && cpu_features().fma)) \
   GTEST_SKIP() << "CPU lacks avx2/fma: " << cpu_features().to_string()
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_floats;
 
 TEST(ElementwiseAvx2, RmsNormMatchesFloat64) {
   SKIP_WITHOUT_AVX2();

@@ -46,7 +46,9 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
   PAGODA_CHECK(w.layout == TensorLayout::kRowMajor);
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
-  if (n == 0) return w;
+  Tensor packed = w;
+  packed.layout = TensorLayout::kBackendPacked;
+  if (n == 0) return packed;  // nothing to read; the matmul returns before looking
   const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
   const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
   *storage = Buffer(static_cast<size_t>(num_panels * panel_bytes));  // zero: padding rows
@@ -71,9 +73,7 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
       }
     }
   });
-  Tensor packed = w;
   packed.data = out;
-  packed.layout = TensorLayout::kBackendPacked;
   return packed;
 }
 
