@@ -20,6 +20,8 @@ constexpr int64_t kMaxGroupHeads = 64;  // wider GQA groups are split into sever
 constexpr int64_t kMaxVectors = std::max(kVectorsPerTile, kMaxGroupHeads);
 // Below this many multiply-adds (q.k and p.v together) waking the workers costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+// Smallest GQA group computed with 8 query vectors across the lanes (half of them used in decode).
+constexpr int64_t kMinLaneGroupHeads = 4;
 
 struct WorkItem {
   int64_t seq;
@@ -59,8 +61,16 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
   const int64_t row_stride = p.num_heads * p.head_dim;
   const int64_t slot_stride = cache.num_kv_heads * cache.head_dim;
   PAGODA_CHECK(rows_per_tile * heads_per_tile <= kMaxVectors);
+  // Query vectors across the lanes once a group fills half of them (see x86_kernels.h). Chosen
+  // from the model's shape alone, so every tile of every step rounds the same way.
+  const bool lanes = group >= kMinLaneGroupHeads;
+  static_assert(kMaxVectors <= 8 * kMaxLaneGroups);
+  const auto scratch_floats = static_cast<size_t>(
+      lanes ? (kMaxVectors + 7) / 8 * (16 * p.head_dim + 16) : 2 * kMaxVectors);
   auto run = [&](int64_t begin, int64_t end) {
-    float scratch[2 * kMaxVectors];  // per query vector: running max and denominator
+    thread_local std::vector<float> scratch_of_this_thread;  // each worker's own
+    std::vector<float>& scratch = scratch_of_this_thread;
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
     for (int64_t i = begin; i < end; ++i) {
       const WorkItem& w = items[static_cast<size_t>(i)];
       const AttentionSeq& seq = seqs[w.seq];
@@ -82,9 +92,13 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
           .block_size = cache.block_size,
           .scale = p.scale,
           .sliding_window = p.sliding_window,
-          .scratch = scratch,
+          .scratch = scratch.data(),
       };
-      attention_tile_avx2(tile);
+      if (lanes) {
+        attention_tile_lanes_avx2(tile);
+      } else {
+        attention_tile_avx2(tile);
+      }
     }
   };
   const auto n = static_cast<int64_t>(items.size());

@@ -1,5 +1,6 @@
 // Checks the AVX2 paged attention against a float64 softmax attention written here, on random
-// caches: head sizes with odd tails, GQA group sizes, block sizes around the 16-key tile, prefill
+// caches: head sizes with odd tails, GQA group sizes (below 4: one query vector at a time; 4 and
+// up: query vectors across the lanes), block sizes around the 16-key tile, prefill
 // chunks, sliding windows, several sequences at once and threaded; and that a query's result is
 // the same bits whatever else is in the batch, however its prefill is chunked, and whatever the
 // thread count.
@@ -10,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/kernels.h"
@@ -152,6 +154,8 @@ TEST(PagedAttentionAvx2, MatchesFloat64Attention) {
       {8, 2, 64, 16, 40, {90, 61}, {30, 1}},       // sliding window over several tiles
       {4, 1, 16, 256, 0, {300}, {45}},             // large blocks, MQA
       {96, 1, 8, 16, 0, {20}, {3}},                // group wider than one tile of heads
+      {12, 3, 12, 3, 5, {40, 9}, {17, 9}},         // lanes: head_dim tail, blocks of 3, window 5
+      {20, 5, 24, 1, 0, {33}, {1}},                // lanes: decode with 4 of 8 lanes used
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check_case(c, nullptr, seed++);
@@ -165,43 +169,52 @@ TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded) {
 }
 
 // The probe sequence's output rows, computed inside a batch of other sequences (any order),
-// alone, chunked in two, and on several threads: all the same bits.
+// alone, chunked in two, with its last row as a decode step, and on several threads: all the
+// same bits. For a group of 8 (the lane kernel, full lanes), of 4 with a sliding window and a head
+// size with a tail (the lane kernel, half-full lanes in decode), and of 2 (one vector at a time).
 TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads) {
   SKIP_WITHOUT_AVX2();
-  std::mt19937 rng(9);
-  const int64_t heads = 32, kv_heads = 4, hd = 64, bs = 16, ctx = 97;
-  Cache c = make_cache(bs, kv_heads, hd, {ctx, 50, 200}, rng);
-  const AttentionParams p{heads, kv_heads, hd, 0.125f, 0};
-  const int64_t row_floats = heads * hd;
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  std::vector<float> probe_q(static_cast<size_t>(ctx * row_floats));
-  for (auto& v : probe_q) v = dist(rng);
+  struct Shape {
+    int64_t heads, kv_heads, hd, window;
+  };
+  for (const Shape& sh : {Shape{32, 4, 64, 0}, Shape{16, 4, 36, 20}, Shape{8, 4, 64, 0}}) {
+    SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) +
+                 " hd " + std::to_string(sh.hd) + " window " + std::to_string(sh.window));
+    std::mt19937 rng(9);
+    const int64_t bs = 16, ctx = 97;
+    Cache c = make_cache(bs, sh.kv_heads, sh.hd, {ctx, 50, 200}, rng);
+    const AttentionParams p{sh.heads, sh.kv_heads, sh.hd, 0.125f, sh.window};
+    const int64_t row_floats = sh.heads * sh.hd;
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<float> probe_q(static_cast<size_t>(ctx * row_floats));
+    for (auto& v : probe_q) v = dist(rng);
 
-  // Alone, whole prefill, calling thread.
-  std::vector<float> alone(probe_q.size());
-  AttentionSeq whole{0, ctx, ctx, c.tables[0].data()};
-  paged_attention_avx2_pooled(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
+    // Alone, whole prefill, calling thread.
+    std::vector<float> alone(probe_q.size());
+    AttentionSeq whole{0, ctx, ctx, c.tables[0].data()};
+    paged_attention_avx2_pooled(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
 
-  // In two chunks (the first 40 rows, then the rest), 3 threads.
-  ThreadPool pool(3);
-  std::vector<float> chunked(probe_q.size());
-  AttentionSeq first{0, 40, 40, c.tables[0].data()};
-  paged_attention_avx2_pooled(probe_q.data(), &first, 1, c.view, p, chunked.data(), &pool);
-  AttentionSeq rest{0, ctx - 40, ctx, c.tables[0].data()};
-  paged_attention_avx2_pooled(probe_q.data() + 40 * row_floats, &rest, 1, c.view, p,
-                              chunked.data() + 40 * row_floats, &pool);
-  EXPECT_EQ(alone, chunked);
+    // In chunks of 40, 56 and 1 rows (the last a decode step), 3 threads.
+    ThreadPool pool(3);
+    std::vector<float> chunked(probe_q.size());
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 40}, {40, ctx - 1}, {ctx - 1, ctx}}) {
+      AttentionSeq chunk{0, end - begin, end, c.tables[0].data()};
+      paged_attention_avx2_pooled(probe_q.data() + begin * row_floats, &chunk, 1, c.view, p,
+                                  chunked.data() + begin * row_floats, &pool);
+    }
+    EXPECT_EQ(alone, chunked);
 
-  // Last in a batch after two other sequences (a decode and a prefill chunk), 2 threads.
-  std::vector<float> batch_q(static_cast<size_t>((1 + 30) * row_floats), 0.5f);
-  batch_q.insert(batch_q.end(), probe_q.begin(), probe_q.end());
-  std::vector<AttentionSeq> seqs = {{0, 1, 50, c.tables[1].data()},
-                                    {1, 30, 200, c.tables[2].data()},
-                                    {31, ctx, ctx, c.tables[0].data()}};
-  std::vector<float> batch_out(batch_q.size());
-  ThreadPool two(2);
-  paged_attention_avx2_pooled(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
-  EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch_out.begin() + 31 * row_floats));
+    // Last in a batch after two other sequences (a decode and a prefill chunk), 2 threads.
+    std::vector<float> batch_q(static_cast<size_t>((1 + 30) * row_floats), 0.5f);
+    batch_q.insert(batch_q.end(), probe_q.begin(), probe_q.end());
+    std::vector<AttentionSeq> seqs = {{0, 1, 50, c.tables[1].data()},
+                                      {1, 30, 200, c.tables[2].data()},
+                                      {31, ctx, ctx, c.tables[0].data()}};
+    std::vector<float> batch_out(batch_q.size());
+    ThreadPool two(2);
+    paged_attention_avx2_pooled(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch_out.begin() + 31 * row_floats));
+  }
 }
 
 }  // namespace

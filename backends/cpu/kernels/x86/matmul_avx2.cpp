@@ -291,7 +291,7 @@ struct Q4Panel {
 
 // y[r, c] (+)= sum over blocks [b0, b1) of float(dot) * (d_w * d_x) for R input rows (row r's
 // blocks at x + r * nb, block sums at x_sums + r * nb) and one panel (valid outputs).
-template <class W, int R, bool kStream = false>
+template <class W, int R>
 PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb,
                               const uint8_t* panel, int64_t b0, int64_t b1, bool accumulate,
                               float* y, int64_t ldy, int64_t valid) {
@@ -301,9 +301,6 @@ PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_
   });
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* blk = panel + b * W::kBlockBytes;
-    if constexpr (kStream) {
-      for (int64_t o = 0; o < W::kBlockBytes; o += 64) prefetch(blk + kPrefetchAhead + o);
-    }
     const BlockQ8Act* xb[R];
     int32_t sums[R];
     unroll<R>([&](auto r) {
@@ -321,17 +318,50 @@ PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
+// Decode (one input row): y[c] of P panels at once, each streamed front to back through all nb
+// blocks; P independent chains and P streams in flight.
+template <class W, int P>
+PAGODA_INLINE void quant_decode_panels(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb,
+                                       const uint8_t* panels, int64_t panel_bytes, float* y,
+                                       int64_t valid) {
+  __m256 acc[P];
+  unroll<P>([&](auto p) { acc[p.value] = _mm256_setzero_ps(); });
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8Act* xb[1] = {x + b};
+    const int32_t sums[1] = {x_sums == nullptr ? 0 : x_sums[b]};
+    const __m256 d_x = _mm256_set1_ps(x[b].d);
+    unroll<P>([&](auto p) {
+      const uint8_t* blk = panels + p.value * panel_bytes + b * W::kBlockBytes;
+      for (int64_t o = 0; o < W::kBlockBytes; o += 64) prefetch(blk + kPrefetchAhead + o);
+      __m256i dot[1];
+      W::template dots<1>(blk, xb, sums, dot);
+      const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+      const __m256 scale = _mm256_mul_ps(d_w, d_x);
+      acc[p.value] = _mm256_add_ps(acc[p.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[0]), scale));
+    });
+  }
+  unroll<P>([&](auto p) {
+    store_out(y + p.value * kPanelRows, acc[p.value], valid - p.value * kPanelRows);
+  });
+}
+
 constexpr int kQuantRows = 4;  // input rows per batched tile
+constexpr int kQuantDecodePanels = 4;
 
 template <class W>
 PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t nb,
                 const uint8_t* panels, int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = nb * W::kBlockBytes;
   if (m == 1) {
-    // Decode: each panel streams once through all its blocks.
-    for (int64_t p = p0; p < p1; ++p) {
-      quant_tile<W, 1, true>(x, x_sums, nb, panels + p * panel_bytes, 0, nb, false, y + p * kPanelRows,
-                       ldy, n - p * kPanelRows);
+    // Decode: each panel streams once through all its blocks, kQuantDecodePanels at a time.
+    int64_t p = p0;
+    for (; p + kQuantDecodePanels <= p1; p += kQuantDecodePanels) {
+      quant_decode_panels<W, kQuantDecodePanels>(x, x_sums, nb, panels + p * panel_bytes,
+                                                 panel_bytes, y + p * kPanelRows, n - p * kPanelRows);
+    }
+    for (; p < p1; ++p) {
+      quant_decode_panels<W, 1>(x, x_sums, nb, panels + p * panel_bytes, panel_bytes,
+                                y + p * kPanelRows, n - p * kPanelRows);
     }
     return;
   }

@@ -94,12 +94,19 @@ struct AttentionTile {
   int64_t block_size;
   float scale;
   int64_t sliding_window;  // 0 = full causal
-  float* scratch;          // 2 * num_rows * num_group_heads floats
+  float* scratch;          // see the kernel taking the tile
 };
 
 // AVX2 + FMA. Causal softmax attention of the tile's query vectors over their sequence's cache
 // (keys at positions <= their own, within the sliding window). Runs on the calling thread.
+// attention_tile_avx2 computes one query vector at a time with the head dimension across the
+// lanes (scratch: 2 * num_vectors floats); attention_tile_lanes_avx2 puts 8 query vectors in the
+// lanes (scratch: ceil(num_vectors / 8) * (16 * head_dim + 16) floats, num_vectors <=
+// 8 * kMaxLaneGroups), which pays when a kv head's group has 4 or more query heads. The two round
+// differently: a model must use one of them for every tile (the driver picks by group size).
 void attention_tile_avx2(const AttentionTile& tile);
+inline constexpr int64_t kMaxLaneGroups = 8;
+void attention_tile_lanes_avx2(const AttentionTile& tile);
 
 // The Kernels::paged_attention entry: the work split into AttentionTiles (per sequence, kv head
 // and group of query rows) over `pool` (nullptr: the calling thread only).
