@@ -2,17 +2,20 @@
 #   make run   [MODEL=path] [PORT=8000]    set up, build (Release), and serve the model over HTTP
 #   make test                              set up, build, and run every test (+ ASan corruption tests)
 #   make test-asan                         the untrusted-input and SIMD kernel tests under ASan+UBSan
+#   make test-tsan                         the thread pool, engine and server tests under TSan
+#   make fuzz [FUZZ_SECONDS=60]            build the libFuzzer targets (clang) and run each that long
 #   make build | make clean
 JOBS ?= 2
 BUILD_DIR ?= build/release
 ASAN_DIR ?= build/asan
+TSAN_DIR ?= build/tsan
 MODEL ?= demo-random
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CMAKE_FLAGS ?=
 PAGODA := $(BUILD_DIR)/apps/pagoda/pagoda
 
-.PHONY: all setup build run test test-asan npm-deps clean
+.PHONY: all setup build run test test-asan test-tsan fuzz npm-deps clean
 
 all: build
 
@@ -29,8 +32,9 @@ run: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target pagoda
 	$(PAGODA) serve "$(MODEL)" --host $(HOST) --port $(PORT)
 
-# The ASan run goes first so that the full suite's ctest summary is the last thing printed.
-test: test-asan npm-deps
+# The ASan run and the fuzzers go first so that the full suite's ctest summary is the last
+# thing printed.
+test: test-asan test-tsan fuzz npm-deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 300
@@ -38,13 +42,35 @@ test: test-asan npm-deps
 # The tests that parse untrusted input (model files, tokenizers, chat templates, request bodies,
 # and the whole server over HTTP), labelled "untrusted-input", and the SIMD kernel tests
 # ("kernels"), under AddressSanitizer + UBSan.
+FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz tokenizer_json_fuzz tokenize_fuzz \
+  chat_template_fuzz openai_request_fuzz
 ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda \
-  cpu_simd_kernels_test
+  cpu_simd_kernels_test $(FUZZ_TARGETS)
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
 	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 -L '^(untrusted-input|kernels)$$'
+
+# The tests whose code runs on several threads (thread pools, the engine's threads, the server's
+# I/O and engine threads, the server binary they start) under ThreadSanitizer; a race report
+# stops the process (halt_on_error) and fails the test. Two server tests are left out: they time
+# work that TSan slows ten-fold (a 1.1B dummy load within 60 s, a stream finishing inside a 2 s
+# shutdown grace period); Release and ASan run them.
+TSAN_TARGETS := base_test cpu_thread_pool_test engine_test server_test pagoda
+test-tsan: setup
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
+	  -DPAGODA_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
+	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_DIR) -j $(JOBS) --no-tests=error \
+	  --output-on-failure --timeout 600 -R '^(ThreadPool|CpuThreadPool|Engine|Server)\.' \
+	  -E '^Server\.(SigtermDrainsThenExitsZero|HealthIs503WhileLoading)$$'
+
+# Every fuzz target for FUZZ_SECONDS (ASan + UBSan, clang's libFuzzer), two at a time; see
+# fuzz/README.md. Part of `make test`, with the default of a minute each.
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz $(FUZZ_TARGETS)
 
 # npm packages of the client-side server tests, from the committed package-lock.json.
 npm-deps: setup

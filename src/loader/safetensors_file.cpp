@@ -72,7 +72,9 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
         }
         continue;
       }
-      auto bad = [&](const std::string& what) { return corrupt("tensor " + name + " " + what); };
+      // A named copy: lambdas capturing structured bindings need clang 16 (the fuzz build is clang).
+      const std::string& tensor = name;
+      auto bad = [&](const std::string& what) { return corrupt("tensor " + tensor + " " + what); };
       if (!entry.is_object()) return bad("is not an object");
       auto dt = entry.find("dtype");
       auto sh = entry.find("shape");
