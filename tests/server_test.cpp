@@ -603,6 +603,40 @@ TEST(Server, DisconnectsAbortRequests) {
   EXPECT_EQ(status, 200);
 }
 
+// A client that stops reading its stream (checklist R4): once the data the server holds for it
+// passes --max-unsent-stream (or one write waits --http-write-timeout), the connection is dropped,
+// the request aborted and its KV blocks freed, while a stream beside it gets all its output.
+TEST(Server, StalledReaderIsDroppedAndOthersServed) {
+  START_STORIES(server, {"--max-unsent-stream", "64KiB", "--http-write-timeout", "3"});
+  // 8 sequences of 400 tokens, at about 150 bytes of SSE per token: some 500 KB, far more than
+  // the 64 KiB cap plus what the socket buffers of a reader with a minimal window absorb.
+  const json big = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"n", 8},       {"ignore_eos", true},
+                    {"stream", true},               {"seed", 7},         {"temperature", 1.0}};
+  testing::StalledClient stalled(port, "/v1/completions", big.dump());
+  ASSERT_TRUE(stalled.sent());
+
+  json greedy = {{"prompt", {1}}, {"max_tokens", 256}, {"temperature", 0}, {"stream", true}};
+  SseClient other(port, "/v1/completions", greedy.dump());
+  ASSERT_EQ(other.status(), 200);
+  std::string text;
+  for (const std::string& e : other.rest()) {
+    if (e == "[DONE]") continue;
+    text += json::parse(e)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, golden_text());
+
+  EXPECT_TRUE(wait_idle(port, "stories", std::chrono::seconds(20)))
+      << testing::http_request(port, "GET", "/metrics").body;
+  const std::string m = testing::http_request(port, "GET", "/metrics").body;
+  // Its 8 sequences are 8 engine requests (as in vLLM), all aborted.
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",finished_reason=\"abort\"}"), 8) << m;
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",finished_reason=\"length\"}"), 1) << m;
+  EXPECT_TRUE(stalled.closed_by_server(std::chrono::seconds(10)));
+  int status = 0;
+  post(port, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200);
+}
+
 // Beyond --max-queued-requests new requests get 429 at once, while /health and /metrics stay fast.
 TEST(Server, OverloadGets429AndHealthStaysFast) {
   PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");

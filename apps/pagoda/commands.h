@@ -126,6 +126,8 @@ struct ServeFlags {
   double shutdown_timeout = 0;  // seconds
   std::string max_request_body = "32MiB";
   double http_header_timeout = 30;  // seconds
+  double http_write_timeout = 30;   // seconds
+  std::string max_unsent_stream = "4MiB";
   double health_stall_timeout = 60;  // seconds
   std::string fault_injection;       // tests only: "throw-at-step:N" or "stall-at-step:N"
 

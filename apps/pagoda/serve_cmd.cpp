@@ -58,6 +58,12 @@ void ServeFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--http-header-timeout", http_header_timeout,
                  "seconds a client has to send a request's headers (also the keep-alive idle limit)")
       ->capture_default_str();
+  cmd.add_option("--http-write-timeout", http_write_timeout,
+                 "seconds one write to a client may wait; a client that stops reading is then dropped")
+      ->capture_default_str();
+  cmd.add_option("--max-unsent-stream", max_unsent_stream,
+                 "stream data a slow reader may leave unsent before it is dropped and its request aborted")
+      ->capture_default_str();
 }
 
 namespace {
@@ -157,11 +163,14 @@ int run_serve(ServeFlags f) {
   if (f.shutdown_timeout < 0) return fail(invalid_argument("--shutdown-timeout must be >= 0"));
   if (f.max_queued_requests < 0) return fail(invalid_argument("--max-queued-requests must be >= 0"));
   if (!(f.http_header_timeout > 0)) return fail(invalid_argument("--http-header-timeout must be > 0"));
+  if (!(f.http_write_timeout > 0)) return fail(invalid_argument("--http-write-timeout must be > 0"));
   if (!(f.health_stall_timeout > 0)) return fail(invalid_argument("--health-stall-timeout must be > 0"));
   auto fault = fault_hook(f.fault_injection);
   if (!fault.ok()) return fail(fault.status());
   auto body_limit = parse_byte_size(f.max_request_body);
   if (!body_limit.ok()) return fail(body_limit.status());
+  auto unsent_limit = parse_byte_size(f.max_unsent_stream);
+  if (!unsent_limit.ok()) return fail(unsent_limit.status());
   raise_fd_limit();
 
   // Signals are caught from the start, so SIGTERM during loading also exits cleanly.
@@ -185,6 +194,8 @@ int run_serve(ServeFlags f) {
   sc.limits.max_logprobs = f.max_logprobs;
   sc.http.max_body_bytes = static_cast<size_t>(*body_limit);
   sc.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_header_timeout * 1000));
+  sc.http.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_write_timeout * 1000));
+  sc.http.max_unsent_stream_bytes = static_cast<size_t>(*unsent_limit);
   sc.stall_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.health_stall_timeout * 1000));
   auto server = server::OpenAiServer::start(sc);
   if (!server.ok()) return fail(server.status());

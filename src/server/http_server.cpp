@@ -97,6 +97,13 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!current(gen) || responding_) return;
     responding_ = true;
     streaming_ = true;
+    // A small kernel send buffer, so that what a stalled reader leaves unsent stays in unsent_
+    // (and under its cap) instead of in megabytes of socket buffer per connection.
+    if (shared_->limits.stream_send_buffer_bytes > 0) {
+      beast::error_code ec;
+      stream_.socket().set_option(
+          net::socket_base::send_buffer_size(static_cast<int>(shared_->limits.stream_send_buffer_bytes)), ec);
+    }
     // HTTP/1.0 has no chunked encoding: the stream is then delimited by closing the connection.
     if (http10_) keep_alive_ = false;
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";

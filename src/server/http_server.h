@@ -11,8 +11,9 @@
 // Defences, each because some server fell to it (../shared/docs/reliability-checklist.md 4.1):
 // header and body size caps (431 / 413 before the body is read), a deadline for the whole header
 // (slowloris), Beast's strict parser (bad chunk sizes, Content-Length with Transfer-Encoding,
-// duplicate lengths: 400), a per-stream cap on unsent bytes and a write deadline (a client that
-// stops reading is dropped, and its exchange is told), and a connection cap.
+// duplicate lengths: 400), a per-stream cap on unsent bytes, a small kernel send buffer for
+// streams and a write deadline (a client that stops reading is dropped, and its exchange is
+// told), and a connection cap.
 //
 // A client that closes its connection while its request is in flight is noticed at once (the
 // socket is watched for EOF while the handler works): the exchange's on-close callback runs, so
@@ -40,6 +41,9 @@ struct HttpLimits {
   std::chrono::milliseconds body_timeout{60000};
   std::chrono::milliseconds write_timeout{30000};     // one write of a response or stream piece
   size_t max_unsent_stream_bytes = 4 * 1024 * 1024;   // a stream whose reader lags more is dropped
+  // SO_SNDBUF of a streaming connection (the kernel doubles it; 0 = the kernel's autotuning, which
+  // lets a stalled reader park up to tcp_wmem's maximum, 4 MiB, in the socket).
+  size_t stream_send_buffer_bytes = 64 * 1024;
   size_t max_connections = 10000;                     // beyond it new connections are closed
 };
 

@@ -78,6 +78,35 @@ std::string request_text(const std::string& method, const std::string& target, c
 
 // --- a response parser shared by the plain and the streaming client ---
 
+StalledClient::StalledClient(uint16_t port, const std::string& target, const std::string& body) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd_ < 0) return;
+  int small = 1;  // the kernel rounds it up to its minimum (a few KiB)
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+  sent_ = send_all(fd_, "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+}
+
+StalledClient::~StalledClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool StalledClient::closed_by_server(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  char tmp[16384];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd_, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    if (::recv(fd_, tmp, sizeof tmp, 0) <= 0) return true;  // EOF or reset
+  }
+}
+
 struct SseClient::Impl {
   int fd = -1;
   std::string buf;       // raw bytes not yet consumed

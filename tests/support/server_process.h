@@ -62,6 +62,23 @@ HttpResult http_request(uint16_t port, const std::string& method, const std::str
 std::string raw_exchange(uint16_t port, const std::string& bytes,
                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// A client that sends one request and then never reads (checklist R4): its receive buffer is
+// made as small as the kernel allows before it connects, so the server's writes back up at once.
+// Closes the connection when destroyed.
+class StalledClient {
+ public:
+  StalledClient(uint16_t port, const std::string& target, const std::string& body);
+  ~StalledClient();
+  bool sent() const { return sent_; }  // the request went out whole
+  // Reads (and discards) what the server sent, up to `timeout`: true when that ends in the
+  // server closing (or resetting) the connection.
+  bool closed_by_server(std::chrono::milliseconds timeout);
+
+ private:
+  int fd_ = -1;
+  bool sent_ = false;
+};
+
 // A streamed (SSE) response read one event at a time.
 class SseClient {
  public:
