@@ -18,10 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/pagoda/model_loading.h"
-#include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "engine/llm.h"
+#include "support/engine_core.h"
 #include "support/test_data.h"
 
 namespace pagoda {
@@ -29,15 +28,8 @@ namespace {
 
 constexpr int64_t kVocab = 512;  // stories260K's; the dummy model uses its tokenizer
 
-std::unique_ptr<EngineCore> make_core(const app::ModelFlags& flags, EngineConfig config) {
-  cpu::register_cpu_backend();
-  auto loaded = app::load_model_and_tokenizer(flags);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-  if (!loaded.ok()) return nullptr;
-  std::shared_ptr<const Tokenizer> tok(std::move(loaded->tokenizer));
-  auto core = EngineCore::create(std::move(loaded->model), tok, config);
-  EXPECT_TRUE(core.ok()) << core.status().message();
-  return core.ok() ? std::move(*core) : nullptr;
+std::unique_ptr<EngineCore> make_core(const app::ModelFlags& flags, const EngineConfig& config) {
+  return testing::make_engine_core(flags, config);
 }
 
 std::vector<TokenId> random_ids(std::mt19937& rng, size_t n) {

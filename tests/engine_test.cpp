@@ -8,10 +8,9 @@
 #include <mutex>
 #include <thread>
 
-#include "apps/pagoda/model_loading.h"
-#include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "engine/llm.h"
+#include "support/engine_core.h"
 #include "support/test_data.h"
 
 namespace pagoda {
@@ -20,16 +19,9 @@ namespace {
 constexpr const char* kModel = "stories260K/stories260K.gguf";
 
 std::unique_ptr<EngineCore> make_core(const std::string& path, EngineConfig config) {
-  cpu::register_cpu_backend();
   app::ModelFlags flags;
   flags.model = path;
-  auto loaded = app::load_model_and_tokenizer(flags);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-  if (!loaded.ok()) return nullptr;
-  std::shared_ptr<const Tokenizer> tok(std::move(loaded->tokenizer));
-  auto core = EngineCore::create(std::move(loaded->model), tok, config);
-  EXPECT_TRUE(core.ok()) << core.status().message();
-  return core.ok() ? std::move(*core) : nullptr;
+  return testing::make_engine_core(flags, config);
 }
 
 std::vector<std::string> stories_prompts(int n) {

@@ -1,0 +1,27 @@
+// An EngineCore on the CPU backend for engine-level tests: the model and tokenizer as `pagoda`
+// loads them from `flags`. Fails the calling test (and returns nullptr) when loading fails.
+// Header-only: the tests that include it link pagoda_app.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "apps/pagoda/model_loading.h"
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine_core.h"
+
+namespace pagoda::testing {
+
+inline std::unique_ptr<EngineCore> make_engine_core(const app::ModelFlags& flags, const EngineConfig& config) {
+  cpu::register_cpu_backend();
+  auto loaded = app::load_model_and_tokenizer(flags);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+  if (!loaded.ok()) return nullptr;
+  std::shared_ptr<const Tokenizer> tok(std::move(loaded->tokenizer));
+  auto core = EngineCore::create(std::move(loaded->model), tok, config);
+  EXPECT_TRUE(core.ok()) << core.status().message();
+  return core.ok() ? std::move(*core) : nullptr;
+}
+
+}  // namespace pagoda::testing
