@@ -4,8 +4,11 @@
 #   make test-asan                         the untrusted-input and SIMD kernel tests under ASan+UBSan
 #   make test-tsan                         the thread pool, engine and server tests under TSan
 #   make fuzz [FUZZ_SECONDS=60]            build the libFuzzer targets (clang) and run each that long
+#   make soak [DURATION=600]               the soak test with its loss ledger (tests/soak/soak.mjs)
 #   make build | make clean
 JOBS ?= 2
+empty :=
+space := $(empty) $(empty)
 BUILD_DIR ?= build/release
 ASAN_DIR ?= build/asan
 TSAN_DIR ?= build/tsan
@@ -15,7 +18,7 @@ PORT ?= 8000
 CMAKE_FLAGS ?=
 PAGODA := $(BUILD_DIR)/apps/pagoda/pagoda
 
-.PHONY: all setup build run test test-asan test-tsan fuzz npm-deps clean
+.PHONY: all setup build run test test-asan test-tsan fuzz soak npm-deps clean
 
 all: build
 
@@ -39,18 +42,23 @@ test: test-asan test-tsan fuzz npm-deps
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 300
 
-# The tests that parse untrusted input (model files, tokenizers, chat templates, request bodies,
-# and the whole server over HTTP), labelled "untrusted-input", and the SIMD kernel tests
-# ("kernels"), under AddressSanitizer + UBSan.
+# Under AddressSanitizer + UBSan: the tests that parse untrusted input (model files, tokenizers,
+# chat templates, request bodies, the whole server over HTTP, the fuzz corpora), labelled
+# "untrusted-input", the SIMD kernel tests ("kernels"), and the unit and engine tests (labelled
+# with their binary's name). Left to the Release run: the CLI, GGUF-vs-HF equivalence and
+# bench-serve tests (slow under ASan, and no parsing or threading of their own).
+ASAN_UNIT_TESTS := base_test tensor_test kv_test sched_test sampler_test metrics_test cpu_kernels_test \
+  cpu_thread_pool_test engine_test determinism_test golden_stories_test model_reference_test
 FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz tokenizer_json_fuzz tokenize_fuzz \
   chat_template_fuzz openai_request_fuzz
 ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda \
-  cpu_simd_kernels_test $(FUZZ_TARGETS)
+  cpu_simd_kernels_test $(FUZZ_TARGETS) $(ASAN_UNIT_TESTS)
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
-	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 -L '^(untrusted-input|kernels)$$'
+	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 \
+	  -L '^(untrusted-input|kernels|$(subst $(space),|,$(strip $(ASAN_UNIT_TESTS))))$$'
 
 # The tests whose code runs on several threads (thread pools, the engine's threads, the server's
 # I/O and engine threads, the server binary they start) under ThreadSanitizer; a race report
@@ -71,6 +79,13 @@ test-tsan: setup
 FUZZ_SECONDS ?= 60
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz $(FUZZ_TARGETS)
+
+# A mixed workload against `pagoda serve` for DURATION seconds, every request accounted for; the
+# report (ledger, /metrics, RSS / fds / threads over time) goes to SOAK_REPORT as JSON.
+DURATION ?= 600
+SOAK_REPORT ?= $(BUILD_DIR)/soak-report.json
+soak: build
+	SOAK_SECONDS=$(DURATION) SOAK_REPORT=$(SOAK_REPORT) PAGODA_BINARY=$(PAGODA) node tests/soak/soak.mjs
 
 # npm packages of the client-side server tests, from the committed package-lock.json.
 npm-deps: setup

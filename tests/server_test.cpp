@@ -637,6 +637,54 @@ TEST(Server, StalledReaderIsDroppedAndOthersServed) {
   EXPECT_EQ(status, 200);
 }
 
+// KV exhaustion through the server (checklist R5, R6): a cache of 640 tokens and 8 concurrent
+// requests that need about 300 each. They are preempted and recomputed in turn, yet each returns
+// what it returns alone; a short request sent behind them completes (first come, first served,
+// as vLLM); one that could never fit is refused at once instead of waiting at the head of the
+// queue; and the cache is empty at the end.
+TEST(Server, KvExhaustionPreemptsWithoutLossOrBlocking) {
+  // 640 tokens of 1280 bytes (stories260K: 5 layers x K, V x 4 kv heads x 8 x 4 bytes).
+  START_STORIES(server, {"--kv-cache-memory", "819200", "--max-model-len", "512"});
+  std::vector<json> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::string prompt = "Once upon a time, there was a little girl named Lily.";
+    for (int k = 0; k <= i % 3; ++k) prompt += " She liked to play with her ball in the park.";
+    reqs.push_back({{"prompt", prompt}, {"max_tokens", 240}, {"temperature", 0}, {"ignore_eos", true}});
+  }
+  std::vector<std::string> alone;
+  for (const json& r : reqs) {
+    int status = 0;
+    json out = post(port, "/v1/completions", r, &status);
+    ASSERT_EQ(status, 200) << out.dump();
+    alone.push_back(out["choices"][0]["text"]);
+  }
+  const double preempted_before = metric(testing::http_request(port, "GET", "/metrics").body,
+                                         "vllm:num_preemptions_total{model_name=\"stories\"}");
+
+  std::vector<std::string> together(reqs.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    clients.emplace_back([&, i] {
+      int status = 0;
+      json out = post(port, "/v1/completions", reqs[i], &status);
+      if (status == 200) together[i] = out["choices"][0]["text"];
+    });
+  }
+  // Behind them: a short request, and one that can never fit (refused, not queued).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int status = 0;
+  json never = post(port, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 600}}, &status);
+  EXPECT_EQ(status, 400) << never.dump();
+  json quick = post(port, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 200) << quick.dump();
+  for (auto& t : clients) t.join();
+
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "request " << i;
+  const std::string m = testing::http_request(port, "GET", "/metrics").body;
+  EXPECT_GT(metric(m, "vllm:num_preemptions_total{model_name=\"stories\"}"), preempted_before) << m;
+  EXPECT_TRUE(wait_idle(port, "stories")) << m;
+}
+
 // Beyond --max-queued-requests new requests get 429 at once, while /health and /metrics stay fast.
 TEST(Server, OverloadGets429AndHealthStaysFast) {
   PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
