@@ -1,12 +1,14 @@
 # The two commands of the Quick start, and a few more for developers.
 #   make run   [MODEL=path] [PORT=8000]    set up, build (Release), and serve the model over HTTP
-#   make test                              set up, build, and run every test (+ ASan corruption tests)
-#   make test-asan                         the untrusted-input and SIMD kernel tests under ASan+UBSan
+#   make test                              set up, build, and run every test (+ sanitizers, fuzzers)
+#   make test-asan                         the unit, engine, untrusted-input and kernel tests under ASan+UBSan
 #   make test-tsan                         the thread pool, engine and server tests under TSan
 #   make fuzz [FUZZ_SECONDS=60]            build the libFuzzer targets (clang) and run each that long
 #   make soak [DURATION=600]               the soak test with its loss ledger (tests/soak/soak.mjs)
 #   make build | make clean
 JOBS ?= 2
+empty :=
+space := $(empty) $(empty)
 BUILD_DIR ?= build/release
 ASAN_DIR ?= build/asan
 TSAN_DIR ?= build/tsan
@@ -40,18 +42,24 @@ test: test-asan test-tsan fuzz npm-deps
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 300
 
-# The tests that parse untrusted input (model files, tokenizers, chat templates, request bodies,
-# the whole server over HTTP, the fuzz corpora), labelled "untrusted-input", and the SIMD kernel
-# tests ("kernels"), under AddressSanitizer + UBSan.
+# Under AddressSanitizer + UBSan: the tests that parse untrusted input (model files, tokenizers,
+# chat templates, request bodies, the whole server over HTTP, the fuzz corpora), labelled
+# "untrusted-input", the SIMD kernel tests ("kernels"), and the unit, engine and CLI tests
+# (labelled with their binary's name): every ctest but the Node.js client tests and the soak,
+# which drive the Release server.
+ASAN_UNIT_TESTS := base_test tensor_test kv_test sched_test sampler_test metrics_test cpu_kernels_test \
+  cpu_thread_pool_test engine_test determinism_test golden_stories_test model_reference_test \
+  gguf_hf_equivalence_test cli_test bench_serve_test
 FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz tokenizer_json_fuzz tokenize_fuzz \
   chat_template_fuzz openai_request_fuzz
 ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda \
-  cpu_simd_kernels_test $(FUZZ_TARGETS)
+  cpu_simd_kernels_test $(FUZZ_TARGETS) $(ASAN_UNIT_TESTS)
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
-	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 -L '^(untrusted-input|kernels)$$'
+	ctest --test-dir $(ASAN_DIR) -j $(JOBS) --no-tests=error --output-on-failure --timeout 600 \
+	  -L '^(untrusted-input|kernels|$(subst $(space),|,$(strip $(ASAN_UNIT_TESTS))))$$'
 
 # The tests whose code runs on several threads (thread pools, the engine's threads, the server's
 # I/O and engine threads, the server binary they start) under ThreadSanitizer; a race report

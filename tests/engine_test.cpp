@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -452,6 +453,74 @@ TEST(Engine, CallbacksQueueBoundAbortAllAndMetrics) {
   for (int i = 0; i < 200 && engine.stats().kv_usage > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine.stats().kv_usage, 0.0);
   EXPECT_EQ(m->snapshot().running, 0);
+}
+
+// The queue bound holds while the loop is busy: requests it has just taken from the queue count
+// until the scheduler has decided about them (the loop is held here by the fault-injection hook,
+// the way a slow step holds it on a loaded machine).
+TEST(Engine, QueueBoundHoldsWhileTheLoopAddsAndSteps) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig c;
+  c.scheduler.max_num_seqs = 1;
+  auto core = make_core(model, c);
+  ASSERT_TRUE(core);
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t permits = 0;  // steps the hook lets through
+  int64_t entered = 0;  // steps that reached the hook
+  EngineOptions options;
+  options.max_queued_requests = 2;
+  options.before_step = [&](int64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait(lock, [&] { return permits > 0 || permits < 0; });
+    if (permits > 0) --permits;
+  };
+  Engine engine(std::move(core), options);
+  auto release_all = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      permits = -1;  // let every step through
+    }
+    cv.notify_all();
+  };
+  struct OnExit {  // an early ASSERT return must not leave the engine thread held
+    std::function<void()> f;
+    ~OnExit() { f(); }
+  } on_exit{release_all};
+  auto wait_entered = [&](int64_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return entered >= n; });
+  };
+  auto ignore = [](OutputChunk&&) {};
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.params = greedy(50);
+  r.params.ignore_eos = true;
+
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    permits = 1;  // step 0: the first request is scheduled and runs (max_num_seqs 1)
+  }
+  ASSERT_TRUE(engine.submit(r, ignore).ok());
+  ASSERT_TRUE(wait_entered(2));                // step 1 held
+  ASSERT_TRUE(engine.submit(r, ignore).ok());  // these two wait in the queue
+  ASSERT_TRUE(engine.submit(r, ignore).ok());
+  EXPECT_EQ(engine.submit(r, ignore).status().code(), StatusCode::kResourceExhausted);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    permits = 1;  // step 1 runs; the loop then adds the two to the scheduler and holds at step 2
+  }
+  cv.notify_all();
+  ASSERT_TRUE(wait_entered(3));
+  Result<RequestId> over = engine.submit(r, ignore);
+  EXPECT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  release_all();
+  engine.abort_all();
+  for (int i = 0; i < 3000 && engine.num_unfinished() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.num_unfinished(), 0);
 }
 
 }  // namespace

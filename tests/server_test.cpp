@@ -77,6 +77,18 @@ double metric(const std::string& exposition, const std::string& series) {
   return -1;
 }
 
+// Polls /health every 100 ms until its status is (or, with changes_from, stops being) `status`,
+// or the deadline passes; returns the last answer.
+HttpResult poll_health(uint16_t port, Clock::time_point deadline, int status, bool changes_from = false) {
+  HttpResult health;
+  while (Clock::now() < deadline) {
+    health = testing::http_request(port, "GET", "/health");
+    if ((health.status == status) != changes_from) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return health;
+}
+
 // Waits until the engine is idle: nothing running or waiting and no KV blocks in use.
 bool wait_idle(uint16_t port, const std::string& model, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
   const auto deadline = Clock::now() + timeout;
@@ -788,12 +800,7 @@ TEST(Server, HealthIs503WhileLoading) {
   EXPECT_EQ(loading.headers["retry-after"], "1");
   HttpResult early = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi"})");
   EXPECT_EQ(early.status, 503) << early.body;
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  int status = 0;
-  while (Clock::now() < deadline && (status = testing::http_request(port, "GET", "/health").status) != 200) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(status, 200) << server.log();
+  EXPECT_EQ(poll_health(port, Clock::now() + std::chrono::seconds(60), 200).status, 200) << server.log();
   EXPECT_NE(server.log().find("ready: "), std::string::npos);
 }
 
@@ -888,14 +895,35 @@ TEST(Server, StuckEngineFailsHealth) {
     testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi", "max_tokens": 50})", {},
                           std::chrono::seconds(4));
   });
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  HttpResult health;
-  while (Clock::now() < deadline && (health = testing::http_request(port, "GET", "/health")).status == 200) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  HttpResult health = poll_health(port, Clock::now() + std::chrono::seconds(10), 200, /*changes_from=*/true);
   EXPECT_EQ(health.status, 503);
   EXPECT_NE(health.body.find("no progress"), std::string::npos) << health.body;
   stuck.join();
+}
+
+// A step that stalls and then completes: /health says 503 while it stalls and 200 again after,
+// the request in flight finishes with the text it would have had, and new requests are served.
+TEST(Server, StallThatEndsRecovers) {
+  START_STORIES(server, {"--fault-injection", "stall-at-step:5:4", "--health-stall-timeout", "1"});
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "ignore_eos": true})";
+  HttpResult stalled;
+  std::thread in_flight([&] {
+    stalled = testing::http_request(port, "POST", "/v1/completions", body, {}, std::chrono::seconds(60));
+  });
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  HttpResult health = poll_health(port, deadline, 200, /*changes_from=*/true);
+  EXPECT_EQ(health.status, 503);
+  EXPECT_NE(health.body.find("no progress"), std::string::npos) << health.body;
+  health = poll_health(port, deadline, 200);
+  EXPECT_EQ(health.status, 200) << health.body;
+  in_flight.join();
+  ASSERT_EQ(stalled.status, 200) << stalled.body;
+  HttpResult after = testing::http_request(port, "POST", "/v1/completions", body);
+  ASSERT_EQ(after.status, 200) << after.body;
+  const json a = json::parse(stalled.body), b = json::parse(after.body);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 40);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_TRUE(wait_idle(port, "stories"));
 }
 
 }  // namespace

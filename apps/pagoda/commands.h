@@ -129,7 +129,7 @@ struct ServeFlags {
   double http_write_timeout = 30;   // seconds
   std::string max_unsent_stream = "4MiB";
   double health_stall_timeout = 60;  // seconds
-  std::string fault_injection;       // tests only: "throw-at-step:N" or "stall-at-step:N"
+  std::string fault_injection;       // tests only: "throw-at-step:N", "stall-at-step:N[:SECONDS]"
 
   void add_to(CLI::App& cmd);
 };

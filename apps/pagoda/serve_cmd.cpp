@@ -8,7 +8,9 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
@@ -126,19 +128,43 @@ Result<ChatTemplateSource> find_chat_template(const ServeFlags& f, const Tokeniz
   return out;
 }
 
-// --fault-injection: "throw-at-step:N" makes step N throw; "stall-at-step:N" makes it hang.
+// --fault-injection: "throw-at-step:N" makes step N throw; "stall-at-step:N" makes it hang;
+// "stall-at-step:N:S" makes it stall for S seconds and then go on.
 Result<std::function<void(int64_t)>> fault_hook(const std::string& spec) {
   if (spec.empty()) return std::function<void(int64_t)>();
+  const auto bad = [&] {
+    return invalid_argument("--fault-injection must be throw-at-step:N, stall-at-step:N or stall-at-step:N:SECONDS, got '" +
+                            spec + "'");
+  };
   const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return bad();
   const std::string kind = spec.substr(0, colon);
-  char* end = nullptr;
-  const long long at = colon == std::string::npos ? -1 : std::strtoll(spec.c_str() + colon + 1, &end, 10);
-  if (at < 0 || (end && *end != '\0') || (kind != "throw-at-step" && kind != "stall-at-step")) {
-    return invalid_argument("--fault-injection must be throw-at-step:N or stall-at-step:N, got '" + spec + "'");
+  if (kind != "throw-at-step" && kind != "stall-at-step") return bad();
+  // A whole non-negative decimal number at p, or -1; p moves past it.
+  const auto number = [](const char*& p) -> long long {
+    if (!std::isdigit(static_cast<unsigned char>(*p))) return -1;
+    char* end = nullptr;
+    const long long v = std::strtoll(p, &end, 10);
+    p = end;
+    return v;
+  };
+  const char* p = spec.c_str() + colon + 1;
+  const long long at = number(p);
+  long long seconds = -1;  // -1: for ever
+  if (at >= 0 && *p == ':' && kind == "stall-at-step") {
+    ++p;
+    seconds = number(p);
+    if (seconds < 0) return bad();
   }
+  if (at < 0 || *p != '\0') return bad();
   if (kind == "throw-at-step") {
     return std::function<void(int64_t)>([at](int64_t step) {
       if (step == at) throw std::runtime_error("injected fault at step " + std::to_string(step));
+    });
+  }
+  if (seconds >= 0) {
+    return std::function<void(int64_t)>([at, seconds](int64_t step) {
+      if (step == at) std::this_thread::sleep_for(std::chrono::seconds(seconds));
     });
   }
   return std::function<void(int64_t)>([at](int64_t step) {

@@ -80,7 +80,7 @@ Result<RequestId> Engine::enqueue(GenerateRequest request, ChunkCallback on_chun
     if (stop_) return unavailable("the engine is shutting down");
     if (!refusing_.empty()) return unavailable(refusing_);
     if (options_.max_queued_requests > 0 &&
-        static_cast<int64_t>(pending_.size()) + stats_.num_waiting >= options_.max_queued_requests) {
+        static_cast<int64_t>(pending_.size()) + in_transit_ + stats_.num_waiting >= options_.max_queued_requests) {
       return Status(StatusCode::kResourceExhausted,
                     "the server is busy: " + std::to_string(options_.max_queued_requests) +
                         " requests are already waiting (--max-queued-requests); retry later");
@@ -232,6 +232,7 @@ void Engine::run_loop() {
       });
       if (stop_) return;
       added.swap(pending_);
+      in_transit_ = static_cast<int64_t>(added.size());
       aborted.swap(aborts_);
       all = abort_all_;
       abort_all_ = false;
@@ -254,10 +255,17 @@ void Engine::run_loop() {
     for (RequestId id : aborted) deliver(core_->abort(id));
     if (all) fail_all(FinishReason::kAbort);
     if (options_.before_step && core_->has_unfinished()) options_.before_step(steps_++);
-    deliver(core_->step());
+    // The queue bound sees the step's waiting requests from the moment they are scheduled (or
+    // not), so none slips in while a slow forward pass runs.
+    auto publish_stats = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = core_->stats();
+      in_transit_ = 0;
+    };
+    std::vector<OutputChunk> chunks = core_->step(publish_stats);
+    publish_stats();
+    deliver(std::move(chunks));
     mark_progress();
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_ = core_->stats();
   }
 }
 

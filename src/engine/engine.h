@@ -100,7 +100,8 @@ class Engine {
   // From now on submit() fails with unavailable(reason); requests already in keep running.
   void refuse_new(std::string reason);
 
-  // Scheduler figures of the last step (running, waiting, KV usage, prefix-cache counts).
+  // Scheduler figures (running, waiting, KV usage, prefix-cache counts) as of the last step:
+  // taken when it was scheduled and again when it ended.
   SchedulerStats stats() const;
   // Requests submitted and not yet finished (including those not yet seen by the loop).
   int64_t num_unfinished() const;
@@ -133,6 +134,9 @@ class Engine {
   std::vector<RequestId> aborts_;                           // guarded by mu_
   std::unordered_map<RequestId, Sink> sinks_;               // guarded by mu_
   SchedulerStats stats_;                                    // guarded by mu_
+  // Requests the loop has taken from pending_ and the scheduler has not yet decided about, which
+  // stats_ does not count yet: the queue bound counts them, so none slips in meanwhile.
+  int64_t in_transit_ = 0;                                  // guarded by mu_
   std::atomic<int64_t> last_progress_ns_{0};                // steady_clock, since its epoch
   int64_t steps_ = 0;                                       // engine thread only
   std::thread thread_;

@@ -214,8 +214,9 @@ std::vector<OutputChunk> EngineCore::abort(RequestId id, FinishReason reason) {
   return out;
 }
 
-std::vector<OutputChunk> EngineCore::step() {
+std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_scheduled) {
   SchedulerOutput scheduled = scheduler_->schedule();
+  if (on_scheduled) on_scheduled();
   if (scheduled.empty()) {
     record_step(0);
     return {};

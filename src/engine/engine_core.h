@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -44,8 +45,10 @@ class EngineCore {
   // returns their final chunks.
   std::vector<OutputChunk> abort(RequestId id, FinishReason reason = FinishReason::kAbort);
 
-  // One engine step; returns the output chunks it produced.
-  std::vector<OutputChunk> step();
+  // One engine step; returns the output chunks it produced. on_scheduled, when set, runs once the
+  // scheduler has decided the step (stats() then counts the requests that stay waiting), before
+  // the forward pass.
+  std::vector<OutputChunk> step(const std::function<void()>& on_scheduled = {});
 
   // Records vLLM's engine metrics from now on (per step, per token, per finished sequence).
   void set_metrics(std::shared_ptr<metrics::EngineMetrics> metrics) { metrics_ = std::move(metrics); }
