@@ -4,9 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "engine/engine.h"
@@ -44,6 +45,14 @@ std::vector<GenerateRequest> requests_for(const std::vector<std::string>& prompt
     rs[i].params = p;
   }
   return rs;
+}
+
+// vLLM's metrics for an engine over `core`, under the model name "stories".
+std::shared_ptr<metrics::EngineMetrics> metrics_for(const EngineCore& core) {
+  metrics::CacheConfigInfo info;
+  info.block_size = core.config().block_size;
+  info.num_blocks = core.num_blocks();
+  return std::make_shared<metrics::EngineMetrics>("stories", info, core.config().scheduler.max_model_len);
 }
 
 SamplingParams greedy(int64_t max_tokens) {
@@ -373,10 +382,7 @@ TEST(Engine, CallbacksQueueBoundAbortAllAndMetrics) {
   c.scheduler.max_num_seqs = 1;
   auto core = make_core(model, c);
   ASSERT_TRUE(core);
-  metrics::CacheConfigInfo info;
-  info.block_size = core->config().block_size;
-  info.num_blocks = core->num_blocks();
-  auto m = std::make_shared<metrics::EngineMetrics>("stories", info, core->config().scheduler.max_model_len);
+  auto m = metrics_for(*core);
   EngineOptions options;
   options.max_queued_requests = 2;
   options.metrics = m;
@@ -521,6 +527,64 @@ TEST(Engine, QueueBoundHoldsWhileTheLoopAddsAndSteps) {
   engine.abort_all();
   for (int i = 0; i < 3000 && engine.num_unfinished() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine.num_unfinished(), 0);
+}
+
+// A step that throws: every request, running, waiting or not yet taken in, ends with
+// finish reason error; the engine reports the failure and refuses new work.
+TEST(Engine, FailedStepEndsEveryRequestWithAnError) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig c;
+  c.scheduler.max_num_seqs = 1;
+  auto core = make_core(model, c);
+  ASSERT_TRUE(core);
+  auto m = metrics_for(*core);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  EngineOptions options;
+  options.metrics = m;
+  options.before_step = [&](int64_t step) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return go; });  // until every request is submitted
+    if (step == 3) throw std::runtime_error("injected fault at step 3");
+  };
+  Engine engine(std::move(core), options);
+  std::vector<std::vector<OutputChunk>> seen(3);
+  std::vector<bool> finished(3, false);
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.params = greedy(50);
+  r.params.ignore_eos = true;
+  for (size_t i = 0; i < 3; ++i) {
+    auto st = engine.submit(r, [&, i](OutputChunk&& chunk) {
+      std::lock_guard<std::mutex> lock(mu);
+      finished[i] = finished[i] || chunk.finished();
+      seen[i].push_back(std::move(chunk));
+      cv.notify_all();
+    });
+    ASSERT_TRUE(st.ok()) << st.status().message();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  cv.notify_all();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finished[0] && finished[1] && finished[2]; }));
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(seen[i].back().finish_reason, FinishReason::kError) << i;
+    EXPECT_GT(seen[0].size(), 1u);  // the first ran (3 steps) before the fault
+  }
+  const EngineHealth h = engine.health();
+  EXPECT_TRUE(h.failed);
+  EXPECT_NE(h.error.find("injected fault at step 3"), std::string::npos) << h.error;
+  Result<RequestId> after = engine.submit(r, [](OutputChunk&&) {});
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(engine.num_unfinished(), 0);
+  EXPECT_NE(m->render().find("vllm:request_success_total{model_name=\"stories\",finished_reason=\"error\"} 3"),
+            std::string::npos)
+      << m->render();
 }
 
 }  // namespace

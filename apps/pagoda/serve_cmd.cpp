@@ -2,7 +2,8 @@
 //
 // Start-up order: listen first (so /health can say 503 while the model loads), load the model
 // and tokenizer, find the chat template, start the engine, then ready. SIGTERM / SIGINT drain
-// (see OpenAiServer::shutdown) and exit 0; a second signal exits at once.
+// (see OpenAiServer::shutdown) and exit 0; a second signal exits at once. A failed engine (a
+// step threw) makes the server answer what is in flight with errors and exit 1.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -272,7 +273,18 @@ int run_serve(ServeFlags f) {
                "          -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n\n",
                url.c_str());
 
-  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Until a signal, or until the engine fails: a failed engine cannot recover (its loop has
+  // ended every request with an error), so the server drains and exits non-zero for whoever
+  // supervises it to restart it, rather than live on answering 503.
+  EngineHealth health;
+  while (g_signals.load() == 0 && !(health = engine->health()).failed) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (health.failed) {
+    log_line(LogLevel::kError, "serve", "the engine has failed (" + health.error + "); exiting with status 1");
+    (*server)->shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
   char shutdown_line[96];
   std::snprintf(shutdown_line, sizeof shutdown_line, "shutting down: in-flight requests have %g s to finish",
                 f.shutdown_timeout);

@@ -161,6 +161,15 @@ void OpenAiServer::Impl::Call::finish() {
 }
 
 void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
+  // A stalled engine loop takes no new work (it would only wait behind the stall): 503 with
+  // Retry-After, as /health says, until the loop moves again.
+  const double stalled_s = model.engine->health().seconds_since_progress;
+  if (stalled_s * 1000.0 > static_cast<double>(config.stall_timeout.count())) {
+    ex->respond(error_response(make_error(
+        503, "server_error",
+        "the engine loop has made no progress for " + std::to_string(static_cast<int64_t>(stalled_s)) + " s; retry later")));
+    return;
+  }
   ApiResult<ParsedRequest> parsed = endpoint == Endpoint::kChat ? parse_chat_request(req.body, context)
                                                                 : parse_completion_request(req.body, context);
   if (auto* err = std::get_if<ApiError>(&parsed)) {

@@ -37,7 +37,8 @@ struct ServerConfig {
   bool metrics_no_auth = false;                // /metrics without the key
   bool log_requests = true;                    // one line per request (ids and sizes, no text)
   std::chrono::milliseconds stats_interval{10000};  // the periodic throughput line; 0 = never
-  // /health fails when the engine loop has made no progress for this long.
+  // /health fails, and new inference requests get 503, when the engine loop has made no progress
+  // for this long.
   std::chrono::milliseconds stall_timeout{60000};
   ProtocolLimits limits;
   HttpLimits http;
