@@ -529,8 +529,8 @@ TEST(Engine, QueueBoundHoldsWhileTheLoopAddsAndSteps) {
   EXPECT_EQ(engine.num_unfinished(), 0);
 }
 
-// A step that throws: every request, running, waiting or not yet taken in, ends with
-// finish reason error; the engine reports the failure and refuses new work.
+// A step that throws: the running request and those waiting behind it all end with finish
+// reason error (and are counted so); the engine reports the failure and refuses new work.
 TEST(Engine, FailedStepEndsEveryRequestWithAnError) {
   PAGODA_TEST_FILE(model, kModel);
   EngineConfig c;
