@@ -54,7 +54,7 @@ void ServeFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--max-request-body", max_request_body, "largest request body accepted (413 beyond)")
       ->capture_default_str();
   cmd.add_option("--health-stall-timeout", health_stall_timeout,
-                 "seconds without engine progress (while it has work) after which /health answers 503")
+                 "seconds without engine progress (while it has work) after which /health and new requests get 503")
       ->capture_default_str();
   // For the server's own tests (a failing or stuck engine step); not shown in --help.
   cmd.add_option("--fault-injection", fault_injection, "")->group("");

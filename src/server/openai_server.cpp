@@ -115,6 +115,13 @@ struct OpenAiServer::Impl {
     return constant_time_equal(key, config.api_key);
   }
 
+  // Why the engine loop counts as stalled (no progress for longer than stall_timeout), or "".
+  std::string stall_reason(const EngineHealth& h) const {
+    if (h.seconds_since_progress * 1000.0 <= static_cast<double>(config.stall_timeout.count())) return "";
+    return "the engine loop has made no progress for " + std::to_string(static_cast<int64_t>(h.seconds_since_progress)) +
+           " s";
+  }
+
   std::optional<HttpResponse> refuse(const HttpRequest& req) const;
   void handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
   void generate(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
@@ -163,11 +170,8 @@ void OpenAiServer::Impl::Call::finish() {
 void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
   // A stalled engine loop takes no new work (it would only wait behind the stall): 503 with
   // Retry-After, as /health says, until the loop moves again.
-  const double stalled_s = model.engine->health().seconds_since_progress;
-  if (stalled_s * 1000.0 > static_cast<double>(config.stall_timeout.count())) {
-    ex->respond(error_response(make_error(
-        503, "server_error",
-        "the engine loop has made no progress for " + std::to_string(static_cast<int64_t>(stalled_s)) + " s; retry later")));
+  if (std::string stalled = stall_reason(model.engine->health()); !stalled.empty()) {
+    ex->respond(error_response(make_error(503, "server_error", stalled + "; retry later")));
     return;
   }
   ApiResult<ParsedRequest> parsed = endpoint == Endpoint::kChat ? parse_chat_request(req.body, context)
@@ -241,10 +245,8 @@ void OpenAiServer::Impl::health(const std::shared_ptr<Exchange>& ex) {
     ex->respond(error_response(make_error(503, "server_error", "the engine has failed: " + h.error)));
   } else if (h.stopping) {
     ex->respond(error_response(make_error(503, "server_error", "the engine is stopping")));
-  } else if (h.seconds_since_progress * 1000.0 > static_cast<double>(config.stall_timeout.count())) {
-    ex->respond(error_response(make_error(503, "server_error",
-                                          "the engine loop has made no progress for " +
-                                              std::to_string(static_cast<int64_t>(h.seconds_since_progress)) + " s")));
+  } else if (std::string stalled = stall_reason(h); !stalled.empty()) {
+    ex->respond(error_response(make_error(503, "server_error", stalled)));
   } else {
     HttpResponse r;
     r.content_type = "text/plain";
