@@ -232,15 +232,18 @@ void Loader::start(size_t i) {
 }
 
 void Loader::ended_one(size_t i) {
-  --in_flight;
   ++ended;
   last_end = std::max(last_end, now());
   if (options->on_done) options->on_done(ended);
-  if (!due.empty()) {
-    const size_t n = due.front();
-    due.pop_front();
-    net::post(ioc, [this, n] { start(n); });
+  if (due.empty()) {
+    --in_flight;
+    return;
   }
+  // The slot passes straight to the next waiting request: in_flight keeps counting it, so an
+  // arrival handled before the posted start runs cannot take the slot too (--max-concurrency).
+  const size_t n = due.front();
+  due.pop_front();
+  net::post(ioc, [this, n] { std::make_shared<Stream>(*this, n)->start(); });
 }
 
 // Starts every request whose time has come (or queues it for a slot), then sleeps until the next.
