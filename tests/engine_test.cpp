@@ -2,9 +2,11 @@
 // generates. Batched = alone, chunked = unchunked, cached = uncached, preempted = never preempted;
 // plus stop strings, n > 1, logprobs, rejection and abort.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <condition_variable>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -308,6 +310,48 @@ TEST(Engine, LogprobsOfGreedyTokens) {
   const auto& prompt = (*res)[0].prompt_token_ids;
   ASSERT_EQ((*res)[0].prompt_logprobs.size(), prompt.size() - 1);
   for (size_t i = 0; i + 1 < prompt.size(); ++i) EXPECT_EQ((*res)[0].prompt_logprobs[i].token, prompt[i + 1]);
+}
+
+// --gpu-memory-utilization F: the KV cache gets F x the machine's memory less the weights and
+// activations, so raising F by 0.1 adds 0.1 x the memory (to within a block); a fraction that
+// leaves less than one sequence is refused, naming what used the memory.
+TEST(Engine, GpuMemoryUtilizationGivesTheKvCacheWhatIsLeft) {
+  PAGODA_TEST_FILE(model, kModel);
+  int64_t total = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (std::ifstream limit("/sys/fs/cgroup/memory.max"); limit) {
+    long long v = 0;
+    if (limit >> v && v > 0 && v < total) total = v;
+  }
+  EngineConfig c;
+  c.scheduler.max_model_len = 256;
+  c.gpu_memory_utilization = 0.02;
+  std::unique_ptr<EngineCore> low = make_core(model, c);
+  c.gpu_memory_utilization = 0.12;
+  std::unique_ptr<EngineCore> high = make_core(model, c);
+  ASSERT_TRUE(low && high);
+  const double block = static_cast<double>(high->kv_cache_bytes() / high->num_blocks());
+  EXPECT_NEAR(static_cast<double>(high->kv_cache_bytes() - low->kv_cache_bytes()), 0.1 * static_cast<double>(total),
+              2 * block);
+  // What is left for it is below the fraction of the machine (the weights took their share).
+  EXPECT_LT(static_cast<double>(low->kv_cache_bytes()), 0.02 * static_cast<double>(total));
+  EXPECT_NE(low->kv_cache_summary().find("sized by --gpu-memory-utilization 0.02"), std::string::npos)
+      << low->kv_cache_summary();
+  cpu::register_cpu_backend();
+  app::ModelFlags flags;
+  flags.model = model;
+  auto loaded = app::load_model_and_tokenizer(flags);
+  ASSERT_TRUE(loaded.ok());
+  c.gpu_memory_utilization = 1e-9;
+  auto refused = EngineCore::create(std::move(loaded->model), std::move(loaded->tokenizer), c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--gpu-memory-utilization 1e-09 leaves 0.00 GiB for the KV cache"),
+            std::string::npos)
+      << refused.status().message();
+  c.gpu_memory_utilization = 1.5;
+  auto loaded2 = app::load_model_and_tokenizer(flags);
+  ASSERT_TRUE(loaded2.ok());
+  auto out_of_range = EngineCore::create(std::move(loaded2->model), std::move(loaded2->tokenizer), c);
+  EXPECT_FALSE(out_of_range.ok());
 }
 
 TEST(Engine, RejectsWhatCanNeverFitAndKeepsServing) {

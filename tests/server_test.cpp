@@ -396,7 +396,7 @@ TEST(Server, BadRequestsGetErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"prompt": [2147483647]})", 400, "invalid_request_error", "prompt"},
       {"/v1/completions", R"({"prompt": []})", 400, "invalid_request_error", "prompt"},
       {"/v1/completions", R"({"prompt": [[]]})", 400, "invalid_request_error", "prompt"},
-      {"/v1/completions", R"({"prompt": ""})", 400, "invalid_request_error", "prompt"},
+      {"/v1/completions", R"({"prompt": "", "add_special_tokens": false})", 400, "invalid_request_error", "prompt"},
       {"/v1/completions", R"({"prompt": "a", "model": "nope"})", 404, "not_found_error", "model"},
       {"/v1/completions", R"({"prompt": "a", "model": "../../etc/passwd"})", 404, "not_found_error", "model"},
       {"/v1/completions", R"({"prompt": "a", "max_tokens": 5000})", 400, "invalid_request_error", "max_tokens"},

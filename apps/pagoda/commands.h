@@ -20,10 +20,11 @@ struct GenerateFlags {
   std::string input_file;   // JSONL batch mode
   std::string output_file;  // default: stdout
   int64_t max_tokens = 16;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  int64_t top_k = 0;
-  double min_p = 0.0;
+  // Sampling flags: absent ones take --generation-config's defaults, else the engine's (1, 1, 0, 0).
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
   std::optional<uint64_t> request_seed;
   bool ignore_eos = false;
   bool no_add_special = false;
@@ -119,8 +120,9 @@ struct ServeFlags {
   std::string api_key;
   bool metrics_no_auth = false;
   std::string chat_template;
-  int64_t max_logprobs = 20;
   bool disable_log_requests = false;
+  bool enable_log_requests = false;
+  std::string uvicorn_log_level = "info";
   bool disable_log_stats = false;
   int64_t max_queued_requests = 0;
   double shutdown_timeout = 0;  // seconds

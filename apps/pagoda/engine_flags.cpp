@@ -1,40 +1,134 @@
 #include "apps/pagoda/engine_flags.h"
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <set>
+
+#include "base/log.h"
 
 namespace pagoda::app {
 
 void EngineFlags::add_to(CLI::App& app) {
-  app.add_option("--block-size", block_size, "tokens per KV cache block (1..256)")->capture_default_str();
-  app.add_option("--kv-cache-memory", kv_cache_memory,
-                 "KV cache size, e.g. 4GiB (default: a quarter of the available memory, capped at what "
-                 "--max-num-seqs full-length sequences need)");
-  app.add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")->capture_default_str();
+  app.add_option("--block-size", block_size, "tokens per KV cache block (1..256)")
+      ->capture_default_str()
+      ->group(kCacheConfig);
+  app.add_option("--kv-cache-memory-bytes,--kv-cache-memory", kv_cache_memory,
+                 "KV cache size in bytes, e.g. 4GiB or 4294967296; overrides --gpu-memory-utilization "
+                 "(default: a quarter of the available memory, capped at what --max-num-seqs full-length "
+                 "sequences need)")
+      ->group(kCacheConfig);
+  app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
+                 "fraction (0, 1] of the machine's memory the engine may use for weights + activations + KV "
+                 "cache; the KV cache gets what is left (the CPU's memory stands in for the GPU's)")
+      ->group(kCacheConfig);
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
+               "automatic prefix caching (on by default; --no-enable-prefix-caching turns it off)")
+      ->group(kCacheConfig);
+  app.add_option("--swap-space", swap_space,
+                 "accepted, no effect: there is no GPU memory to swap out of; preempted requests recompute")
+      ->capture_default_str()
+      ->group(kCacheConfig);
+  app.add_option("--kv-cache-dtype", kv_cache_dtype, "KV cache type: auto (float32); quantized types not yet")
+      ->capture_default_str()
+      ->group(kCacheConfig);
+
+  app.add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
+      ->capture_default_str()
+      ->group(kSchedulerConfig);
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")
-      ->capture_default_str();
-  app.add_option("--max-model-len", max_model_len,
-                 "longest prompt + output in tokens (default: the model's context length)");
+      ->capture_default_str()
+      ->group(kSchedulerConfig);
   app.add_option("--long-prefill-token-threshold", long_prefill_token_threshold,
                  "most tokens one request may take in a step (0 = no cap)")
-      ->capture_default_str();
-  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
-               "automatic prefix caching (on by default; --no-enable-prefix-caching turns it off)");
-  app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority (lower first)")->capture_default_str();
-  app.add_option("--seed", seed, "seed for requests that bring none of their own")->capture_default_str();
+      ->capture_default_str()
+      ->group(kSchedulerConfig);
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", enable_chunked_prefill,
+               "split long prompts across steps (on by default; off: a prompt runs whole in one step, which "
+               "needs --max-num-batched-tokens >= --max-model-len)")
+      ->group(kSchedulerConfig);
+  app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority (lower first)")
+      ->capture_default_str()
+      ->group(kSchedulerConfig);
+
+  app.add_option("--max-model-len", max_model_len,
+                 "longest prompt + output in tokens (default: the model's context length)")
+      ->group(kModelConfig);
+  app.add_option("--seed", seed, "seed for requests that bring none of their own")
+      ->capture_default_str()
+      ->group(kModelConfig);
+  app.add_option("--max-logprobs", max_logprobs, "most logprobs / top_logprobs / prompt_logprobs a request may ask for")
+      ->capture_default_str()
+      ->group(kModelConfig);
+  app.add_option("--generation-config", generation_config,
+                 "request defaults: auto (the model folder's generation_config.json), vllm (the engine's own), "
+                 "or a folder holding a generation_config.json")
+      ->capture_default_str()
+      ->group(kModelConfig);
+  app.add_flag("--enforce-eager", enforce_eager, "accepted, no effect: the CPU backend captures no graphs")
+      ->group(kModelConfig);
+  app.add_option("--max-seq-len-to-capture", max_seq_len_to_capture,
+                 "accepted, no effect: the CPU backend captures no graphs")
+      ->group(kModelConfig);
+
+  app.add_option("--tensor-parallel-size", tensor_parallel_size, "tensor-parallel ranks (-tp); only 1 for now")
+      ->capture_default_str()
+      ->group(kParallelConfig);
+  app.add_option("--pipeline-parallel-size", pipeline_parallel_size, "pipeline stages (-pp); only 1 for now")
+      ->capture_default_str()
+      ->group(kParallelConfig);
+  app.add_option("--data-parallel-size", data_parallel_size,
+                 "data-parallel replicas (-dp); only 1 (run replicas behind a load balancer)")
+      ->capture_default_str()
+      ->group(kParallelConfig);
+
+  app.add_option("--log-level", log_level, "debug, info, warning, error or critical")
+      ->capture_default_str()
+      ->group(kPagodaGroup);
 }
 
+namespace {
+
+Status not_yet(const std::string& flag, const std::string& value, const std::string& supported) {
+  return unimplemented(flag + " " + value + " is not supported yet (supported: " + supported + ")");
+}
+
+}  // namespace
+
 Result<EngineConfig> EngineFlags::to_config() const {
+  if (tensor_parallel_size != 1) {
+    return not_yet("--tensor-parallel-size", std::to_string(tensor_parallel_size), "1: one process holds the model");
+  }
+  if (pipeline_parallel_size != 1) {
+    return not_yet("--pipeline-parallel-size", std::to_string(pipeline_parallel_size), "1: one process holds the model");
+  }
+  if (data_parallel_size != 1) {
+    return not_yet("--data-parallel-size", std::to_string(data_parallel_size),
+                   "1; run replicas behind any HTTP load balancer");
+  }
+  if (kv_cache_dtype != "auto") return not_yet("--kv-cache-dtype", kv_cache_dtype, "auto, a float32 KV cache");
+  if (!parse_log_level(log_level)) {
+    return invalid_argument("--log-level must be debug, info, warning, error or critical, got '" + log_level + "'");
+  }
+  if (!(swap_space >= 0)) return invalid_argument("--swap-space must be >= 0");
+  if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
+  if (generation_config.empty()) return invalid_argument("--generation-config must be auto, vllm or a folder");
+
   EngineConfig c;
   c.block_size = block_size;
   if (!kv_cache_memory.empty()) {
-    PAGODA_ASSIGN_OR_RETURN(c.kv_cache_memory, parse_byte_size(kv_cache_memory));
+    auto bytes = parse_byte_size(kv_cache_memory);
+    if (!bytes.ok()) return invalid_argument("--kv-cache-memory-bytes: " + bytes.status().message());
+    c.kv_cache_memory = *bytes;
+  }
+  if (gpu_memory_utilization) {
+    if (!(*gpu_memory_utilization > 0 && *gpu_memory_utilization <= 1)) {
+      return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(*gpu_memory_utilization));
+    }
+    c.gpu_memory_utilization = *gpu_memory_utilization;
   }
   c.scheduler.max_num_seqs = max_num_seqs;
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   c.scheduler.max_model_len = max_model_len;
   c.scheduler.long_prefill_token_threshold = long_prefill_token_threshold;
+  c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
   if (scheduling_policy == "fcfs") {
     c.scheduler.policy = SchedulingPolicy::kFcfs;
   } else if (scheduling_policy == "priority") {
@@ -44,132 +138,27 @@ Result<EngineConfig> EngineFlags::to_config() const {
   }
   c.enable_prefix_caching = enable_prefix_caching;
   c.seed = seed;
+  c.max_logprobs = max_logprobs;
   return c;
 }
 
-namespace {
-
-using nlohmann::json;
-
-Status wrong_type(const std::string& key, const char* want) {
-  return invalid_argument("'" + key + "' must be " + want);
-}
-
-template <typename T>
-Status read_number(const json& j, const std::string& key, T* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::ok_status();
-  if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer()) return wrong_type(key, "an integer");
-    if (it->is_number_unsigned()) {
-      *out = static_cast<T>(it->get<uint64_t>());
-    } else {
-      *out = static_cast<T>(it->get<int64_t>());
-    }
-  } else {
-    if (!it->is_number()) return wrong_type(key, "a number");
-    *out = it->get<T>();
-  }
-  return Status::ok_status();
-}
-
-Status read_bool(const json& j, const std::string& key, bool* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::ok_status();
-  if (!it->is_boolean()) return wrong_type(key, "true or false");
-  *out = it->get<bool>();
-  return Status::ok_status();
-}
-
-Status read_ids(const json& j, const std::string& key, std::vector<TokenId>* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::ok_status();
-  if (!it->is_array()) return wrong_type(key, "a list of token ids");
-  for (const json& v : *it) {
-    if (!v.is_number_integer()) return wrong_type(key, "a list of token ids");
-    int64_t id = v.get<int64_t>();
-    if (id < 0 || id > INT32_MAX) return invalid_argument("'" + key + "' holds an invalid token id");
-    out->push_back(static_cast<TokenId>(id));
-  }
-  return Status::ok_status();
-}
-
-}  // namespace
-
-Result<GenerateRequest> request_from_json(const json& j) {
-  static const std::set<std::string> known = {
-      "prompt", "prompt_token_ids", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n",
-      "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
-      "stop_token_ids", "ignore_eos", "min_tokens", "include_stop_str_in_output", "logprobs",
-      "prompt_logprobs", "skip_special_tokens", "priority", "cache_salt"};
-  if (!j.is_object()) return invalid_argument("a request must be a JSON object");
-  for (const auto& [key, _] : j.items()) {
-    if (!known.count(key)) return invalid_argument("unknown field '" + key + "'");
-  }
-  GenerateRequest r;
-  SamplingParams& p = r.params;
-  if (auto it = j.find("prompt"); it != j.end()) {
-    if (!it->is_string()) return wrong_type("prompt", "a string");
-    r.prompt = it->get<std::string>();
-  }
-  PAGODA_RETURN_IF_ERROR(read_ids(j, "prompt_token_ids", &r.prompt_token_ids));
-  if (!j.contains("prompt") && r.prompt_token_ids.empty()) return invalid_argument("'prompt' is required");
-  PAGODA_RETURN_IF_ERROR(read_number(j, "max_tokens", &p.max_tokens));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "temperature", &p.temperature));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "top_p", &p.top_p));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "top_k", &p.top_k));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "min_p", &p.min_p));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "n", &p.n));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "presence_penalty", &p.presence_penalty));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "frequency_penalty", &p.frequency_penalty));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "repetition_penalty", &p.repetition_penalty));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "min_tokens", &p.min_tokens));
-  PAGODA_RETURN_IF_ERROR(read_number(j, "priority", &r.priority));
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    uint64_t seed = 0;
-    PAGODA_RETURN_IF_ERROR(read_number(j, "seed", &seed));
-    p.seed = seed;
-  }
-  for (const char* key : {"logprobs", "prompt_logprobs"}) {
-    if (j.contains(key) && !j[key].is_null()) {
-      int64_t v = 0;
-      PAGODA_RETURN_IF_ERROR(read_number(j, key, &v));
-      (std::string(key) == "logprobs" ? p.logprobs : p.prompt_logprobs) = v;
-    }
-  }
-  PAGODA_RETURN_IF_ERROR(read_bool(j, "ignore_eos", &p.ignore_eos));
-  PAGODA_RETURN_IF_ERROR(read_bool(j, "include_stop_str_in_output", &p.include_stop_str_in_output));
-  PAGODA_RETURN_IF_ERROR(read_bool(j, "skip_special_tokens", &p.skip_special_tokens));
-  PAGODA_RETURN_IF_ERROR(read_ids(j, "stop_token_ids", &p.stop_token_ids));
-  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    if (it->is_string()) {
-      p.stop.push_back(it->get<std::string>());
-    } else if (it->is_array()) {
-      for (const json& s : *it) {
-        if (!s.is_string()) return wrong_type("stop", "a string or a list of strings");
-        p.stop.push_back(s.get<std::string>());
+std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kLong[] = {
+      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"}};
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    for (const auto& [short_name, long_name] : kLong) {
+      const std::string s = short_name;
+      if (arg == s) {
+        arg = long_name;
+      } else if (arg.rfind(s + "=", 0) == 0) {
+        arg = std::string(long_name) + arg.substr(s.size());
       }
-    } else {
-      return wrong_type("stop", "a string or a list of strings");
     }
+    out.push_back(std::move(arg));
   }
-  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) return wrong_type("logit_bias", "an object of token id -> bias");
-    for (const auto& [key, value] : it->items()) {
-      char* end = nullptr;
-      long long id = std::strtoll(key.c_str(), &end, 10);
-      if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX) {
-        return invalid_argument("'logit_bias' key '" + key + "' is not a token id");
-      }
-      if (!value.is_number()) return wrong_type("logit_bias", "an object of token id -> number");
-      p.logit_bias.emplace_back(static_cast<TokenId>(id), value.get<float>());
-    }
-  }
-  if (auto it = j.find("cache_salt"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return wrong_type("cache_salt", "a string");
-    r.cache_salt = it->get<std::string>();
-  }
-  return r;
+  return out;
 }
 
 }  // namespace pagoda::app

@@ -1,10 +1,13 @@
-// The engine flags every serving subcommand accepts alike (generate, bench, and serve later),
-// named as vLLM names them, and the JSON request fields of the OpenAI API mapped onto a
-// GenerateRequest.
+// The engine flags every serving subcommand accepts alike (serve, generate, bench), named as
+// vLLM names them and shown in `--help` under vLLM's config groups. Flags that name a capability
+// Pagoda does not have yet fail in to_config() with one line naming the flag, the value and what
+// is supported; flags with no meaning on a CPU engine are accepted and documented as such
+// (docs/configuration.md has the whole `vllm serve` table).
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/engine_core.h"
@@ -15,27 +18,50 @@ class App;
 
 namespace pagoda::app {
 
+// vLLM's help groups (`pagoda serve --help=CacheConfig`).
+inline constexpr const char* kModelConfig = "ModelConfig";
+inline constexpr const char* kLoadConfig = "LoadConfig";
+inline constexpr const char* kCacheConfig = "CacheConfig";
+inline constexpr const char* kParallelConfig = "ParallelConfig";
+inline constexpr const char* kSchedulerConfig = "SchedulerConfig";
+inline constexpr const char* kFrontend = "Frontend";
+inline constexpr const char* kPagodaGroup = "Pagoda";  // ours, with no vLLM counterpart
+
 struct EngineFlags {
+  // CacheConfig
   int32_t block_size = 16;
-  std::string kv_cache_memory;              // "" = default
+  std::string kv_cache_memory;              // --kv-cache-memory-bytes; "" = not set
+  std::optional<double> gpu_memory_utilization;
+  bool enable_prefix_caching = true;
+  double swap_space = 4;                    // GiB; accepted, no effect
+  std::string kv_cache_dtype = "auto";
+  // SchedulerConfig
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;                // 0 = the model's context length
   int64_t long_prefill_token_threshold = 0;
-  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
   std::string scheduling_policy = "fcfs";
+  // ModelConfig
+  int64_t max_model_len = 0;                // 0 = the model's context length
   uint64_t seed = 0;
+  int64_t max_logprobs = SamplingParams::kMaxLogprobs;
+  std::string generation_config = "auto";
+  bool enforce_eager = false;               // accepted, no effect
+  int64_t max_seq_len_to_capture = 8192;    // accepted, no effect
+  // ParallelConfig
+  int64_t tensor_parallel_size = 1;
+  int64_t pipeline_parallel_size = 1;
+  int64_t data_parallel_size = 1;
+  // Pagoda's
+  std::string log_level = "info";
 
   void add_to(CLI::App& app);
+  // The engine configuration; fails on a value Pagoda does not support (yet).
   Result<EngineConfig> to_config() const;
 };
 
-// A request from one JSON object with OpenAI field names: "prompt" (string) or
-// "prompt_token_ids", plus optional max_tokens, temperature, top_p, top_k, min_p, n,
-// presence_penalty, frequency_penalty, repetition_penalty, logit_bias, seed, stop (string or
-// list), stop_token_ids, ignore_eos, min_tokens, include_stop_str_in_output, logprobs,
-// prompt_logprobs, skip_special_tokens, priority, cache_salt. Unknown fields are rejected, as are
-// fields of the wrong type; the message names the field.
-Result<GenerateRequest> request_from_json(const nlohmann::json& j);
+// vLLM writes -tp / -pp / -dp as single-dash long options, which CLI11 cannot parse: rewrites
+// them (and -tp=N) to --tensor-parallel-size and friends before parsing.
+std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv);
 
 }  // namespace pagoda::app

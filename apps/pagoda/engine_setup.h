@@ -1,6 +1,7 @@
 // Building an EngineCore from the command line's model and engine flags.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "apps/pagoda/engine_flags.h"
@@ -12,9 +13,19 @@ namespace pagoda::app {
 struct EngineSetup {
   std::unique_ptr<EngineCore> core;
   std::shared_ptr<const Tokenizer> tokenizer;
+  GenerationDefaults generation_defaults;  // from --generation-config
 };
 
-// Loads the model and tokenizer and sizes the engine.
-Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine);
+// Checks the flags, applies --log-level, reads --generation-config, loads the tokenizer and runs
+// `before_weights` on it (both fail fast, before any weight is read), then the model, and sizes
+// the engine.
+Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
+                                const std::function<Status(const Tokenizer&)>& before_weights = {});
+
+// --generation-config: "auto" reads MODEL/generation_config.json when the model is a folder
+// holding one (nothing otherwise), "vllm" gives no defaults, anything else is a folder that
+// must hold a generation_config.json. Of the file, as vLLM: temperature, top_p, top_k, min_p,
+// repetition_penalty, max_new_tokens; a field of the wrong type is an error naming the file.
+Result<GenerationDefaults> load_generation_defaults(const std::string& setting, const std::string& model_path);
 
 }  // namespace pagoda::app

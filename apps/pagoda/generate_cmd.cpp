@@ -1,4 +1,9 @@
 // `pagoda generate`: one prompt streamed to stdout, or a JSONL file of requests run as one batch.
+//
+// Both go through the server's request parser (server/openai_protocol.h): a --prompt is turned
+// into the completions body its flags describe, and every line of an --input-file is a
+// completions body. So the CLI and the server accept, default, validate and refuse requests by
+// the same rules, and offline logprobs come out in the same OpenAI shape.
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,7 +12,9 @@
 
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/engine_setup.h"
+#include "base/log.h"
 #include "engine/llm.h"
+#include "server/openai_protocol.h"
 
 namespace pagoda::app {
 
@@ -18,23 +25,61 @@ int fail(const Status& status) {
 
 namespace {
 
+using server::ApiError;
+using server::ParsedRequest;
+
 void write_out(const std::string& s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fflush(stdout);
 }
 
+// What the request parser needs to know about the model, as the server has it; a request's
+// optional "model" may name the model path or its file name.
+server::ModelContext model_context(const GenerateFlags& f, const EngineSetup& setup) {
+  server::ModelContext ctx;
+  const std::string& path = f.model.model;
+  std::string name = std::filesystem::path(path).filename().string();
+  ctx.served_model_names = {path};
+  if (!name.empty() && name != path) ctx.served_model_names.push_back(name);
+  const EngineConfig& ec = setup.core->config();
+  ctx.max_model_len = ec.scheduler.max_model_len;
+  ctx.tokenizer = setup.tokenizer.get();
+  ctx.limits.max_logprobs = ec.max_logprobs;
+  ctx.defaults = setup.generation_defaults;
+  ctx.default_max_tokens = f.max_tokens;
+  return ctx;
+}
+
+Result<ParsedRequest> parse(const std::string& body, const server::ModelContext& ctx,
+                            server::IgnoredFieldNames& ignored, const std::string& where) {
+  server::ApiResult<ParsedRequest> parsed = server::parse_completion_request(body, ctx);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return invalid_argument(where + e->message);
+  for (const std::string& name : ignored.first_seen(std::get<ParsedRequest>(parsed).ignored_fields)) {
+    log_line(LogLevel::kWarning, "generate", where + "ignoring the unknown request field '" + name + "'");
+  }
+  return std::get<ParsedRequest>(std::move(parsed));
+}
+
+// The completions body the --prompt flags describe. Sampling flags that were not given stay
+// out, so --generation-config defaults apply to them as they do to a server request.
+std::string prompt_body(const GenerateFlags& f) {
+  nlohmann::json j = {{"prompt", f.prompt}, {"max_tokens", f.max_tokens}};
+  if (f.no_add_special) j["add_special_tokens"] = false;
+  if (f.temperature) j["temperature"] = *f.temperature;
+  if (f.top_p) j["top_p"] = *f.top_p;
+  if (f.top_k) j["top_k"] = *f.top_k;
+  if (f.min_p) j["min_p"] = *f.min_p;
+  if (f.request_seed) j["seed"] = *f.request_seed;
+  if (f.ignore_eos) j["ignore_eos"] = true;
+  return j.dump();
+}
+
 // One prompt, streamed as it is generated.
 int generate_one(const GenerateFlags& f, EngineSetup& setup) {
-  GenerateRequest r;
-  r.prompt = f.prompt;
-  r.add_special_tokens = !f.no_add_special;
-  r.params.max_tokens = f.max_tokens;
-  r.params.temperature = f.temperature;
-  r.params.top_p = f.top_p;
-  r.params.top_k = f.top_k;
-  r.params.min_p = f.min_p;
-  r.params.seed = f.request_seed;
-  r.params.ignore_eos = f.ignore_eos;
+  server::IgnoredFieldNames ignored;
+  auto parsed = parse(prompt_body(f), model_context(f, setup), ignored, "--prompt: ");
+  if (!parsed.ok()) return fail(parsed.status());
+  GenerateRequest& r = parsed->prompts.at(0);
   EngineCore& core = *setup.core;
   Status st = core.prepare(r);
   if (!st.ok()) return fail(st);
@@ -60,26 +105,55 @@ int generate_one(const GenerateFlags& f, EngineSetup& setup) {
   return 0;
 }
 
-nlohmann::json output_json(const RequestOutput& r) {
-  nlohmann::json j;
-  auto one = [](const CompletionOutput& o) {
-    return nlohmann::json{{"index", o.index},
-                          {"text", o.text},
-                          {"token_ids", o.token_ids},
-                          {"finish_reason", finish_reason_name(o.finish_reason)}};
-  };
-  const CompletionOutput& first = r.outputs.at(0);
-  j["text"] = first.text;
-  j["token_ids"] = first.token_ids;
-  j["finish_reason"] = finish_reason_name(first.finish_reason);
-  if (r.outputs.size() > 1) {
-    for (const auto& o : r.outputs) j["outputs"].push_back(one(o));
+// The engine's finished output of one sequence as the single chunk a ResponseBuilder takes.
+OutputChunk as_chunk(const RequestOutput& r, const CompletionOutput& o) {
+  OutputChunk c;
+  c.index = o.index;
+  c.text = o.text;
+  c.token_ids = o.token_ids;
+  c.logprobs = o.logprobs;
+  c.prompt_logprobs = r.prompt_logprobs;
+  c.finish_reason = o.finish_reason;
+  c.stop_string = o.stop_string;
+  c.stop_token = o.stop_token;
+  c.prompt_tokens = r.prompt_tokens;
+  c.completion_tokens = static_cast<int64_t>(o.token_ids.size());
+  c.cached_tokens = r.cached_tokens;
+  return c;
+}
+
+// One output line for one input line: the first choice's text, token_ids and finish_reason,
+// usage, and, when asked, logprobs (OpenAI's completions shape) and prompt_logprobs (vLLM's);
+// with several choices (n > 1, or a list of prompts) all of them under "outputs".
+nlohmann::json output_line(const ParsedRequest& parsed, const RequestOutput* results, const Tokenizer& tok) {
+  server::ResponseBuilder builder(parsed, tok, "cmpl-offline", 0);
+  std::vector<const CompletionOutput*> outputs;
+  for (size_t p = 0; p < parsed.prompts.size(); ++p) {
+    for (const CompletionOutput& o : results[p].outputs) {
+      builder.add(p, as_chunk(results[p], o));
+      outputs.push_back(&o);
+    }
   }
-  j["usage"] = {{"prompt_tokens", r.prompt_tokens},
-                {"completion_tokens", r.completion_tokens},
-                {"total_tokens", r.prompt_tokens + r.completion_tokens},
-                {"cached_tokens", r.cached_tokens}};
-  return j;
+  const nlohmann::json body = nlohmann::json::parse(builder.body());
+  const auto choice = [&](size_t k) {
+    const nlohmann::json& c = body["choices"][k];
+    nlohmann::json j = {{"index", k}, {"text", c["text"]}, {"token_ids", outputs[k]->token_ids},
+                        {"finish_reason", c["finish_reason"]}};
+    if (parsed.logprobs) j["logprobs"] = c["logprobs"];
+    if (parsed.prompt_logprobs) j["prompt_logprobs"] = c["prompt_logprobs"];
+    return j;
+  };
+  nlohmann::json line = choice(0);
+  line.erase("index");
+  if (outputs.size() > 1) {
+    for (size_t k = 0; k < outputs.size(); ++k) line["outputs"].push_back(choice(k));
+  }
+  const nlohmann::json& usage = body["usage"];
+  line["usage"] = {{"prompt_tokens", usage["prompt_tokens"]},
+                   {"completion_tokens", usage["completion_tokens"]},
+                   {"total_tokens", usage["total_tokens"]},
+                   {"cached_tokens", usage["prompt_tokens_details"]["cached_tokens"]}};
+  return line;
 }
 
 void progress_bar(size_t done, size_t total) {
@@ -91,20 +165,23 @@ void progress_bar(size_t done, size_t total) {
   std::fflush(stderr);
 }
 
-// A JSONL file of requests, one output line per input line, in input order.
+// A JSONL file of completions requests, one output line per input line, in input order.
 int generate_file(const GenerateFlags& f, EngineSetup& setup) {
   std::ifstream in(f.input_file);
   if (!in) return fail(not_found(f.input_file + ": cannot open"));
+  const server::ModelContext ctx = model_context(f, setup);
+  server::IgnoredFieldNames ignored;
+  std::vector<ParsedRequest> lines;
+  std::vector<size_t> first_prompt;  // per line: its first request's index in the batch
   std::vector<GenerateRequest> requests;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return fail(invalid_argument(f.input_file + ":" + std::to_string(line_no) + ": not valid JSON"));
-    auto r = request_from_json(j);
-    if (!r.ok()) return fail(r.status().with_context(f.input_file + ":" + std::to_string(line_no)));
-    if (!j.contains("max_tokens")) r->params.max_tokens = f.max_tokens;
-    requests.push_back(std::move(*r));
+    auto parsed = parse(line, ctx, ignored, f.input_file + ":" + std::to_string(line_no) + ": ");
+    if (!parsed.ok()) return fail(parsed.status());
+    first_prompt.push_back(requests.size());
+    for (const GenerateRequest& g : parsed->prompts) requests.push_back(g);
+    lines.push_back(std::move(*parsed));
   }
   LLM llm(std::move(setup.core));
   const bool show_progress = isatty(STDERR_FILENO);
@@ -117,8 +194,9 @@ int generate_file(const GenerateFlags& f, EngineSetup& setup) {
     file.open(f.output_file);
     if (!file) return fail(io_error(f.output_file + ": cannot write"));
   }
-  for (const RequestOutput& r : *results) {
-    std::string text = output_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json out = output_line(lines[i], results->data() + first_prompt[i], *setup.tokenizer);
+    std::string text = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (file.is_open()) file << text; else write_out(text);
   }
   return 0;

@@ -1,5 +1,7 @@
 // pagoda: the one binary, with subcommands like vllm's: serve, generate, tokenize, bench. Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -23,6 +25,45 @@ int run_tokenize(const ModelFlags& model, const std::string& prompt, bool no_add
   return 0;
 }
 
+// vLLM's --help=VALUE: "listgroup" lists the option groups, a group name shows that group, "all"
+// everything, anything else the options whose name contains it.
+int print_help_section(CLI::App& cmd, const std::string& value) {
+  std::vector<std::string> groups;
+  for (const CLI::Option* o : cmd.get_options()) {
+    if (!o->get_group().empty() && std::find(groups.begin(), groups.end(), o->get_group()) == groups.end()) {
+      groups.push_back(o->get_group());
+    }
+  }
+  if (value == "listgroup") {
+    for (const std::string& g : groups) std::printf("%s\n", g.c_str());
+    return 0;
+  }
+  if (value == "all") {
+    std::printf("%s", cmd.help().c_str());
+    return 0;
+  }
+  const bool is_group = std::find(groups.begin(), groups.end(), value) != groups.end();
+  std::string lowered = value;
+  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  int shown = 0;
+  for (CLI::Option* o : cmd.get_options()) {
+    if (o->get_group().empty()) continue;  // hidden
+    const bool match = is_group ? o->get_group() == value : o->get_name().find(lowered) != std::string::npos;
+    if (!match) {
+      o->group("");  // hidden from this help
+    } else {
+      ++shown;
+    }
+  }
+  if (shown == 0) {
+    std::fprintf(stderr, "pagoda: error: --help=%s matches no option group or option name (groups: --help=listgroup)\n",
+                 value.c_str());
+    return 2;
+  }
+  std::printf("%s", cmd.help().c_str());
+  return 0;
+}
+
 int main_impl(int argc, char** argv) {
   // PAGODA_CPU_ISA=avx2|scalar forces a lower kernel table (testing, comparison); read once here.
   const char* isa_env = std::getenv("PAGODA_CPU_ISA");
@@ -31,6 +72,7 @@ int main_impl(int argc, char** argv) {
   cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
 
   CLI::App app{"Pagoda: an LLM inference and serving engine"};
+  app.set_version_flag("--version", PAGODA_VERSION, "print the version and exit");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
 
@@ -46,10 +88,11 @@ int main_impl(int argc, char** argv) {
                            "JSONL file, one request per line: {\"prompt\": ..., OpenAI sampling fields}");
   generate_cmd->add_option("--output-file", gen.output_file, "where --input-file results go (default: stdout)");
   generate_cmd->add_option("--max-tokens,-n", gen.max_tokens, "tokens to generate")->capture_default_str();
-  generate_cmd->add_option("--temperature,-t", gen.temperature, "0 = greedy")->capture_default_str();
-  generate_cmd->add_option("--top-p", gen.top_p, "nucleus sampling mass in (0, 1]")->capture_default_str();
-  generate_cmd->add_option("--top-k", gen.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
-  generate_cmd->add_option("--min-p", gen.min_p, "drop tokens below min_p x the top probability")->capture_default_str();
+  generate_cmd->add_option("--temperature,-t", gen.temperature,
+                           "0 = greedy (default: --generation-config's, else 1)");
+  generate_cmd->add_option("--top-p", gen.top_p, "nucleus sampling mass in (0, 1] (default: --generation-config's, else 1)");
+  generate_cmd->add_option("--top-k", gen.top_k, "keep the k most likely tokens (default: --generation-config's, else all)");
+  generate_cmd->add_option("--min-p", gen.min_p, "drop tokens below min_p x the top probability (default: --generation-config's, else 0)");
   generate_cmd->add_option("--request-seed", gen.request_seed, "sampling seed of the prompt (default: from --seed)");
   generate_cmd->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence tokens");
   generate_cmd->add_flag("--no-add-special", gen.no_add_special, "do not add BOS/EOS to the prompt");
@@ -114,11 +157,25 @@ int main_impl(int argc, char** argv) {
       "sweep", "run bench throughput or bench serve over a grid of settings; CSV, SVG chart, best setting");
   sweep.add_to(*sweep_cmd);
 
+  // vLLM's --help=GROUP / --help=listgroup / --help=KEYWORD, on the subcommand named before it.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--help=", 0) != 0) continue;
+    CLI::App* sub = &app;
+    for (int k = 1; k < i; ++k) {
+      for (CLI::App* s : sub->get_subcommands({})) {
+        if (s->get_name() == argv[k]) sub = s;
+      }
+    }
+    return print_help_section(*sub, arg.substr(7));
+  }
+
+  std::vector<std::string> args = rewrite_vllm_short_options(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "pagoda: error: %s (see --help)\n", e.what());

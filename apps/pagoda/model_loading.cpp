@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <utility>
 
+#include "apps/pagoda/engine_flags.h"
 #include "backends/cpu/cpu_thread_pool.h"
+#include "base/log.h"
 #include "loader/gguf_file.h"
 
 namespace pagoda::app {
@@ -13,20 +15,74 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
   app.add_option("--model,-m", model,
                  "a GGUF file, a Hugging Face directory, or a built-in config name "
                  "(demo-random, llama-110m, tinyllama-1.1b, qwen2.5-0.5b, ...)")
-      ->capture_default_str();
-  app.add_option("--tokenizer", tokenizer, "tokenizer to use instead of the model's own (GGUF or HF directory)");
+      ->capture_default_str()
+      ->group(kModelConfig);
+  app.add_option("--tokenizer", tokenizer, "tokenizer to use instead of the model's own (GGUF or HF directory)")
+      ->group(kModelConfig);
+  app.add_option("--tokenizer-mode", tokenizer_mode,
+                 "auto, slow or hf (all the same here: Pagoda's tokenizers reproduce the reference ones "
+                 "exactly); mistral and custom not yet")
+      ->capture_default_str()
+      ->group(kModelConfig);
+  app.add_flag("--trust-remote-code", trust_remote_code,
+               "accepted, no effect: Pagoda never runs code from a model folder")
+      ->group(kModelConfig);
+  app.add_option("--revision", revision, "accepted, no effect: nothing is downloaded; the model is read as given")
+      ->group(kModelConfig);
+  app.add_option("--code-revision", code_revision, "accepted, no effect: no code is ever fetched or run")
+      ->group(kModelConfig);
+  app.add_option("--tokenizer-revision", tokenizer_revision,
+                 "accepted, no effect: nothing is downloaded; the tokenizer is read as given")
+      ->group(kModelConfig);
   if (!weights) return;
   app.add_option("--load-format", load_format, "auto, gguf, safetensors, or dummy (random weights)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(kLoadConfig);
+  app.add_option("--download-dir", download_dir, "accepted, no effect: nothing is downloaded")->group(kLoadConfig);
   app.add_option("--dtype", dtype,
                  "matmul weight type: auto, float32 (float, f32), float16 (half, f16), bfloat16 (bf16), "
                  "q8_0, q4_0. Files: float weights converted at load, auto keeps them as stored; "
                  "dummy weights: generated in it, auto = bf16 above 200M parameters, else f32")
-      ->capture_default_str();
-  app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str();
-  app.add_option("--backend", backend, "compute backend")->capture_default_str();
+      ->capture_default_str()
+      ->group(kModelConfig);
+  app.add_option("--quantization,-q", quantization,
+                 "none, or gguf for a GGUF file; awq, gptq, compressed-tensors, ... not yet (--dtype q8_0 / "
+                 "q4_0 quantize float weights at load)")
+      ->group(kModelConfig);
+  app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str()->group(kLoadConfig);
+  app.add_option("--backend", backend, "compute backend")->capture_default_str()->group(kPagodaGroup);
   app.add_option("--threads", threads, "CPU backend threads (default: one per physical core)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 4096))
+      ->group(kPagodaGroup);
+}
+
+Status ModelFlags::check() const {
+  if (!quantization.empty() && quantization != "none") {
+    const bool gguf_file = quantization == "gguf" && std::filesystem::is_regular_file(model) &&
+                           starts_with_gguf_magic(model);
+    if (!gguf_file) {
+      return unimplemented("--quantization " + quantization +
+                           " is not supported yet (supported: none, and gguf for a GGUF file; a GGUF file's "
+                           "F32/F16/BF16/Q8_0/Q4_0 tensors run as stored, and --dtype q8_0 or q4_0 quantizes "
+                           "float weights at load)");
+    }
+  }
+  if (tokenizer_mode != "auto" && tokenizer_mode != "slow" && tokenizer_mode != "hf") {
+    return unimplemented("--tokenizer-mode " + tokenizer_mode + " is not supported yet (supported: auto, slow, hf)");
+  }
+  return Status::ok_status();
+}
+
+void ModelFlags::warn_no_effect() const {
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--revision", revision},
+                                    {"--tokenizer-revision", tokenizer_revision},
+                                    {"--code-revision", code_revision},
+                                    {"--download-dir", download_dir}}) {
+    if (!value.empty()) {
+      log_line(LogLevel::kWarning, "model", std::string(flag) + " " + value + " has no effect: Pagoda downloads nothing and reads " +
+                                                model + " as it is");
+    }
+  }
 }
 
 namespace {
@@ -72,7 +128,13 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags) {
   return tokenizer_from(flags.tokenizer.empty() ? flags.model : flags.tokenizer);
 }
 
-Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
+Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
+                                             const std::function<Status(const Tokenizer&)>& before_weights) {
+  PAGODA_RETURN_IF_ERROR(flags.check());
+  flags.warn_no_effect();
+  LoadedModel out;
+  PAGODA_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(flags));
+  if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(*out.tokenizer));
   LoadOptions options;
   PAGODA_ASSIGN_OR_RETURN(options.format, parse_load_format(flags.load_format));
   // A built-in config name can only mean dummy weights.
@@ -89,12 +151,10 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags) {
   }
   options.dummy_seed = flags.weights_seed;
 
-  LoadedModel out;
   if (flags.backend == "cpu") PAGODA_RETURN_IF_ERROR(cpu::set_cpu_threads(flags.threads));
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
   PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend));
-  PAGODA_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(flags));
   if (out.tokenizer->vocab_size() > out.model->config().vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
                             " tokens but the model only " +

@@ -2,6 +2,7 @@
 // its tokenizer. Lives in apps/ because it names the concrete backends and reads user flags.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,11 +27,20 @@ struct ModelFlags {
   uint64_t weights_seed = 0;       // dummy weights
   std::string backend = "cpu";
   int threads = 0;                 // CPU backend threads; 0 = one per physical core
+  std::string quantization;        // vLLM's --quantization; "" = none
+  std::string tokenizer_mode = "auto";
+  bool trust_remote_code = false;  // accepted: nothing from a model folder is ever run
+  std::string revision, tokenizer_revision, code_revision, download_dir;  // accepted: nothing is downloaded
   // Benchmarks on a built-in config without a tokenizer use the byte tokenizer (their prompts
   // are random ids; only the output text, which nobody reads, suffers).
   bool byte_tokenizer_fallback = false;
 
   void add_to(CLI::App& app, bool weights);
+  // Fails on a value Pagoda does not support (yet), before anything is read.
+  Status check() const;
+  // Logs a warning for each accepted flag that has no effect here but might be expected to
+  // (--revision, --tokenizer-revision, --download-dir).
+  void warn_no_effect() const;
 };
 
 struct LoadedModel {
@@ -43,7 +53,11 @@ struct LoadedModel {
 // directory's tokenizer.json, or the byte tokenizer of demo-random).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags);
 
-// Loads backend, weights and tokenizer, and checks the tokenizer fits the model's vocabulary.
-Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags);
+// Loads the tokenizer, runs `before_weights` on it (the caller's checks that must fail fast: a
+// chat template, say), then the backend and weights, and checks the tokenizer fits the model's
+// vocabulary. So a missing tokenizer or a bad template fails in well under a second, before any
+// weight is read or generated.
+Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
+                                             const std::function<Status(const Tokenizer&)>& before_weights = {});
 
 }  // namespace pagoda::app

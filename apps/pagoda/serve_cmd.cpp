@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -29,6 +30,8 @@ void ServeFlags::add_to(CLI::App& cmd) {
   cmd.add_option("model_tag", positional_model, "the model (same as --model)");
   model.add_to(cmd, /*weights=*/true);
   engine.add_to(cmd);
+  // Frontend: everything below.
+  const std::size_t first_frontend = cmd.get_options().size();
   cmd.add_option("--host", host, "address to listen on")->capture_default_str();
   cmd.add_option("--port", port, "port to listen on (0 = any free port)")->capture_default_str();
   // One name per occurrence, so that `--served-model-name a MODEL` cannot swallow the model.
@@ -41,9 +44,11 @@ void ServeFlags::add_to(CLI::App& cmd) {
   cmd.add_flag("--metrics-no-auth", metrics_no_auth, "serve /metrics without the API key");
   cmd.add_option("--chat-template", chat_template,
                  "chat template: a file, or the template text itself (default: the model's own)");
-  cmd.add_option("--max-logprobs", max_logprobs, "most logprobs / top_logprobs a request may ask for")
-      ->capture_default_str();
   cmd.add_flag("--disable-log-requests", disable_log_requests, "do not log a line per request");
+  cmd.add_flag("--enable-log-requests", enable_log_requests, "log a line per request (the default here)");
+  cmd.add_option("--uvicorn-log-level", uvicorn_log_level,
+                 "accepted, no effect: no uvicorn here; the HTTP server logs at --log-level")
+      ->capture_default_str();
   cmd.add_flag("--disable-log-stats", disable_log_stats, "do not log the periodic throughput line");
   cmd.add_option("--max-queued-requests", max_queued_requests,
                  "requests that may wait for the engine; beyond it new ones get 429 (0 = no bound)")
@@ -67,6 +72,10 @@ void ServeFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--max-unsent-stream", max_unsent_stream,
                  "stream data a slow reader may leave unsent before it is dropped and its request aborted")
       ->capture_default_str();
+  const std::vector<CLI::Option*> options = cmd.get_options();
+  for (std::size_t i = first_frontend; i < options.size(); ++i) {
+    if (!options[i]->get_group().empty()) options[i]->group(kFrontend);
+  }
 }
 
 namespace {
@@ -186,7 +195,17 @@ int run_serve(ServeFlags f) {
   if (f.api_key.empty()) {
     if (const char* env = std::getenv("PAGODA_API_KEY")) f.api_key = env;
   }
-  if (f.max_logprobs < 0) return fail(invalid_argument("--max-logprobs must be >= 0"));
+  static const char* const kUvicornLevels[] = {"critical", "error", "warning", "info", "debug", "trace"};
+  if (std::find(std::begin(kUvicornLevels), std::end(kUvicornLevels), f.uvicorn_log_level) == std::end(kUvicornLevels)) {
+    return fail(invalid_argument("--uvicorn-log-level must be critical, error, warning, info, debug or trace"));
+  }
+  // Every flag is checked before the port is taken: a value Pagoda cannot honour fails at once.
+  if (auto config = f.engine.to_config(); !config.ok()) return fail(config.status());
+  if (Status st = f.model.check(); !st.ok()) return fail(st);
+  set_log_level(*parse_log_level(f.engine.log_level));  // before the first line
+  if (f.disable_log_requests && f.enable_log_requests) {
+    return fail(invalid_argument("--disable-log-requests and --enable-log-requests contradict each other"));
+  }
   if (f.shutdown_timeout < 0) return fail(invalid_argument("--shutdown-timeout must be >= 0"));
   if (f.max_queued_requests < 0) return fail(invalid_argument("--max-queued-requests must be >= 0"));
   if (!(f.http_header_timeout > 0)) return fail(invalid_argument("--http-header-timeout must be > 0"));
@@ -218,7 +237,7 @@ int run_serve(ServeFlags f) {
   sc.metrics_no_auth = f.metrics_no_auth;
   sc.log_requests = !f.disable_log_requests;
   if (f.disable_log_stats) sc.stats_interval = std::chrono::milliseconds(0);
-  sc.limits.max_logprobs = f.max_logprobs;
+  sc.limits.max_logprobs = f.engine.max_logprobs;
   sc.http.max_body_bytes = static_cast<size_t>(*body_limit);
   sc.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_header_timeout * 1000));
   sc.http.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_write_timeout * 1000));
@@ -229,27 +248,30 @@ int run_serve(ServeFlags f) {
   log_line(LogLevel::kInfo, "serve", "listening on http://" + f.host + ":" + std::to_string((*server)->port()) +
                                          " (health is 503 until the model is loaded)");
 
-  auto setup = make_engine(f.model, f.engine);
-  if (!setup.ok()) return fail(setup.status());
-  auto chat = find_chat_template(f, *setup->tokenizer);
-  if (!chat.ok()) return fail(chat.status());
+  // The tokenizer and chat template are found and checked before any weight is read, so a
+  // missing tokenizer or a broken template fails in a moment, not after a long load.
   server::ServedModel served;
-  if (!chat->text.empty()) {
-    auto parsed = ChatTemplate::parse(chat->text);
-    if (!parsed.ok()) return fail(parsed.status());
-    served.chat_template = std::move(*parsed);
-    served.bos_token = chat->bos;
-    served.eos_token = chat->eos;
-  } else {
-    log_line(LogLevel::kWarning, "serve",
-             "the model has no chat template: /v1/chat/completions will answer 400 (use --chat-template)");
-  }
+  auto setup = make_engine(f.model, f.engine, [&](const Tokenizer& tokenizer) -> Status {
+    PAGODA_ASSIGN_OR_RETURN(ChatTemplateSource chat, find_chat_template(f, tokenizer));
+    if (chat.text.empty()) {
+      log_line(LogLevel::kWarning, "serve",
+               "the model has no chat template: /v1/chat/completions will answer 400 (use --chat-template)");
+      return Status::ok_status();
+    }
+    PAGODA_ASSIGN_OR_RETURN(ChatTemplate parsed, ChatTemplate::parse(chat.text));
+    served.chat_template = std::move(parsed);
+    served.bos_token = chat.bos;
+    served.eos_token = chat.eos;
+    return Status::ok_status();
+  });
+  if (!setup.ok()) return fail(setup.status());
   log_line(LogLevel::kInfo, "serve", setup->core->kv_cache_summary());
 
   served.served_model_names = f.served_model_names;
   if (served.served_model_names.empty()) served.served_model_names.push_back(default_served_name(f.model.model));
   served.root = f.model.model;
   served.tokenizer = setup->tokenizer;
+  served.generation_defaults = setup->generation_defaults;
   const EngineConfig& ec = setup->core->config();
   metrics::CacheConfigInfo cache;
   cache.block_size = ec.block_size;

@@ -1,6 +1,8 @@
 #include "base/log.h"
 
+#include <atomic>
 #include <cstdio>
+#include <utility>
 #include <ctime>
 
 namespace pagoda {
@@ -20,8 +22,26 @@ std::string escape_log_text(std::string_view text) {
   return out;
 }
 
+namespace {
+std::atomic<int> g_min_level{static_cast<int>(LogLevel::kInfo)};
+constexpr const char* kNames[] = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
+}  // namespace
+
+void set_log_level(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
+
+std::optional<LogLevel> parse_log_level(std::string_view name) {
+  static constexpr std::pair<std::string_view, LogLevel> kLevels[] = {
+      {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo}, {"warning", LogLevel::kWarning},
+      {"error", LogLevel::kError}, {"critical", LogLevel::kCritical}};
+  for (const auto& [n, level] : kLevels) {
+    if (n == name) return level;
+  }
+  return std::nullopt;
+}
+
 void log_line(LogLevel level, std::string_view component, std::string_view message) {
-  const char* name = level == LogLevel::kInfo ? "INFO" : level == LogLevel::kWarning ? "WARNING" : "ERROR";
+  if (static_cast<int>(level) < g_min_level.load(std::memory_order_relaxed)) return;
+  const char* name = kNames[static_cast<int>(level)];
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);

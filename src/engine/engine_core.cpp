@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "base/check.h"
+#include "engine/request_validation.h"
 #include "kv/kv_cache_manager.h"
 
 namespace pagoda {
@@ -16,6 +18,34 @@ namespace {
 int64_t available_memory_bytes() {
   long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : (int64_t{1} << 32);
+}
+
+// What this process may use: physical memory, or the cgroup's limit where that is lower.
+int64_t total_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  int64_t total = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : (int64_t{1} << 32);
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    if (FILE* f = std::fopen(path, "r")) {
+      long long limit = 0;
+      if (std::fscanf(f, "%lld", &limit) == 1 && limit > 0 && limit < total) total = limit;
+      std::fclose(f);
+    }
+  }
+  return total;
+}
+
+// The forward pass's working memory at the scheduler's limits: the model's per-token buffers
+// (x, h, q, attention out, k, v, gate, up) for a full step, and one logit row per sequence.
+int64_t activation_bytes(const ModelConfig& c, const SchedulerConfig& sc) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  const int64_t per_token = 2 * c.hidden_size + 2 * q + 2 * kv + 2 * c.intermediate_size;
+  return static_cast<int64_t>(sizeof(float)) * (sc.max_num_batched_tokens * per_token + sc.max_num_seqs * c.vocab_size);
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  return buf;
 }
 
 uint64_t mix_seed(uint64_t a, uint64_t b) {  // splitmix64 of a combined value
@@ -70,20 +100,56 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   if (sc.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
   if (sc.long_prefill_token_threshold < 0) return invalid_argument("--long-prefill-token-threshold must be >= 0");
 
+  if (!sc.enable_chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len) {
+    return invalid_argument("--max-num-batched-tokens (" + std::to_string(sc.max_num_batched_tokens) +
+                            ") is smaller than --max-model-len (" + std::to_string(sc.max_model_len) +
+                            "): without chunked prefill a long prompt could never be scheduled; raise "
+                            "--max-num-batched-tokens, lower --max-model-len, or enable chunked prefill");
+  }
+  if (config.gpu_memory_utilization != 0 && !(config.gpu_memory_utilization > 0 && config.gpu_memory_utilization <= 1)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                            std::to_string(config.gpu_memory_utilization));
+  }
+
   const int64_t bs = config.block_size;
   core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs);
   const int64_t blocks_per_seq = (sc.max_model_len + bs - 1) / bs;
+  const int64_t one_seq = blocks_per_seq * core->bytes_per_block_;
   int64_t memory = config.kv_cache_memory;
-  if (memory == 0) {
+  if (memory > 0) {
+    core->kv_sizing_ = "--kv-cache-memory-bytes";
+  } else if (config.gpu_memory_utilization > 0) {
+    // vLLM's rule, with the machine's memory in place of the GPU's: the engine may use this
+    // fraction for weights + activations + KV cache; the KV cache gets what is left.
+    const double total = static_cast<double>(total_memory_bytes());
+    const double allowed = config.gpu_memory_utilization * total;
+    const double weights = static_cast<double>(model->weight_bytes());
+    const double activations = static_cast<double>(activation_bytes(mc, sc));
+    const double left = allowed - weights - activations;
+    char fraction[32];
+    std::snprintf(fraction, sizeof fraction, "%g", config.gpu_memory_utilization);
+    const std::string account = fraction + std::string(" of the machine's ") + gib(total) + " = " + gib(allowed) +
+                                ", less " + gib(weights) + " of weights and " + gib(activations) + " of activations";
+    if (left < static_cast<double>(one_seq)) {
+      return invalid_argument("--gpu-memory-utilization " + std::string(fraction) + " leaves " +
+                              gib(std::max(left, 0.0)) + " for the KV cache (" + account +
+                              "), but one sequence of --max-model-len " + std::to_string(sc.max_model_len) + " needs " +
+                              gib(static_cast<double>(one_seq)) +
+                              "; raise --gpu-memory-utilization or lower --max-model-len");
+    }
+    memory = static_cast<int64_t>(std::min(left, 9.0e18));
+    core->kv_sizing_ = "--gpu-memory-utilization " + account;
+  } else {
     const double all_seqs = static_cast<double>(blocks_per_seq) * static_cast<double>(sc.max_num_seqs) *
                             static_cast<double>(core->bytes_per_block_);
     memory = static_cast<int64_t>(std::min(all_seqs, available_memory_bytes() / 4.0));
+    core->kv_sizing_ = "default: a quarter of the available memory, at most --max-num-seqs full sequences";
   }
   core->num_blocks_ = memory / core->bytes_per_block_;
   if (core->num_blocks_ < blocks_per_seq) {
     return invalid_argument("the KV cache (" + std::to_string(memory) + " bytes, " +
                             std::to_string(core->num_blocks_ * bs) + " tokens) cannot hold one sequence of --max-model-len " +
-                            std::to_string(sc.max_model_len) + " tokens; raise --kv-cache-memory or lower --max-model-len");
+                            std::to_string(sc.max_model_len) + " tokens; raise --kv-cache-memory-bytes or lower --max-model-len");
   }
   if (core->num_blocks_ > (int64_t{1} << 30)) core->num_blocks_ = int64_t{1} << 30;
   PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs));
@@ -96,24 +162,16 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
 std::string EngineCore::kv_cache_summary() const {
   return "KV cache: " + std::to_string(num_blocks_) + " blocks of " + std::to_string(config_.block_size) +
          " tokens (" + std::to_string(bytes_per_block_) + " bytes each), up to " +
-         std::to_string(num_blocks_ * config_.block_size) + " tokens at once";
+         std::to_string(num_blocks_ * config_.block_size) + " tokens at once; sized by " + kv_sizing_;
+}
+
+RequestLimits EngineCore::request_limits() const {
+  return RequestLimits{runner_->config().vocab_size, config_.scheduler.max_model_len, config_.max_logprobs};
 }
 
 Status EngineCore::prepare(GenerateRequest& r) const {
-  const int64_t vocab = runner_->config().vocab_size;
   if (r.prompt_token_ids.empty()) r.prompt_token_ids = tokenizer_->encode(r.prompt, r.add_special_tokens);
-  if (r.prompt_token_ids.empty()) return invalid_argument("the prompt is empty");
-  for (TokenId id : r.prompt_token_ids) {
-    if (id < 0 || id >= vocab) return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary");
-  }
-  PAGODA_RETURN_IF_ERROR(r.params.validate(vocab));
-  const int64_t len = static_cast<int64_t>(r.prompt_token_ids.size());
-  const int64_t max_len = config_.scheduler.max_model_len;
-  if (len + r.params.max_tokens > max_len) {
-    return invalid_argument("this model's maximum context length is " + std::to_string(max_len) +
-                            " tokens; the prompt has " + std::to_string(len) + " and max_tokens asks for " +
-                            std::to_string(r.params.max_tokens) + " more");
-  }
+  if (std::optional<RequestError> bad = validate_request(r, request_limits())) return invalid_argument(bad->message);
   return Status::ok_status();
 }
 

@@ -3,8 +3,11 @@
 // and the per-sequence output processing; borrows the tokenizer. Engine (engine.h) runs it on
 // its own thread; LLM (llm.h) drives it directly. Not thread-safe.
 //
-// KV cache size: config.kv_cache_memory bytes, or by default a quarter of the memory available
-// at start-up, but never more than max_num_seqs full-length sequences need.
+// KV cache size: config.kv_cache_memory bytes; else, with config.gpu_memory_utilization F, what
+// is left of F x the machine's memory (physical, or the cgroup's limit) after the model's
+// weights and the activations of a full step (vLLM's rule, the machine's memory standing in for
+// the GPU's); else a quarter of the memory available at start-up, but never more than
+// max_num_seqs full-length sequences need.
 #pragma once
 
 #include <chrono>
@@ -16,6 +19,7 @@
 
 #include "base/status.h"
 #include "engine/engine_types.h"
+#include "engine/request_validation.h"
 #include "engine/output_processor.h"
 #include "metrics/engine_metrics.h"
 #include "runner/model_runner.h"
@@ -36,6 +40,8 @@ class EngineCore {
   // needed (filling prompt_token_ids) and validates parameters and lengths. The message names
   // the bad parameter.
   Status prepare(GenerateRequest& request) const;
+  // The bounds prepare() checks a request against (validate_request in request_validation.h).
+  RequestLimits request_limits() const;
 
   // Adds a prepared request under `id` (its n sequences run as separate scheduler requests that
   // share the prompt's cached blocks).
@@ -58,7 +64,8 @@ class EngineCore {
   const ModelConfig& model_config() const { return runner_->config(); }
   const EngineConfig& config() const { return config_; }
   int64_t num_blocks() const { return num_blocks_; }
-  // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once"
+  int64_t kv_cache_bytes() const { return num_blocks_ * bytes_per_block_; }
+  // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once; sized by ..."
   std::string kv_cache_summary() const;
 
  private:
@@ -91,6 +98,7 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   int64_t num_blocks_ = 0;
   int64_t bytes_per_block_ = 0;
+  std::string kv_sizing_;  // how the KV cache size was chosen, for kv_cache_summary()
   RequestId next_seq_id_ = 1;
   uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, Sequence> seqs_;                 // by scheduler id

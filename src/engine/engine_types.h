@@ -18,9 +18,31 @@ namespace pagoda {
 struct EngineConfig {
   SchedulerConfig scheduler;            // max_model_len 0 = the model's context length
   int32_t block_size = 16;              // 1..256
-  int64_t kv_cache_memory = 0;          // bytes; 0 = default (see engine_core.h)
+  int64_t kv_cache_memory = 0;          // bytes; 0 = from gpu_memory_utilization or the default
+  double gpu_memory_utilization = 0;    // (0, 1]: fraction of the machine's memory; 0 = not set
   bool enable_prefix_caching = true;
   uint64_t seed = 0;                    // seeds requests that give no seed of their own
+  int64_t max_logprobs = SamplingParams::kMaxLogprobs;  // most logprobs / prompt_logprobs a request may ask for
+};
+
+// Request defaults from a model folder's generation_config.json (vLLM's --generation-config
+// auto): they replace the engine's own defaults for the fields a request leaves out, and
+// max_new_tokens also caps every request's max_tokens, as in vLLM.
+struct GenerationDefaults {
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k, max_new_tokens;
+
+  // Sets the fields of `p` that these defaults hold (not max_tokens: see max_new_tokens).
+  void apply_to(SamplingParams& p) const {
+    if (temperature) p.temperature = *temperature;
+    if (top_p) p.top_p = *top_p;
+    if (min_p) p.min_p = *min_p;
+    if (repetition_penalty) p.repetition_penalty = *repetition_penalty;
+    if (top_k) p.top_k = *top_k;
+  }
+  bool empty() const {
+    return !temperature && !top_p && !min_p && !repetition_penalty && !top_k && !max_new_tokens;
+  }
 };
 
 struct GenerateRequest {

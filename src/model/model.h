@@ -23,6 +23,10 @@ class Model {
 
   virtual const ModelConfig& config() const = 0;
 
+  // Bytes of weights the model holds in memory (matrices as stored or packed, plus the f32
+  // vectors), for sizing the KV cache against --gpu-memory-utilization.
+  virtual int64_t weight_bytes() const = 0;
+
   // Runs every layer on the batch, writing the new tokens' K/V into `kv`. Returns the final
   // normed hidden states [num_tokens, hidden_size] f32, a view into the model's workspace that
   // stays valid until the next call.

@@ -80,62 +80,67 @@ void apply_bias_and_penalties(float* x, int64_t vocab_size, const SamplingRow& r
 
 }  // namespace
 
-Status SamplingParams::validate(int64_t vocab_size) const {
+std::optional<InvalidParam> SamplingParams::check(int64_t vocab_size, int64_t max_logprobs) const {
   PAGODA_CHECK(vocab_size > 0);
-  if (n < 1 || n > kMaxN) return invalid_argument("n must be in [1, " + fmt(kMaxN) + "], got " + fmt(n));
+  if (n < 1 || n > kMaxN) return InvalidParam{"n", "n must be in [1, " + fmt(kMaxN) + "], got " + fmt(n)};
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
-    return invalid_argument("temperature must be a finite number >= 0, got " + fmt(temperature));
+    return InvalidParam{"temperature", "temperature must be a finite number >= 0, got " + fmt(temperature)};
   }
-  if (!(top_p > 0 && top_p <= 1)) return invalid_argument("top_p must be in (0, 1], got " + fmt(top_p));
-  if (top_k < -1) return invalid_argument("top_k must be -1 or >= 0 (-1 and 0 mean no limit), got " + fmt(top_k));
-  if (!in_closed(min_p, 0, 1)) return invalid_argument("min_p must be in [0, 1], got " + fmt(min_p));
+  if (!(top_p > 0 && top_p <= 1)) return InvalidParam{"top_p", "top_p must be in (0, 1], got " + fmt(top_p)};
+  if (top_k < -1) return InvalidParam{"top_k", "top_k must be -1 or >= 0 (-1 and 0 mean no limit), got " + fmt(top_k)};
+  if (!in_closed(min_p, 0, 1)) return InvalidParam{"min_p", "min_p must be in [0, 1], got " + fmt(min_p)};
   if (!in_closed(presence_penalty, -kMaxAbsPenalty, kMaxAbsPenalty)) {
-    return invalid_argument("presence_penalty must be in [-2, 2], got " + fmt(presence_penalty));
+    return InvalidParam{"presence_penalty", "presence_penalty must be in [-2, 2], got " + fmt(presence_penalty)};
   }
   if (!in_closed(frequency_penalty, -kMaxAbsPenalty, kMaxAbsPenalty)) {
-    return invalid_argument("frequency_penalty must be in [-2, 2], got " + fmt(frequency_penalty));
+    return InvalidParam{"frequency_penalty", "frequency_penalty must be in [-2, 2], got " + fmt(frequency_penalty)};
   }
   if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty)) {
-    return invalid_argument("repetition_penalty must be a finite number > 0, got " + fmt(repetition_penalty));
+    return InvalidParam{"repetition_penalty", "repetition_penalty must be a finite number > 0, got " + fmt(repetition_penalty)};
   }
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= vocab_size) {
-      return invalid_argument("logit_bias token id " + fmt(int64_t{id}) + " is outside the vocabulary " +
-                              vocab_range(vocab_size));
+      return InvalidParam{"logit_bias", "logit_bias token id " + fmt(int64_t{id}) + " is outside the vocabulary " +
+                              vocab_range(vocab_size)};
     }
     if (!in_closed(bias, -kMaxAbsLogitBias, kMaxAbsLogitBias)) {
-      return invalid_argument("logit_bias value for token " + fmt(int64_t{id}) + " must be in [-100, 100], got " +
-                              fmt(double{bias}));
+      return InvalidParam{"logit_bias", "logit_bias value for token " + fmt(int64_t{id}) + " must be in [-100, 100], got " +
+                              fmt(double{bias})};
     }
   }
-  if (max_tokens < 1) return invalid_argument("max_tokens must be >= 1, got " + fmt(max_tokens));
+  if (max_tokens < 1) return InvalidParam{"max_tokens", "max_tokens must be >= 1, got " + fmt(max_tokens)};
   if (min_tokens < 0 || min_tokens > max_tokens) {
-    return invalid_argument("min_tokens must be in [0, max_tokens = " + fmt(max_tokens) + "], got " +
-                            fmt(min_tokens));
+    return InvalidParam{"min_tokens", "min_tokens must be in [0, max_tokens = " + fmt(max_tokens) + "], got " +
+                            fmt(min_tokens)};
   }
   if (stop.size() > kMaxStop) {
-    return invalid_argument("stop may hold at most " + fmt(static_cast<int64_t>(kMaxStop)) + " strings, got " +
-                            fmt(static_cast<int64_t>(stop.size())));
+    return InvalidParam{"stop", "stop may hold at most " + fmt(static_cast<int64_t>(kMaxStop)) + " strings, got " +
+                            fmt(static_cast<int64_t>(stop.size()))};
   }
   for (size_t i = 0; i < stop.size(); ++i) {
     if (stop[i].empty()) {
-      return invalid_argument("stop strings must be non-empty (stop[" + fmt(static_cast<int64_t>(i)) + "] is empty)");
+      return InvalidParam{"stop", "stop strings must be non-empty (stop[" + fmt(static_cast<int64_t>(i)) + "] is empty)"};
     }
   }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     const TokenId id = stop_token_ids[i];
     if (id < 0 || id >= vocab_size) {
-      return invalid_argument("stop_token_ids[" + fmt(static_cast<int64_t>(i)) + "] = " + fmt(int64_t{id}) +
-                              " is outside the vocabulary " + vocab_range(vocab_size));
+      return InvalidParam{"stop_token_ids", "stop_token_ids[" + fmt(static_cast<int64_t>(i)) + "] = " + fmt(int64_t{id}) +
+                              " is outside the vocabulary " + vocab_range(vocab_size)};
     }
   }
-  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
-    return invalid_argument("logprobs must be in [0, 20], got " + fmt(*logprobs));
+  if (logprobs && (*logprobs < 0 || *logprobs > max_logprobs)) {
+    return InvalidParam{"logprobs", "logprobs must be in [0, " + fmt(max_logprobs) + "], got " + fmt(*logprobs)};
   }
-  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
-    return invalid_argument("prompt_logprobs must be in [0, 20], got " + fmt(*prompt_logprobs));
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > max_logprobs)) {
+    return InvalidParam{"prompt_logprobs", "prompt_logprobs must be in [0, " + fmt(max_logprobs) + "], got " + fmt(*prompt_logprobs)};
   }
-  return Status::ok_status();
+  return std::nullopt;
+}
+
+Status SamplingParams::validate(int64_t vocab_size, int64_t max_logprobs) const {
+  std::optional<InvalidParam> bad = check(vocab_size, max_logprobs);
+  return bad ? invalid_argument(bad->message) : Status::ok_status();
 }
 
 SampledToken compute_logprobs(const float* logits, int64_t vocab_size, TokenId token, int64_t num_top) {

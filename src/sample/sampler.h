@@ -39,6 +39,12 @@ namespace pagoda {
 // The request's own generator; seeded from SamplingParams::seed when set.
 using SamplerRng = std::mt19937_64;
 
+// A parameter that failed SamplingParams::check(): its name and a one-line message.
+struct InvalidParam {
+  std::string param;
+  std::string message;
+};
+
 struct SamplingParams {
   // OpenAI / vLLM names and defaults. The four sampling knobs come first so that positional
   // initialization {temperature, top_p, top_k, min_p} (apps/pagoda/main.cpp) stays valid;
@@ -65,7 +71,7 @@ struct SamplingParams {
 
   static constexpr int64_t kMaxN = 64;           // OpenAI allows 128; 64 bounds one request's KV
   static constexpr size_t kMaxStop = 16;
-  static constexpr int64_t kMaxLogprobs = 20;    // OpenAI's top_logprobs limit
+  static constexpr int64_t kMaxLogprobs = 20;    // the default bound (OpenAI's top_logprobs limit)
   static constexpr double kMaxAbsPenalty = 2.0;  // presence / frequency
   static constexpr float kMaxAbsLogitBias = 100.0f;
   static constexpr double kGreedyEpsilon = 1e-5;  // vLLM's _SAMPLING_EPS
@@ -74,9 +80,12 @@ struct SamplingParams {
   bool greedy() const { return temperature < kGreedyEpsilon; }
 
   // Checks every field against its range and token ids (logit_bias, stop_token_ids) against
-  // [0, vocab_size). On failure returns invalid_argument with one line naming the parameter as the
-  // OpenAI API does, e.g. "top_p must be in (0, 1], got 1.5". vocab_size must be > 0.
-  Status validate(int64_t vocab_size) const;
+  // [0, vocab_size). On failure returns the parameter at fault (its OpenAI name) and one line
+  // naming it, e.g. {"top_p", "top_p must be in (0, 1], got 1.5"}. vocab_size must be > 0.
+  // max_logprobs bounds logprobs and prompt_logprobs (the server's --max-logprobs).
+  std::optional<InvalidParam> check(int64_t vocab_size, int64_t max_logprobs = kMaxLogprobs) const;
+  // check() as a Status: invalid_argument with the message.
+  Status validate(int64_t vocab_size, int64_t max_logprobs = kMaxLogprobs) const;
 };
 
 // One row of a batch to sample. Everything is borrowed for the duration of Sampler::sample().

@@ -141,8 +141,8 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t computed = hit.num_tokens;
     const int64_t saved = r->num_computed_tokens;
     r->num_computed_tokens = computed;
-    const int64_t n = cap(r, r->num_tokens() - computed);
-    if (n <= 0 || !kv_.allocate_slots(r->id, r->all_tokens, computed, n, hit, r->cache_salt)) {
+    const int64_t n = config_.enable_chunked_prefill ? cap(r, r->num_tokens() - computed) : r->num_tokens() - computed;
+    if (n <= 0 || n > budget || !kv_.allocate_slots(r->id, r->all_tokens, computed, n, hit, r->cache_salt)) {
       r->num_computed_tokens = saved;
       break;  // head-of-line: admission waits for room, in order
     }

@@ -31,6 +31,11 @@ struct SchedulerConfig {
   int64_t max_model_len = 2048;
   int64_t long_prefill_token_threshold = 0;  // 0 = no cap on one request's share of a step
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // false (vLLM's --no-enable-chunked-prefill): a waiting request is admitted only when all its
+  // uncomputed tokens fit in the step's remaining budget, so a prompt is never split across
+  // steps; long_prefill_token_threshold does not apply. Needs max_num_batched_tokens >=
+  // max_model_len (the engine checks), or a long prompt could never be admitted.
+  bool enable_chunked_prefill = true;
 };
 
 // What one step did to one request.

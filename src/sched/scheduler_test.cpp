@@ -145,5 +145,46 @@ TEST(Scheduler, AbortFreesBlocksWherever) {
   EXPECT_EQ(s.kv().num_free_blocks(), 64);
 }
 
+// --no-enable-chunked-prefill: a prompt runs whole in one step or waits; with chunking on the
+// same requests split at the budget.
+TEST(Scheduler, WithoutChunkedPrefillAPromptIsNeverSplit) {
+  for (const bool chunked : {true, false}) {
+    SCOPED_TRACE(chunked ? "chunked" : "not chunked");
+    SchedulerConfig c;
+    c.max_num_batched_tokens = 64;
+    c.max_model_len = 64;
+    c.long_prefill_token_threshold = 16;  // ignored when chunking is off
+    c.enable_chunked_prefill = chunked;
+    Scheduler s(c, {64, 16, true});
+    ASSERT_TRUE(s.add_request(make_request(1, 40, 4)).ok());
+    ASSERT_TRUE(s.add_request(make_request(2, 40, 4)).ok());
+    auto o1 = s.schedule();
+    if (chunked) {
+      EXPECT_EQ(scheduled_for(o1, 1), 16);  // the threshold caps each request's share
+      EXPECT_EQ(scheduled_for(o1, 2), 16);
+    } else {
+      EXPECT_EQ(scheduled_for(o1, 1), 40);  // whole; the second does not fit in the 24 left
+      EXPECT_EQ(scheduled_for(o1, 2), 0);
+    }
+    s.update_from_output(o1, fake_run(o1));
+    auto o2 = s.schedule();
+    if (!chunked) {
+      EXPECT_EQ(scheduled_for(o2, 1), 1);   // decode
+      EXPECT_EQ(scheduled_for(o2, 2), 40);  // now whole
+    }
+    int64_t steps = 0;
+    for (auto o = o2; s.has_unfinished() && steps < 100; o = s.schedule(), ++steps) {
+      for (const auto& seq : o.seqs) {
+        // Without chunking every prefill starts at token 0 and covers the whole prompt.
+        if (!chunked && seq.num_computed_tokens == 0) {
+          EXPECT_EQ(seq.tokens.size(), 40u);
+        }
+      }
+      s.update_from_output(o, fake_run(o));
+    }
+    EXPECT_FALSE(s.has_unfinished());
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "engine/request_validation.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda::server {
@@ -391,53 +392,116 @@ MaybeError read_common(const json& body, const ModelContext& model, ParsedReques
       r.include_usage = usage->get<bool>();
     }
   }
-  if (const json* format = field(body, "response_format")) {
-    const json* type = format->is_object() ? field(*format, "type") : nullptr;
-    if (!type || !type->is_string() || type->get_ref<const std::string&>() != "text") {
-      return bad_request("response_format other than {\"type\": \"text\"} is not supported", "response_format");
-    }
+  std::optional<int64_t> prompt_logprobs;
+  PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "prompt_logprobs", 0, model.limits.max_logprobs, prompt_logprobs));
+  if (prompt_logprobs) {
+    if (r.stream) return bad_request("prompt_logprobs is not available when stream is true", "prompt_logprobs");
+    r.prompt_logprobs = prompt_logprobs;
+    p.prompt_logprobs = prompt_logprobs;
   }
   return {};
 }
 
-// SamplingParams::validate() names the parameter first in its message ("top_p must be ..."); the
-// name becomes `param`, translated to the field the request used.
-MaybeError validate(const SamplingParams& p, const ModelContext& model, const std::string& max_tokens_key,
+// The engine's one validator (request_validation.h), with the field names this endpoint uses.
+MaybeError validate(const GenerateRequest& g, const ModelContext& model, const std::string& max_tokens_key,
                     Endpoint endpoint) {
-  Status st = p.validate(model.tokenizer->vocab_size());
-  if (st.ok()) return {};
-  const std::string& m = st.message();
-  std::string param = m.substr(0, m.find_first_not_of("abcdefghijklmnopqrstuvwxyz_"));
-  if (param == "max_tokens") param = max_tokens_key;
-  if (param == "logprobs" && endpoint == Endpoint::kChat) param = "top_logprobs";
-  return bad_request(m, param);
-}
-
-int64_t saturating_add(int64_t a, int64_t b) {
-  return b > std::numeric_limits<int64_t>::max() - a ? std::numeric_limits<int64_t>::max() : a + b;
-}
-
-// OpenAI's context_length_exceeded error. When even the prompt leaves no room for one token,
-// the prompt is at fault; otherwise max_tokens is.
-MaybeError check_context(int64_t prompt_tokens, int64_t max_tokens, const ModelContext& model, Endpoint endpoint,
-                         const std::string& max_tokens_key) {
-  const int64_t limit = model.max_model_len;
-  const bool chat = endpoint == Endpoint::kChat;
-  const std::string what = chat ? "messages" : "prompt";
-  const std::string head = "This model's maximum context length is " + std::to_string(limit) + " tokens. ";
-  if (prompt_tokens >= limit) {
-    return bad_request(head + "However, your " + what + " resulted in " + std::to_string(prompt_tokens) +
-                           " tokens. Please reduce the length of the " + what + ".",
-                       what, "context_length_exceeded");
+  RequestFieldNames names;
+  names.max_tokens = max_tokens_key;
+  if (endpoint == Endpoint::kChat) {
+    names.prompt = "messages";
+    names.logprobs = "top_logprobs";
   }
-  if (max_tokens > limit - prompt_tokens) {
-    return bad_request(head + "However, you requested " + std::to_string(saturating_add(prompt_tokens, max_tokens)) +
-                           " tokens (" + std::to_string(prompt_tokens) + " in the " + what + ", " +
-                           std::to_string(max_tokens) + " in the completion). Please reduce the length of the " + what +
-                           " or completion.",
-                       max_tokens_key, "context_length_exceeded");
+  const RequestLimits limits{model.tokenizer->vocab_size(), model.max_model_len, model.limits.max_logprobs};
+  std::optional<RequestError> bad = validate_request(g, limits, names);
+  if (!bad) return {};
+  return bad_request(std::move(bad->message), std::move(bad->param), std::move(bad->code));
+}
+
+// generation_config.json's max_new_tokens bounds every request's max_tokens, as in vLLM.
+int64_t capped_max_tokens(int64_t max_tokens, const ModelContext& model) {
+  const auto& cap = model.defaults.max_new_tokens;
+  return cap ? std::min(max_tokens, *cap) : max_tokens;
+}
+
+// ---- fields: known, refused, ignored --------------------------------------------------------------
+
+// Fields that would change the result and that this server does not implement: a 400 naming the
+// field, never a silent answer to a different question. `harmless` says which values ask for
+// nothing (absent and null always do).
+struct Refused {
+  const char* key;
+  bool (*harmless)(const json&);
+  const char* what;
+};
+
+bool never(const json&) { return false; }
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
+bool is_empty(const json& v) {
+  return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
+}
+bool is_text_format(const json& v) {
+  const json* type = v.is_object() ? field(v, "type") : nullptr;
+  return type && type->is_string() && type->get_ref<const std::string&>() == "text";
+}
+bool is_none_choice(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }
+
+constexpr Refused kRefused[] = {
+    {"response_format", is_text_format, "response_format other than {\"type\": \"text\"} (structured output)"},
+    {"guided_json", never, "guided_json (structured output)"},
+    {"guided_regex", never, "guided_regex (structured output)"},
+    {"guided_choice", never, "guided_choice (structured output)"},
+    {"guided_grammar", never, "guided_grammar (structured output)"},
+    {"structured_outputs", never, "structured_outputs"},
+    {"tools", is_empty, "tools (function calling)"},
+    {"functions", is_empty, "functions (function calling)"},
+    {"tool_choice", is_none_choice, "tool_choice other than \"none\""},
+    {"use_beam_search", is_false, "use_beam_search (beam search)"},
+    {"allowed_token_ids", never, "allowed_token_ids"},
+    {"bad_words", is_empty, "bad_words"},
+    {"logits_processors", is_empty, "logits_processors"},
+    {"truncate_prompt_tokens", never, "truncate_prompt_tokens"},
+    {"continue_final_message", is_false, "continue_final_message"},
+    {"spaces_between_special_tokens", is_true, "spaces_between_special_tokens false"},
+    {"return_tokens_as_token_ids", is_false, "return_tokens_as_token_ids"},
+    {"chat_template", never, "a per-request chat_template"},
+    {"documents", is_empty, "documents"},
+};
+
+MaybeError refuse_unsupported(const json& body) {
+  for (const Refused& r : kRefused) {
+    const json* v = field(body, r.key);
+    if (v && !r.harmless(*v)) return bad_request(std::string(r.what) + " is not supported by this server", r.key);
   }
   return {};
+}
+
+// Every field a request may carry; the rest are ignored, and reported in ignored_fields. Some
+// have no effect here by nature: user (OpenAI's end-user id), parallel_tool_calls and
+// guided_decoding_backend (without tools or guided decoding), request_id (we make our own).
+const char* const kCommonFields[] = {
+    "model", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "logit_bias", "seed", "stop", "stop_token_ids", "ignore_eos",
+    "include_stop_str_in_output", "skip_special_tokens", "min_tokens", "n", "best_of", "priority",
+    "cache_salt", "stream", "stream_options", "max_tokens", "prompt_logprobs", "user",
+    "guided_decoding_backend", "request_id", "parallel_tool_calls"};
+const char* const kCompletionFields[] = {"prompt", "logprobs", "echo", "suffix", "add_special_tokens"};
+const char* const kChatFields[] = {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
+                                   "add_generation_prompt", "chat_template_kwargs", "add_special_tokens"};
+
+std::vector<std::string> unknown_fields(const json& body, Endpoint endpoint) {
+  std::vector<std::string> out;
+  for (const auto& [key, _] : body.items()) {
+    const auto is = [&key](const auto& list) {
+      return std::any_of(std::begin(list), std::end(list), [&key](const char* k) { return key == k; });
+    };
+    const bool refused = std::any_of(std::begin(kRefused), std::end(kRefused),
+                                     [&key](const Refused& r) { return key == r.key; });
+    const bool own = endpoint == Endpoint::kChat ? is(kChatFields) : is(kCompletionFields);
+    if (refused || own || is(kCommonFields)) continue;
+    out.push_back(key.size() > kMaxEchoedBytes ? key.substr(0, kMaxEchoedBytes) + "..." : key);
+  }
+  return out;
 }
 
 // ---- completions prompts ---------------------------------------------------------------------------
@@ -472,7 +536,6 @@ MaybeError read_prompts(const json& body, const ModelContext& model, std::vector
   if (!v) return bad_request("prompt is required", "prompt");
   const int64_t vocab = model.tokenizer->vocab_size();
   const auto add_text = [&](const std::string& text) -> MaybeError {
-    if (text.empty()) return bad_request("prompt must not be empty", "prompt");
     out.push_back({text, {}, true});
     return {};
   };
@@ -611,21 +674,6 @@ MaybeError render_chat(const json& body, const ModelContext& model, ChatPrompt& 
   return {};
 }
 
-MaybeError refuse_tools(const json& body) {
-  for (const char* key : {"tools", "functions"}) {
-    const json* v = field(body, key);
-    if (v && !(v->is_array() && v->empty())) {
-      return bad_request(std::string(key) + " (function calling) is not supported by this server", key);
-    }
-  }
-  if (const json* choice = field(body, "tool_choice")) {
-    if (!choice->is_string() || choice->get_ref<const std::string&>() != "none") {
-      return bad_request("tool_choice other than \"none\" is not supported by this server", "tool_choice");
-    }
-  }
-  return {};
-}
-
 // Runs a parser, turning any exception that slipped past the checks into an error response.
 template <typename F>
 auto guarded(F&& parse) -> decltype(parse()) {
@@ -658,7 +706,9 @@ ApiResult<CommonFields> read_request(std::string_view body_text, const ModelCont
   c.body = std::move(std::get<json>(parsed));
   c.r.endpoint = endpoint;
   PAGODA_RETURN_IF_API_ERROR(read_model(c.body, model, c.r.model));
-  if (endpoint == Endpoint::kChat) PAGODA_RETURN_IF_API_ERROR(refuse_tools(c.body));
+  PAGODA_RETURN_IF_API_ERROR(refuse_unsupported(c.body));
+  c.r.ignored_fields = unknown_fields(c.body, endpoint);
+  model.defaults.apply_to(c.p);
   PAGODA_RETURN_IF_API_ERROR(read_common(c.body, model, c.r, c.p, c.proto));
   return c;
 }
@@ -672,21 +722,24 @@ ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const Mode
   if (max_tokens) {
     if (*max_tokens < 1)
       return bad_request("max_tokens must be >= 1, got " + std::to_string(*max_tokens), "max_tokens");
-    p.max_tokens = *max_tokens;
   }
+  p.max_tokens = capped_max_tokens(max_tokens.value_or(model.default_max_tokens), model);
   std::optional<int64_t> logprobs;
   PAGODA_RETURN_IF_API_ERROR(read_int_in(body, "logprobs", 0, model.limits.max_logprobs, logprobs));
   r.logprobs = logprobs;
   p.logprobs = logprobs;
   PAGODA_RETURN_IF_API_ERROR(read_bool(body, "echo", r.echo));
   // The prompt's own logprobs come first in an echoed choice.
-  if (r.echo && logprobs) p.prompt_logprobs = logprobs;
+  if (r.echo && logprobs) p.prompt_logprobs = std::max(*logprobs, p.prompt_logprobs.value_or(0));
   std::optional<std::string> suffix;
   PAGODA_RETURN_IF_API_ERROR(read_string(body, "suffix", suffix));
   if (suffix && !suffix->empty()) return bad_request("suffix is not supported by this server", "suffix");
   bool add_special_tokens = true;
   PAGODA_RETURN_IF_API_ERROR(read_bool(body, "add_special_tokens", add_special_tokens));
-  PAGODA_RETURN_IF_API_ERROR(validate(p, model, "max_tokens", Endpoint::kCompletions));
+  // The sampling fields alone first, so that a bad one is reported before any tokenizing.
+  if (std::optional<InvalidParam> bad = p.check(model.tokenizer->vocab_size(), model.limits.max_logprobs)) {
+    return bad_request(std::move(bad->message), std::move(bad->param));
+  }
 
   std::vector<PromptInput> prompts;
   PAGODA_RETURN_IF_API_ERROR(read_prompts(body, model, prompts));
@@ -701,13 +754,11 @@ ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const Mode
     g.add_special_tokens = add_special_tokens;
     if (in.is_text) {
       g.prompt_token_ids = model.tokenizer->encode(in.text, add_special_tokens);
-      if (g.prompt_token_ids.empty()) return bad_request("prompt must not be empty", "prompt");
     } else {
       g.prompt_token_ids = std::move(in.ids);
       in.text = model.tokenizer->decode(g.prompt_token_ids, /*skip_special=*/false);
     }
-    PAGODA_RETURN_IF_API_ERROR(check_context(static_cast<int64_t>(g.prompt_token_ids.size()), p.max_tokens, model,
-                                             Endpoint::kCompletions, "max_tokens"));
+    PAGODA_RETURN_IF_API_ERROR(validate(g, model, "max_tokens", Endpoint::kCompletions));
     g.prompt = in.text;
     r.prompt_texts.push_back(std::move(in.text));
     r.prompts.push_back(std::move(g));
@@ -746,18 +797,17 @@ ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelConte
 
   ChatPrompt prompt;
   PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, prompt));
-  if (prompt.ids.empty()) return bad_request("the chat template rendered an empty prompt", "messages");
   const auto num_prompt = static_cast<int64_t>(prompt.ids.size());
   // Without max_tokens the answer may use whatever the prompt leaves of the context.
-  p.max_tokens = max_tokens ? *max_tokens : std::max<int64_t>(model.max_model_len - num_prompt, 1);
-  PAGODA_RETURN_IF_API_ERROR(check_context(num_prompt, p.max_tokens, model, Endpoint::kChat, max_tokens_key));
-  PAGODA_RETURN_IF_API_ERROR(validate(p, model, max_tokens_key, Endpoint::kChat));
+  p.max_tokens = capped_max_tokens(max_tokens ? *max_tokens : std::max<int64_t>(model.max_model_len - num_prompt, 1),
+                                   model);
 
   GenerateRequest g = proto;
   g.params = p;
   g.add_special_tokens = false;
   g.prompt = prompt.text;
   g.prompt_token_ids = std::move(prompt.ids);
+  PAGODA_RETURN_IF_API_ERROR(validate(g, model, max_tokens_key, Endpoint::kChat));
   r.prompt_texts.push_back(std::move(prompt.text));
   r.prompts.push_back(std::move(g));
   return std::move(r);
@@ -845,6 +895,40 @@ ojson chat_logprob_entry(const Tokenizer& tok, const SampledOutput& s) {
   return e;
 }
 
+// vLLM's prompt_logprobs: null for the first prompt token (nothing precedes it), then for each
+// token a map from token id (as a string) to {logprob, rank, decoded_token}, holding the prompt
+// token and the top-N. A rank is the place in the top-N (1 = most likely); the prompt token's
+// rank is null when it is not among them (it is not computed).
+ojson prompt_logprobs_json(const Tokenizer& tok, const std::vector<TokenId>& ids,
+                           const std::vector<SampledOutput>& entries) {
+  ojson out = ojson::array();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i == 0 || i - 1 >= entries.size()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const SampledOutput& s = entries[i - 1];
+    ojson m = ojson::object();
+    const auto put = [&](TokenId id, float logprob, ojson rank) {
+      ojson e;
+      e["logprob"] = clamp_logprob(logprob);
+      e["rank"] = std::move(rank);
+      e["decoded_token"] = token_string(tok, id);
+      m[std::to_string(id)] = std::move(e);
+    };
+    ojson own_rank = nullptr;
+    for (size_t k = 0; k < s.top_logprobs.size(); ++k) {
+      if (s.top_logprobs[k].token == s.token) own_rank = static_cast<int64_t>(k + 1);
+    }
+    put(s.token, s.logprob, own_rank);
+    for (size_t k = 0; k < s.top_logprobs.size(); ++k) {
+      if (s.top_logprobs[k].token != s.token) put(s.top_logprobs[k].token, s.top_logprobs[k].logprob, static_cast<int64_t>(k + 1));
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 ojson chat_logprobs_json(const Tokenizer& tok, const std::vector<SampledOutput>& samples) {
   ojson content = ojson::array();
   for (const SampledOutput& s : samples) content.push_back(chat_logprob_entry(tok, s));
@@ -868,6 +952,17 @@ std::string ApiError::to_json() const {
   e["param"] = param.empty() ? ojson(nullptr) : ojson(param);
   e["code"] = code.empty() ? ojson(nullptr) : ojson(code);
   return dump({{"error", std::move(e)}});
+}
+
+std::vector<std::string> IgnoredFieldNames::first_seen(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& name : names) {
+    if (seen_.count(name) || seen_.size() >= kMaxNames) continue;
+    seen_.insert(name);
+    out.push_back(name);
+  }
+  return out;
 }
 
 ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const ModelContext& model) {
@@ -999,6 +1094,9 @@ std::string ResponseBuilder::body() const {
     }
     j["finish_reason"] = finish_json(c.finish_reason);
     j["stop_reason"] = stop_reason_json(c.stop_reason_text, c.stop_reason_token);
+    if (request_.prompt_logprobs) {
+      j["prompt_logprobs"] = prompt_logprobs_json(tokenizer_, request_.prompts[p].prompt_token_ids, c.prompt_logprobs);
+    }
     choices.push_back(std::move(j));
   }
   out["choices"] = std::move(choices);

@@ -9,12 +9,19 @@
 // Request bodies are untrusted: parsing never throws and never crashes. Nesting deeper than
 // ProtocolLimits::max_json_depth is refused before the JSON library sees the body; wrong types,
 // out-of-range values, unknown models, prompts that do not fit the context and template errors
-// all come back as an ApiError naming the parameter. Unknown fields are ignored (as OpenAI and
-// vLLM do); known fields we cannot honour (tools, response_format other than text) are refused.
+// all come back as an ApiError naming the parameter. The lengths, ids and sampling parameters
+// are checked by the engine's one validator (engine/request_validation.h). Unknown fields are
+// ignored (as OpenAI and vLLM do) and listed in ParsedRequest::ignored_fields for the caller to
+// log; fields that would change the result but are not implemented (structured output, tools,
+// beam search, allowed_token_ids, bad_words, truncate_prompt_tokens, ...) are refused with a 400
+// naming the field. The same parser serves `pagoda generate`, so the CLI and the server accept
+// and refuse the same requests.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -64,6 +71,8 @@ struct ModelContext {
   const ChatTemplate* chat_template = nullptr;  // null: chat requests get a 400 saying so
   std::string bos_token, eos_token;             // the chat template's variables
   ProtocolLimits limits;
+  GenerationDefaults defaults;    // --generation-config: defaults for fields a request leaves out
+  int64_t default_max_tokens = 16;  // completions' max_tokens when absent (OpenAI's 16)
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -84,6 +93,11 @@ struct ParsedRequest {
   // Completions: `logprobs` (top-N, 0..max_logprobs). Chat: `logprobs: true` with
   // `top_logprobs` (0..max_logprobs). nullopt: no logprobs in the response.
   std::optional<int64_t> logprobs;
+  // vLLM's prompt_logprobs (top-N for each prompt token; not with stream). Each choice then has
+  // "prompt_logprobs": [null, {"id": {"logprob", "rank", "decoded_token"}}, ...], vLLM's shape.
+  std::optional<int64_t> prompt_logprobs;
+  // Top-level fields the parser did not know and ignored (cut to 64 bytes each).
+  std::vector<std::string> ignored_fields;
 };
 
 // Parses and validates a /v1/completions body. The prompt is a string, a list of strings, a
@@ -91,7 +105,10 @@ struct ParsedRequest {
 // Sampling fields: max_tokens (default 16), temperature, top_p, top_k, min_p, presence_penalty,
 // frequency_penalty, repetition_penalty, logit_bias, seed, stop, stop_token_ids, ignore_eos,
 // min_tokens, n, logprobs, echo, priority, cache_salt, include_stop_str_in_output,
-// skip_special_tokens, stream, stream_options, add_special_tokens (vLLM's; default true).
+// skip_special_tokens, stream, stream_options, add_special_tokens (vLLM's; default true),
+// prompt_logprobs. max_tokens defaults to model.default_max_tokens; model.defaults fill the
+// sampling fields left out, and their max_new_tokens caps max_tokens. A prompt is refused only
+// when it gives no tokens (an empty text with a BOS-adding tokenizer is [BOS], as in vLLM).
 // prompt + max_tokens beyond max_model_len is a 400 with code context_length_exceeded (param
 // max_tokens, or prompt when the prompt alone leaves no room). Integer fields take JSON
 // integers only (3.7 and "10" are refused, never truncated); a negative seed wraps to uint64
@@ -109,6 +126,20 @@ ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const M
 // template as "system"; a tool message needs a tool_call_id. tools / functions (non-empty) and
 // tool_choice other than "none" are refused.
 ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelContext& model);
+
+// The ignored-field names a caller has not warned about yet: each name is logged once per
+// process (vLLM warns about fields it ignores), and at most kMaxNames are remembered, so a client
+// inventing names cannot grow memory or flood the log. Thread-safe.
+class IgnoredFieldNames {
+ public:
+  static constexpr size_t kMaxNames = 256;
+  // The names of `names` seen for the first time (and remembered, while there is room).
+  std::vector<std::string> first_seen(const std::vector<std::string>& names);
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> seen_;  // guarded by mu_
+};
 
 // Builds the response of one request from the engine's chunks. Not thread-safe: one builder
 // per request, fed in the order the chunks arrive.

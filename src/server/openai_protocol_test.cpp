@@ -423,8 +423,9 @@ TEST(OpenAiProtocol, PromptAndModelErrors) {
       {R"({"prompt": []})", "prompt", ""},
       {R"({"prompt": [[]]})", "prompt", ""},
       {R"({"prompt": [[1, 2], []]})", "prompt", ""},
-      {R"({"prompt": ""})", "prompt", ""},
-      {R"({"prompt": ["a", ""]})", "prompt", ""},
+      // No tokens at all: an empty text without BOS (the one empty-prompt rule).
+      {R"({"prompt": "", "add_special_tokens": false})", "prompt", ""},
+      {R"({"prompt": ["a", ""], "add_special_tokens": false})", "prompt", ""},
       {R"({"prompt": ["a", 1]})", "prompt", ""},
       {R"({"prompt": [1, "a"]})", "prompt", ""},
       {R"({"prompt": [[1], "a"]})", "prompt", ""},
@@ -446,6 +447,12 @@ TEST(OpenAiProtocol, PromptAndModelErrors) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body.substr(0, 160));
     EXPECT_TRUE(is_error(parse_completion_request(c.body, m->ctx), c.param, c.code, c.status, c.type));
+  }
+  // An empty text is a prompt when it gives a token: [BOS] here, as in vLLM (and the CLI).
+  for (const char* body : {R"({"prompt": ""})", R"({"prompt": ["a", ""]})"}) {
+    const std::optional<ParsedRequest> empty = accepted(parse_completion_request(body, m->ctx));
+    ASSERT_TRUE(empty.has_value()) << body;
+    EXPECT_EQ(empty->prompts.back().prompt_token_ids, std::vector<TokenId>{*m->ctx.tokenizer->bos_id()});
   }
   // P3: the same refusal every time.
   const std::string too_long = R"({"prompt": ")" + repeat("Once upon a time ", 30) + "\"}";
@@ -867,6 +874,145 @@ TEST(OpenAiProtocol, CompletionLogprobsAndEcho) {
     offset += static_cast<int64_t>(tokens[i].size());
   }
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+}
+
+// vLLM's prompt_logprobs: null first, then {id: {logprob, rank, decoded_token}} per prompt
+// token, the prompt token itself and the top-N; refused with stream, bounded by max_logprobs.
+TEST(OpenAiProtocol, PromptLogprobsInVllmShape) {
+  PAGODA_STORIES(m);
+  const Tokenizer& tok = *m->tok;
+  const std::optional<ParsedRequest> r =
+      accepted(parse_completion_request(R"({"prompt": "Once upon", "prompt_logprobs": 1})", m->ctx));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->prompt_logprobs, 1);
+  EXPECT_EQ(r->prompts[0].params.prompt_logprobs, 1);
+  EXPECT_FALSE(r->logprobs.has_value());
+  const std::vector<TokenId>& prompt = r->prompts[0].prompt_token_ids;
+  ASSERT_GE(prompt.size(), 3u);
+  OutputChunk c = last(0, " a", {300}, FinishReason::kLength, static_cast<int64_t>(prompt.size()), 1);
+  // Token 1 is the top choice itself (rank 1); token 2 is beaten by 301 (its rank unknown).
+  c.prompt_logprobs.push_back(sampled(prompt[1], -0.5f, {{prompt[1], -0.5f}}));
+  for (size_t i = 2; i < prompt.size(); ++i) c.prompt_logprobs.push_back(sampled(prompt[i], -3.0f, {{301, -0.1f}}));
+  ResponseBuilder b(*r, tok, "cmpl-p", 1);
+  b.add(0, c);
+  const json j = json::parse(b.body());
+  const json& pl = j["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), prompt.size());
+  EXPECT_TRUE(pl[0].is_null());
+  EXPECT_EQ(pl[1], json({{std::to_string(prompt[1]), {{"logprob", -0.5}, {"rank", 1}, {"decoded_token", piece(tok, prompt[1])}}}}));
+  const json& second = pl[2];
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[std::to_string(prompt[2])]["logprob"], -3.0);
+  EXPECT_TRUE(second[std::to_string(prompt[2])]["rank"].is_null());
+  EXPECT_EQ(second["301"]["rank"], 1);
+  EXPECT_EQ(second["301"]["decoded_token"], piece(tok, 301));
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": "a", "prompt_logprobs": 1, "stream": true})", m->ctx),
+                       "prompt_logprobs"));
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": "a", "prompt_logprobs": 21})", m->ctx), "prompt_logprobs"));
+  // --max-logprobs above 20 lets a request ask for more (the bound is the server's, not fixed).
+  ModelContext wide = m->ctx;
+  wide.limits.max_logprobs = 50;
+  const std::optional<ParsedRequest> many =
+      accepted(parse_completion_request(R"({"prompt": "a", "logprobs": 40, "prompt_logprobs": 30})", wide));
+  ASSERT_TRUE(many.has_value());
+  EXPECT_EQ(many->prompts[0].params.logprobs, 40);
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": "a", "logprobs": 51})", wide), "logprobs"));
+}
+
+// Fields that would change the result but are not implemented get a 400 naming them; harmless
+// values of them pass; unknown fields are ignored and listed for the caller to log.
+TEST(OpenAiProtocol, UnimplementedFieldsAreRefusedUnknownOnesListed) {
+  PAGODA_STORIES(m);
+  const std::pair<const char*, const char*> refused[] = {
+      {"response_format", R"({"type": "json_object"})"},
+      {"response_format", R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})"},
+      {"guided_json", R"({"type": "object"})"},
+      {"guided_regex", R"("[a-z]+")"},
+      {"guided_choice", R"(["yes", "no"])"},
+      {"guided_grammar", R"("root ::= \"a\"")"},
+      {"structured_outputs", R"({"choice": ["a"]})"},
+      {"tools", R"([{"type": "function", "function": {"name": "f"}}])"},
+      {"tool_choice", R"("required")"},
+      {"use_beam_search", "true"},
+      {"allowed_token_ids", "[1, 2]"},
+      {"bad_words", R"(["x"])"},
+      {"logits_processors", R"(["m.P"])"},
+      {"truncate_prompt_tokens", "4"},
+      {"spaces_between_special_tokens", "false"},
+      {"return_tokens_as_token_ids", "true"},
+  };
+  for (const auto& [key, value] : refused) {
+    const std::string body = std::string(R"({"prompt": "a", ")") + key + "\": " + value + "}";
+    SCOPED_TRACE(body);
+    EXPECT_TRUE(is_error(parse_completion_request(body, m->ctx), key));
+    EXPECT_NE(error_message(parse_completion_request(body, m->ctx)).find(key), std::string::npos);
+  }
+  PAGODA_QWEN3(q);
+  for (const char* extra : {R"("continue_final_message": true)", R"("chat_template": "{{ 1 }}")",
+                            R"("guided_choice": ["a"])", R"("documents": [{"text": "x"}])"}) {
+    const std::string body = std::string(R"({"messages": [{"role": "user", "content": "hi"}], )") + extra + "}";
+    SCOPED_TRACE(body);
+    EXPECT_FALSE(accepted(parse_chat_request(body, q->ctx)).has_value());
+  }
+  // Values that ask for nothing pass.
+  const std::optional<ParsedRequest> harmless = accepted(parse_completion_request(
+      R"({"prompt": "a", "response_format": {"type": "text"}, "use_beam_search": false, "tools": [],
+          "tool_choice": "none", "spaces_between_special_tokens": true, "guided_json": null, "bad_words": []})",
+      m->ctx));
+  ASSERT_TRUE(harmless.has_value());
+  EXPECT_TRUE(harmless->ignored_fields.empty());
+  // Unknown fields are listed, known ones are not.
+  const std::optional<ParsedRequest> unknown = accepted(
+      parse_completion_request(R"({"prompt": "a", "user": "u1", "frobnicate": 1, "x_trace": {"a": 1}})", m->ctx));
+  ASSERT_TRUE(unknown.has_value());
+  EXPECT_EQ(unknown->ignored_fields, (std::vector<std::string>{"frobnicate", "x_trace"}));
+  // Each name is reported once; a flood of new names stops being remembered at the cap.
+  IgnoredFieldNames names;
+  EXPECT_EQ(names.first_seen({"a", "b"}), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(names.first_seen({"b", "c"}), (std::vector<std::string>{"c"}));
+  for (size_t i = 0; i < 2 * IgnoredFieldNames::kMaxNames; ++i) names.first_seen({"n" + std::to_string(i)});
+  EXPECT_TRUE(names.first_seen({"late"}).empty());
+}
+
+// --generation-config: the model's defaults fill what a request leaves out; max_new_tokens caps
+// max_tokens; a request's own values win.
+TEST(OpenAiProtocol, GenerationDefaultsFillOmittedFields) {
+  PAGODA_STORIES(m);
+  ModelContext ctx = m->ctx;
+  ctx.defaults.temperature = 0.25;
+  ctx.defaults.top_p = 0.5;
+  ctx.defaults.top_k = 7;
+  ctx.defaults.min_p = 0.125;
+  ctx.defaults.repetition_penalty = 1.5;
+  ctx.defaults.max_new_tokens = 9;
+  const std::optional<ParsedRequest> plain = accepted(parse_completion_request(R"({"prompt": "a"})", ctx));
+  ASSERT_TRUE(plain.has_value());
+  const SamplingParams& p = plain->prompts[0].params;
+  EXPECT_EQ(p.temperature, 0.25);
+  EXPECT_EQ(p.top_p, 0.5);
+  EXPECT_EQ(p.top_k, 7);
+  EXPECT_EQ(p.min_p, 0.125);
+  EXPECT_EQ(p.repetition_penalty, 1.5);
+  EXPECT_EQ(p.max_tokens, 9);  // min(16, 9)
+  const std::optional<ParsedRequest> own =
+      accepted(parse_completion_request(R"({"prompt": "a", "temperature": 0.9, "max_tokens": 4})", ctx));
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->prompts[0].params.temperature, 0.9);
+  EXPECT_EQ(own->prompts[0].params.top_k, 7);
+  EXPECT_EQ(own->prompts[0].params.max_tokens, 4);
+  const std::optional<ParsedRequest> capped =
+      accepted(parse_completion_request(R"({"prompt": "a", "max_tokens": 40})", ctx));
+  ASSERT_TRUE(capped.has_value());
+  EXPECT_EQ(capped->prompts[0].params.max_tokens, 9);
+  ctx.default_max_tokens = 5;  // `pagoda generate --max-tokens 5`
+  ctx.defaults.max_new_tokens.reset();
+  EXPECT_EQ(accepted(parse_completion_request(R"({"prompt": "a"})", ctx))->prompts[0].params.max_tokens, 5);
+  // Without defaults, the engine's own.
+  const std::optional<ParsedRequest> none = accepted(parse_completion_request(R"({"prompt": "a"})", m->ctx));
+  EXPECT_EQ(none->prompts[0].params.temperature, 1.0);
+  EXPECT_EQ(none->prompts[0].params.max_tokens, 16);
 }
 
 TEST(OpenAiProtocol, CompletionStream) {

@@ -64,6 +64,7 @@ struct OpenAiServer::Impl {
   std::atomic<State> state{State::kLoading};
   ServedModel model;  // written once by set_model(), before state becomes kReady
   ModelContext context;
+  IgnoredFieldNames ignored_fields;
   int64_t created = unix_now();
   std::atomic<int64_t> in_flight{0};  // inference requests not yet answered
 
@@ -179,6 +180,9 @@ void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, con
   if (auto* err = std::get_if<ApiError>(&parsed)) {
     ex->respond(error_response(*err));
     return;
+  }
+  for (const std::string& name : ignored_fields.first_seen(std::get<ParsedRequest>(parsed).ignored_fields)) {
+    log_line(LogLevel::kWarning, "server", "ignoring the unknown request field '" + name + "' (warned once per name)");
   }
   auto call = std::make_shared<Call>();
   call->server = this;
@@ -393,6 +397,7 @@ void OpenAiServer::set_model(ServedModel model) {
   c.bos_token = s.model.bos_token;
   c.eos_token = s.model.eos_token;
   c.limits = s.config.limits;
+  c.defaults = s.model.generation_defaults;
   s.state.store(State::kReady);
 }
 

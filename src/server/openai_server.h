@@ -54,6 +54,7 @@ struct ServedModel {
   std::vector<std::string> served_model_names;  // not empty
   std::string root;                             // the model path, reported by /v1/models
   std::shared_ptr<metrics::EngineMetrics> metrics;
+  GenerationDefaults generation_defaults;       // --generation-config: request defaults
 };
 
 class OpenAiServer {

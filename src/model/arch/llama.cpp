@@ -32,6 +32,7 @@ class LlamaModel final : public Model {
   Status init(const Backend& backend);
 
   const ModelConfig& config() const override { return cfg_; }
+  int64_t weight_bytes() const override;
   Tensor forward(const ForwardBatch& batch, const KvCacheTensors& kv) override;
   void compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows,
                       float* logits) override;
@@ -144,6 +145,18 @@ Status LlamaModel::init(const Backend& backend) {
   inv_freq_ = rope_inv_freq(cfg_);
   backend_ = nullptr;  // the Backend need not outlive the model
   return Status::ok_status();
+}
+
+int64_t LlamaModel::weight_bytes() const {
+  const auto vec = [](const F32Vector& v) { return static_cast<int64_t>(v.data.size()); };
+  // A tied LM head is a separate packed copy only when packing made one (it then sits in packed_).
+  int64_t bytes = token_embd_.nbytes() + vec(output_norm_);
+  if (!cfg_.tie_word_embeddings || lm_head_.data != token_embd_.data) bytes += lm_head_.nbytes();
+  for (const LayerWeights& l : layers_) {
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += t->nbytes();
+    for (const F32Vector* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm}) bytes += vec(*v);
+  }
+  return bytes;
 }
 
 void LlamaModel::ensure_workspace(int64_t n) {
