@@ -14,30 +14,50 @@ Result<CpuIsa> parse_cpu_isa(std::string_view name) {
   return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avx2 or scalar)");
 }
 
+namespace {
+
+bool has_avx2_fma_f16c(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }
+
+void install_avx2(Kernels* k) {
+  k->matmul = matmul_avx2;
+  k->pack_matmul_weight = pack_matmul_weight_avx2;
+  k->paged_attention = paged_attention_avx2;
+  k->rms_norm = rms_norm_avx2;
+  k->silu_mul = silu_mul_avx2;
+  k->add = add_avx2;
+}
+
+constexpr CpuKernelTable kKernelTables[] = {
+    {CpuIsa::kAvx2, "avx2", "avx2 fma f16c", has_avx2_fma_f16c, install_avx2,
+     "avx2+fma+f16c matmul (packed weights), attention, rms_norm, silu_mul, add", "embedding, rope, store_kv"},
+};
+
+}  // namespace
+
+std::span<const CpuKernelTable> cpu_kernel_tables() { return kKernelTables; }
+
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(CpuBackendOptions options) {
   const CpuFeatures& f = cpu_features();
-  const bool has_avx2 = f.avx2 && f.fma && f.f16c;
-  if (options.isa == CpuIsa::kAvx2 && !has_avx2) {
-    return invalid_argument("the AVX2 kernels need avx2, fma and f16c; this CPU has: " + f.to_string());
-  }
   Kernels k = reference_kernels();
-  std::string picked;
   if (options.isa == CpuIsa::kScalar) {
-    picked = "reference kernels (forced)";
-  } else if (has_avx2) {
-    k.matmul = matmul_avx2;
-    k.pack_matmul_weight = pack_matmul_weight_avx2;
-    k.paged_attention = paged_attention_avx2;
-    k.rms_norm = rms_norm_avx2;
-    k.silu_mul = silu_mul_avx2;
-    k.add = add_avx2;
-    picked = "avx2+fma+f16c matmul (packed weights), attention, rms_norm, silu_mul, add on " +
-             std::to_string(cpu_thread_pool().num_threads()) +
-             " threads; embedding, rope, store_kv reference";
-  } else {
-    picked = "reference kernels";
+    return std::unique_ptr<CpuBackend>(new CpuBackend(k, "reference kernels (forced)"));
   }
-  return std::unique_ptr<CpuBackend>(new CpuBackend(k, std::move(picked)));
+  for (const CpuKernelTable& table : cpu_kernel_tables()) {
+    if (options.isa != CpuIsa::kBest && options.isa != table.isa) continue;
+    if (!table.supported(f)) {
+      if (options.isa == table.isa) {
+        return invalid_argument("the " + std::string(table.name) + " kernels need " + std::string(table.needs) +
+                                "; this CPU has: " + f.to_string());
+      }
+      continue;
+    }
+    table.install(&k);
+    std::string picked = std::string(table.replaced) + " on " + std::to_string(cpu_thread_pool().num_threads()) +
+                         " threads; " + std::string(table.kept) + " reference";
+    return std::unique_ptr<CpuBackend>(new CpuBackend(k, std::move(picked)));
+  }
+  if (options.isa != CpuIsa::kBest) return invalid_argument("no kernel table for that CPU ISA is compiled in");
+  return std::unique_ptr<CpuBackend>(new CpuBackend(k, "reference kernels"));
 }
 
 std::string CpuBackend::description() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,26 @@ Result<CpuIsa> parse_cpu_isa(std::string_view name);
 struct CpuBackendOptions {
   CpuIsa isa = CpuIsa::kBest;
 };
+
+struct CpuFeatures;
+
+// A SIMD kernel table compiled into this binary: the kernels it puts over the reference ones, and
+// the CPU features they need. Every table CpuBackend can pick is in cpu_kernel_tables() and is
+// picked from there, so tests can enumerate them (kernels/kernel_table_coverage_test.cpp checks
+// that every entry a table replaces has a test).
+struct CpuKernelTable {
+  CpuIsa isa;                               // the CpuIsa that forces it
+  std::string_view name;                    // e.g. "avx2", as PAGODA_CPU_ISA spells it
+  std::string_view needs;                   // the features it needs, e.g. "avx2 fma f16c"
+  bool (*supported)(const CpuFeatures& f);  // whether a CPU with features `f` can run it
+  void (*install)(Kernels* k);              // sets the entries it replaces in *k
+  std::string_view replaced;                // for description(): what it replaces
+  std::string_view kept;                    // for description(): what stays on the reference
+};
+
+// The SIMD kernel tables compiled into this binary, best first; CpuIsa::kBest picks the first
+// one the CPU supports, or the reference kernels where it supports none.
+std::span<const CpuKernelTable> cpu_kernel_tables();
 
 class CpuBackend final : public Backend {
  public:

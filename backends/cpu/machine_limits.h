@@ -26,6 +26,20 @@ struct MachineLimits {
 // `buffer_bytes` for the bandwidth read (well above the caches), `seconds` per arithmetic test.
 MachineLimits measure_machine_limits(int threads, int64_t buffer_bytes, double seconds);
 
+// The read bandwidth figure of MachineLimits and what it was computed from: the best of five
+// passes, each over all of a `buffer_bytes` buffer split in `threads` disjoint slices.
+struct ReadBandwidth {
+  double gbps = 0;     // bytes / seconds / 1e9; all 0 when nothing was read (a buffer too
+                       // small for one block, or no memory for it)
+  int64_t bytes = 0;   // bytes read in the pass (the buffer down to whole 256-byte blocks with
+                       // AVX2, to whole 8-byte words without)
+  double seconds = 0;  // the pass's wall time: from a clock read before any thread may start
+                       // reading to the last thread's finish
+  double slowest_thread_seconds = 0;  // the longest any thread of that pass spent on its slice,
+                                      // timed by the thread itself; never above `seconds`
+};
+ReadBandwidth measure_read_bandwidth(int threads, int64_t buffer_bytes);
+
 // The CPU's model name (from /proc/cpuinfo), or "unknown".
 std::string cpu_model_name();
 

@@ -331,12 +331,30 @@ TEST(Sampler, ComputeLogprobsForPromptTokens) {
   EXPECT_NEAR(compute_logprobs(big.data(), 2, 1, 0).logprob, -1 - std::log1p(std::exp(-1.0)), 1e-6);
 }
 
-TEST(Sampler, SameSeedSameTokens) {
+// The same seed gives the same tokens; another seed, other tokens; temperature 0 the argmax
+// every time whatever the seed, and temperature 1 (or 0.8 against 1) with the same seed other
+// tokens. (A sampler that ignored the seed, or the temperature, fails one of these.)
+TEST(Sampler, SameSeedSameTokensOtherSeedOrTemperatureOtherTokens) {
   std::vector<float> logits(100);
   for (int i = 0; i < 100; ++i) logits[i] = std::sin(i * 1.7f);
-  SamplerRng a(99), b(99);
-  SamplingParams p{.temperature = 0.8, .top_p = 0.9};
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_one(logits, p, &a).token.token, sample_one(logits, p, &b).token.token);
+  const TokenId argmax = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  auto draws = [&](const SamplingParams& p, uint64_t seed) {
+    SamplerRng rng(seed);
+    std::vector<TokenId> tokens;
+    for (int i = 0; i < 100; ++i) tokens.push_back(sample_one(logits, p, &rng).token.token);
+    return tokens;
+  };
+  const SamplingParams p{.temperature = 0.8, .top_p = 0.9};
+  const std::vector<TokenId> seed99 = draws(p, 99);
+  EXPECT_EQ(draws(p, 99), seed99);
+  EXPECT_NE(draws(p, 100), seed99);
+  EXPECT_GT(std::set<TokenId>(seed99.begin(), seed99.end()).size(), 1u);  // it does sample
+
+  const SamplingParams greedy{.temperature = 0}, hot{.temperature = 1};
+  EXPECT_EQ(draws(greedy, 99), std::vector<TokenId>(100, argmax));
+  EXPECT_EQ(draws(greedy, 100), std::vector<TokenId>(100, argmax));
+  EXPECT_NE(draws(hot, 99), draws(greedy, 99));
+  EXPECT_NE(draws(SamplingParams{.temperature = 1, .top_p = 0.9}, 99), seed99);  // nor is 0.8 taken as 1
 }
 
 // A seeded row gives the same tokens alone and in a batch with other rows, whatever they are.

@@ -1,10 +1,12 @@
-// Scheduler unit tests with a fake runner: token budget, chunking, decode-first ordering,
-// preemption choice, admission rules, rejection and abort.
+// Scheduler unit tests with a fake runner: token budget, chunking, admission-order scheduling of
+// running requests, preemption choice, admission rules, rejection and abort.
 #include "sched/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <utility>
+#include <vector>
 
 namespace pagoda {
 namespace {
@@ -36,26 +38,67 @@ int64_t scheduled_for(const SchedulerOutput& out, RequestId id) {
   return 0;
 }
 
-TEST(Scheduler, LongPromptIsChunkedAndDecodesGoFirst) {
-  SchedulerConfig c;
-  c.max_num_batched_tokens = 32;
-  Scheduler s(c, {64, 16, true});
-  ASSERT_TRUE(s.add_request(make_request(1, 10, 5)).ok());
-  auto o1 = s.schedule();
-  EXPECT_EQ(scheduled_for(o1, 1), 10);
-  s.update_from_output(o1, fake_run(o1));
-  ASSERT_TRUE(s.add_request(make_request(2, 100, 5)).ok());
-  for (int64_t want : {31, 31, 31, 7}) {  // request 1 decodes one token each step first
-    auto o = s.schedule();
-    EXPECT_EQ(scheduled_for(o, 1), s.find(1) ? 1 : 0);
-    EXPECT_EQ(scheduled_for(o, 2), want);
-    EXPECT_LE(o.num_scheduled_tokens, 32);
-    for (const auto& seq : o.seqs) {
-      if (seq.request_id == 2) {
-        EXPECT_EQ(seq.sample, want == 7);
-      }
+// The batch as (request id, tokens scheduled) in batch order.
+using Batch = std::vector<std::pair<RequestId, int64_t>>;
+Batch batch_of(const SchedulerOutput& out) {
+  Batch b;
+  for (const auto& s : out.seqs) b.emplace_back(s.request_id, static_cast<int64_t>(s.tokens.size()));
+  return b;
+}
+
+// Running requests are scheduled in the order they were admitted, each taking its tokens out of
+// the step's budget before the next one, then waiting requests: there is no decode-first rule. A
+// decode admitted before a long prompt goes first; a long prompt admitted before a decode, or
+// before another prompt, gets its chunk first.
+TEST(Scheduler, LongPromptIsChunkedAndRunningRequestsGoInAdmissionOrder) {
+  {  // A decode admitted first: its token, then the long prompt's chunks out of what is left.
+    SchedulerConfig c;
+    c.max_num_batched_tokens = 32;
+    Scheduler s(c, {64, 16, true});
+    ASSERT_TRUE(s.add_request(make_request(1, 10, 5)).ok());
+    auto o1 = s.schedule();
+    EXPECT_EQ(batch_of(o1), (Batch{{1, 10}}));
+    s.update_from_output(o1, fake_run(o1));
+    ASSERT_TRUE(s.add_request(make_request(2, 100, 5)).ok());
+    for (int64_t want : {31, 31, 31, 7}) {
+      auto o = s.schedule();
+      ASSERT_EQ(batch_of(o), (Batch{{1, 1}, {2, want}}));
+      EXPECT_EQ(o.seqs[1].sample, want == 7);  // the prompt's last chunk samples
+      s.update_from_output(o, fake_run(o));
     }
+    EXPECT_EQ(s.find(1), nullptr);  // its 5 tokens are out
+  }
+  {  // A long prompt admitted first (chunks of at most 20): its chunk, then the newer decode.
+    SchedulerConfig c;
+    c.max_num_batched_tokens = 32;
+    c.long_prefill_token_threshold = 20;
+    Scheduler s(c, {64, 16, true});
+    ASSERT_TRUE(s.add_request(make_request(1, 100, 5)).ok());
+    ASSERT_TRUE(s.add_request(make_request(2, 10, 5)).ok());
+    auto o = s.schedule();
+    EXPECT_EQ(batch_of(o), (Batch{{1, 20}, {2, 10}}));
     s.update_from_output(o, fake_run(o));
+    for (int step = 2; step <= 5; ++step) {
+      o = s.schedule();
+      EXPECT_EQ(batch_of(o), (Batch{{1, 20}, {2, 1}})) << "step " << step;
+      s.update_from_output(o, fake_run(o));
+    }
+  }
+  {  // Where the budget binds, the older prompt's chunk comes out of it first: with 21 tokens a
+     // step, the newer prompt gets the 1 left over until the older one's prefill is done.
+    SchedulerConfig c;
+    c.max_num_batched_tokens = 21;
+    c.long_prefill_token_threshold = 20;
+    Scheduler s(c, {64, 16, true});
+    ASSERT_TRUE(s.add_request(make_request(1, 100, 5)).ok());
+    ASSERT_TRUE(s.add_request(make_request(2, 10, 5)).ok());
+    for (int step = 1; step <= 5; ++step) {
+      auto o = s.schedule();
+      EXPECT_EQ(batch_of(o), (Batch{{1, 20}, {2, 1}})) << "step " << step;
+      s.update_from_output(o, fake_run(o));
+    }
+    auto o = s.schedule();
+    EXPECT_EQ(batch_of(o), (Batch{{1, 1}, {2, 5}}));  // 1 decodes; 2's last 5 prompt tokens
   }
 }
 

@@ -16,19 +16,12 @@
 
 #include "backend/kernels.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels/kernel_table_test_support.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 
 namespace pagoda::cpu {
 namespace {
-
-bool has_avx2() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx2 && f.fma;
-}
-
-#define SKIP_WITHOUT_AVX2() \
-  if (!has_avx2()) GTEST_SKIP() << "CPU lacks avx2/fma: " << cpu_features().to_string()
 
 // A paged cache of random keys and values, with each sequence's blocks scattered (shuffled ids).
 struct Cache {
@@ -140,8 +133,7 @@ void check_case(const Case& cs, ThreadPool* pool, uint32_t seed) {
   }
 }
 
-TEST(PagedAttentionAvx2, MatchesFloat64Attention) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64Attention, "avx2", "paged_attention") {
   const std::vector<Case> cases = {
       {1, 1, 8, 16, 0, {1}, {1}},                  // one key
       {4, 4, 64, 16, 0, {37}, {1}},                // decode, MHA
@@ -161,8 +153,7 @@ TEST(PagedAttentionAvx2, MatchesFloat64Attention) {
   for (const Case& c : cases) check_case(c, nullptr, seed++);
 }
 
-TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded, "avx2", "paged_attention") {
   ThreadPool pool(3);
   check_case({32, 4, 64, 16, 0, {300, 77, 1}, {300, 1, 1}}, &pool, 50);
   check_case({16, 16, 64, 8, 0, {64, 64, 64, 64}, {1, 1, 1, 1}}, &pool, 51);
@@ -172,8 +163,7 @@ TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded) {
 // alone, chunked in two, with its last row as a decode step, and on several threads: all the
 // same bits. For a group of 8 (the lane kernel, full lanes), of 4 with a sliding window and a head
 // size with a tail (the lane kernel, half-full lanes in decode), and of 2 (one vector at a time).
-TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads, "avx2", "paged_attention") {
   struct Shape {
     int64_t heads, kv_heads, hd, window;
   };

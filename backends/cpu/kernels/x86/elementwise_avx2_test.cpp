@@ -8,20 +8,16 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels/kernel_table_test_support.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "support/random_values.h"
 
 namespace pagoda::cpu {
 namespace {
 
-#define SKIP_WITHOUT_AVX2()                              \
-  if (!(cpu_features().avx2 && cpu_features().fma)) \
-  GTEST_SKIP() << "CPU lacks avx2/fma: " << cpu_features().to_string()
-
 using testing::random_floats;
 
-TEST(ElementwiseAvx2, RmsNormMatchesFloat64) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, RmsNormMatchesFloat64, "avx2", "rms_norm") {
   for (int64_t dim : {1, 7, 8, 33, 2048, 4097}) {
     for (int64_t rows : {1, 3, 40}) {  // 40 x 2048 and up take the threaded split
       auto x = random_floats(static_cast<size_t>(rows * dim), static_cast<uint32_t>(dim + rows), 3.0f);
@@ -45,8 +41,7 @@ TEST(ElementwiseAvx2, RmsNormMatchesFloat64) {
   }
 }
 
-TEST(ElementwiseAvx2, SiluMulMatchesFloat64) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, SiluMulMatchesFloat64, "avx2", "silu_mul") {
   for (int64_t n : {1, 5, 8, 29, 100000}) {  // 100000: the threaded split
     auto g = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 12.0f);
     auto u = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1), 2.0f);
@@ -67,8 +62,7 @@ TEST(ElementwiseAvx2, SiluMulMatchesFloat64) {
   }
 }
 
-TEST(ElementwiseAvx2, ElementValueDoesNotDependOnBufferLength) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, ElementValueDoesNotDependOnBufferLength, "avx2", "silu_mul") {
   auto g = random_floats(37, 3, 6.0f);
   auto u = random_floats(37, 4, 2.0f);
   std::vector<float> full(37);
@@ -82,8 +76,7 @@ TEST(ElementwiseAvx2, ElementValueDoesNotDependOnBufferLength) {
   }
 }
 
-TEST(ElementwiseAvx2, AddIsExact) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, AddIsExact, "avx2", "add") {
   for (int64_t n : {3, 16, 70001}) {
     auto y = random_floats(static_cast<size_t>(n), 1, 5.0f);
     auto x = random_floats(static_cast<size_t>(n), 2, 5.0f);

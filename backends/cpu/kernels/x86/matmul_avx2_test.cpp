@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels/reference/reference_kernels.h"
+#include "backends/cpu/kernels/kernel_table_test_support.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 #include "tensor/convert.h"
@@ -28,9 +29,6 @@ bool has_avx2() {
   const CpuFeatures& f = cpu_features();
   return f.avx2 && f.fma && f.f16c;
 }
-
-#define SKIP_WITHOUT_AVX2() \
-  if (!has_avx2()) GTEST_SKIP() << "CPU lacks avx2/fma/f16c: " << cpu_features().to_string()
 
 constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
 
@@ -93,8 +91,7 @@ std::string describe(DType t, int64_t m, int64_t k, int64_t n) {
          " n=" + std::to_string(n);
 }
 
-TEST(MatmulAvx2, MatchesReferenceOnSmallShapes) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "matmul pack_matmul_weight") {
   uint32_t seed = 1;
   for (DType t : kAllTypes) {
     for (int64_t k : {1, 7, 32, 64, 96, 100, 257}) {
@@ -114,8 +111,7 @@ TEST(MatmulAvx2, MatchesReferenceOnSmallShapes) {
 // Long rows: batched inputs take the k-sliced path (slices of 256 elements or 16 blocks plus a
 // tail), decode the one-pass path; both through a 3-thread pool and through the backend's shared
 // pool, over output counts that leave a partial panel and a partial chunk.
-TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded, "avx2", "matmul pack_matmul_weight") {
   ThreadPool pool(3);
   uint32_t seed = 1000;
   for (DType t : kAllTypes) {
@@ -137,8 +133,7 @@ TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded) {
   }
 }
 
-TEST(MatmulAvx2, ThreadCountDoesNotChangeResults) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, ThreadCountDoesNotChangeResults, "avx2", "matmul") {
   Problem p = make_problem(DType::kQ4_0, 5, 512, 300, 7);
   std::vector<float> one(5 * 300), many(5 * 300);
   matmul_avx2_pooled(p.x.data(), 5, p.packed, one.data(), nullptr);
@@ -149,8 +144,7 @@ TEST(MatmulAvx2, ThreadCountDoesNotChangeResults) {
 
 // Each input row alone (m = 1) and the same rows in batches of 3, 5, 6 and 37 (other tile
 // shapes, the k-sliced path) and on 3 threads: the same bits, for every weight type.
-TEST(MatmulAvx2, BatchSizeDoesNotChangeResults) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul") {
   ThreadPool pool(3);
   for (DType t : kAllTypes) {
     const int64_t m = 37, k = 1120, n = 70;  // k: 4 slices of 256 (2 of 16 blocks) and a part
@@ -171,8 +165,7 @@ TEST(MatmulAvx2, BatchSizeDoesNotChangeResults) {
 
 // The packed view keeps the weight's type and shape; its bytes (panels of 8 rows, the last one
 // padded) are the row-major bytes rearranged: each packed element found where the layout says.
-TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "avx2", "pack_matmul_weight") {
   for (DType t : kAllTypes) {
     const int64_t n = 13, k = 64;
     Problem p = make_problem(t, 1, k, n, 3);
@@ -215,8 +208,7 @@ TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels) {
   }
 }
 
-TEST(ActivationBlockSumsAvx2, SumsEachBlock) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(ActivationBlockSumsAvx2, SumsEachBlock, "avx2", "matmul") {
   std::mt19937 rng(9);
   std::vector<BlockQ8Act> blocks(5);
   for (auto& b : blocks) {
@@ -234,8 +226,7 @@ TEST(ActivationBlockSumsAvx2, SumsEachBlock) {
   }
 }
 
-TEST(QuantizeActivationAvx2, MatchesScalarBitForBit) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(QuantizeActivationAvx2, MatchesScalarBitForBit, "avx2", "matmul") {
   std::mt19937 rng(5);
   const int64_t m = 3, k = 256;
   std::vector<float> x(static_cast<size_t>(m * k));
@@ -257,8 +248,7 @@ TEST(QuantizeActivationAvx2, MatchesScalarBitForBit) {
 // The int8 path of q8_0 / q4_0 weights against the exact product of the f32 activations with the
 // dequantized weights (float64): the only difference allowed is the activations' rounding to
 // their blocks, at most d_x / 2 per element, so |error| <= sum over elements of d_x / 2 * |w|.
-TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound) {
-  SKIP_WITHOUT_AVX2();
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound, "avx2", "matmul") {
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     const int64_t m = 6, k = 512, n = 40;
     Problem p = make_problem(t, m, k, n, 31);
