@@ -491,7 +491,8 @@ const char* const kChatFields[] = {"messages", "max_completion_tokens", "logprob
 
 std::vector<std::string> unknown_fields(const json& body, Endpoint endpoint) {
   std::vector<std::string> out;
-  for (const auto& [key, _] : body.items()) {
+  for (const auto& item : body.items()) {
+    const std::string& key = item.key();  // a named variable: clang 14 cannot capture a binding
     const auto is = [&key](const auto& list) {
       return std::any_of(std::begin(list), std::end(list), [&key](const char* k) { return key == k; });
     };
