@@ -29,11 +29,7 @@ RunResult run_pagoda(const std::string& args, const std::string& env = "") {
 
 std::string quote(const std::string& s) { return testing::shell_quote(s); }
 
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+using testing::count_lines;
 
 TEST(Cli, GenerateStories260KGoldenText) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");

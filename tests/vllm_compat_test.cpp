@@ -32,7 +32,7 @@ RunResult run_pagoda(const std::string& args, const std::string& env = "") {
   return testing::run_binary(PAGODA_BINARY, args, env);
 }
 
-int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+using testing::count_lines;
 
 // A Hugging Face model folder as a user downloads one: config.json (Qwen2, 32k context),
 // model.safetensors with random bf16 weights, and the Mistral tokenizer's files (32000 tokens).

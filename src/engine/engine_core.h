@@ -19,8 +19,8 @@
 
 #include "base/status.h"
 #include "engine/engine_types.h"
-#include "engine/request_validation.h"
 #include "engine/output_processor.h"
+#include "engine/request_validation.h"
 #include "metrics/engine_metrics.h"
 #include "runner/model_runner.h"
 #include "sched/scheduler.h"

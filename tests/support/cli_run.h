@@ -19,4 +19,7 @@ RunResult run_binary(const std::string& binary, const std::string& args, const s
 // `s` quoted for the shell.
 std::string shell_quote(const std::string& s);
 
+// The number of '\n' in `s` (how many lines a command printed).
+int count_lines(const std::string& s);
+
 }  // namespace pagoda::testing
