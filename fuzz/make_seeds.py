@@ -119,6 +119,13 @@ out("gguf_fuzz", "bos-out-of-range", gguf(vocab_kvs + [kv("tokenizer.ggml.bos_to
 out("gguf_fuzz", "duplicate-key", gguf(vocab_kvs + [vocab_kvs[0]], tensors, weights))
 out("gguf_fuzz", "duplicate-tensor", gguf(vocab_kvs, tensors + [tensors[0]], weights))
 out("gguf_fuzz", "unknown-type", gguf(vocab_kvs, [("t", [8], 77, 0)], weights))
+# K-quant tensors: a Q4_K [256, 2] (two 144-byte super-blocks) and a Q6_K row of 256, whole; a
+# Q6_K whose row is not a whole super-block; a Q4_K whose data is cut short.
+kquant = bytes(range(256)) * 3
+out("gguf_fuzz", "kquants", gguf(vocab_kvs, [("blk.0.ffn_up.weight", [256, 2], 12, 0),
+                                             ("output.weight", [256], 14, 288)], kquant[:288 + 210]))
+out("gguf_fuzz", "kquant-partial-block", gguf(vocab_kvs, [("t", [64], 14, 0)], kquant[:210]))
+out("gguf_fuzz", "kquant-truncated", gguf(vocab_kvs, [("t", [256, 2], 12, 0)], kquant[:200]))
 
 # ---- safetensors ----
 def st(header, data, length=None):

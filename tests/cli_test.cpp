@@ -233,7 +233,10 @@ TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
   ASSERT_FALSE(c->tie_word_embeddings);
   const int64_t weights = c->num_parameters() - c->vocab_size * c->hidden_size - (2 * c->num_layers + 1) * c->hidden_size;
   const std::map<std::string, double> bytes_per_weight = {
-      {"f32", 4.0}, {"f16", 2.0}, {"bf16", 2.0}, {"q8_0", 34.0 / 32}, {"q4_0", 18.0 / 32}};
+      {"f32", 4.0},          {"f16", 2.0},           {"bf16", 2.0},          {"q8_0", 34.0 / 32},
+      {"q4_0", 18.0 / 32},   {"q4_1", 20.0 / 32},    {"q5_0", 22.0 / 32},    {"q5_1", 24.0 / 32},
+      {"q2_k", 84.0 / 256},  {"q3_k", 110.0 / 256},  {"q4_k", 144.0 / 256},  {"q5_k", 176.0 / 256},
+      {"q6_k", 210.0 / 256}};  // bytes per block / elements per block, from the block layouts
   int seen = 0;
   for (const auto& e : j["ceilings"]) {
     const int64_t bytes = e["bytes_per_decode_step"].get<int64_t>();
@@ -243,7 +246,7 @@ TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
     EXPECT_EQ(static_cast<double>(bytes), static_cast<double>(weights) * bytes_per_weight.at(e["type"].get<std::string>()))
         << e.dump();
   }
-  EXPECT_EQ(seen, 5);
+  EXPECT_EQ(seen, static_cast<int>(bytes_per_weight.size()));
 }
 
 // A sweep runs one benchmark per grid point (a fresh engine each), and the CSV, the chart and the

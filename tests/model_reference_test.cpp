@@ -4,14 +4,17 @@
 // head_dim that is not hidden/heads, and a sliding window. The engine side runs the sequence in
 // chunks through a paged cache with a shuffled block table, so the cache path is covered too.
 // Then the fast CPU kernels against the scalar reference kernels at the model level: the real
-// stories260K and TinyLlama-shaped random models in every weight type.
+// stories260K and TinyLlama-shaped random models in every weight type. And a GGUF file in
+// llama-quantize's Q4_K_M mix against the same weights dequantized to f32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -21,7 +24,9 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "loader/gguf_writer.h"
 #include "loader/model_source.h"
+#include "tensor/convert.h"
 #include "support/test_data.h"
 #include "model/model.h"
 
@@ -241,6 +246,22 @@ std::vector<std::vector<float>> engine_logits(Model& model, const std::vector<To
   return out;
 }
 
+// The largest |got - want| over every logit, as a fraction of its position's largest |want|.
+double largest_relative_difference(const std::vector<std::vector<float>>& want,
+                                   const std::vector<std::vector<float>>& got) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t t = 0; t < want.size() && t < got.size(); ++t) {
+    double scale = 0;
+    for (float v : want[t]) scale = std::max(scale, std::fabs(double{v}));
+    EXPECT_EQ(got[t].size(), want[t].size());
+    for (size_t i = 0; i < want[t].size() && i < got[t].size(); ++i) {
+      worst = std::max(worst, std::fabs(double{got[t][i]} - want[t][i]) / scale);
+    }
+  }
+  return worst;
+}
+
 ModelConfig base_config() {
   ModelConfig c;
   c.architecture = "llama";
@@ -408,9 +429,10 @@ TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
   // (equal to ~1e-6) straddle a rounding step, one activation moves by a whole step (max|x| / 127)
   // and the random, untrained layers carry that on (measured 7.5e-3 for q8_0, 1.0e-2 for q4_0;
   // the int8 rounding itself moves logits by about 1e-2 of their spread). A kernel bug moves them
-  // by O(1).
+  // by O(1). q4_k / q6_k: the K-quants' decoded-chunk path, with and without mins.
   for (auto [type, tol] : {std::pair{DType::kF16, 1e-4}, std::pair{DType::kBF16, 1e-4},
-                           std::pair{DType::kQ8_0, 3e-2}, std::pair{DType::kQ4_0, 3e-2}}) {
+                           std::pair{DType::kQ8_0, 3e-2}, std::pair{DType::kQ4_0, 3e-2},
+                           std::pair{DType::kQ4_K, 3e-2}, std::pair{DType::kQ6_K, 3e-2}}) {
     auto load = [&]() -> Result<ModelSource> {
       PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, type, 3, "tinyllama-shaped"));
       return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};
@@ -441,15 +463,7 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
   const auto f32 = logits_with(std::nullopt);
   EXPECT_EQ(logits_with(DType::kF32), f32);  // already f32: nothing converted
   for (auto [type, tol] : {std::pair{DType::kF16, 5e-3}, std::pair{DType::kBF16, 4e-2}}) {
-    const auto got = logits_with(type);
-    ASSERT_EQ(got.size(), f32.size());
-    double worst = 0;
-    for (size_t t = 0; t < f32.size(); ++t) {
-      double scale = 0;
-      for (float v : f32[t]) scale = std::max(scale, std::fabs(double{v}));
-      for (size_t i = 0; i < f32[t].size(); ++i)
-        worst = std::max(worst, std::fabs(double{got[t][i]} - f32[t][i]) / scale);
-    }
+    const double worst = largest_relative_difference(f32, logits_with(type));
     EXPECT_LE(worst, tol) << dtype_name(type);
     EXPECT_GT(worst, 0) << dtype_name(type) << ": logits unchanged, the weights were not converted";
     std::printf("stories260K --dtype %s: largest logit change %.2e of the position's largest\n",
@@ -464,6 +478,88 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("ffn_down"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("q8_0"), std::string::npos) << bad.status().message();
+}
+
+// A GGUF file typed as llama-quantize's Q4_K_M writes a Llama (token_embd and most projections
+// Q4_K; attn_v, ffn_down and output Q6_K; a Q5_0 and a Q8_0 projection as its fallbacks for
+// other shapes; norms f32) loads as it is and computes what the same weights dequantized to f32
+// compute. The quantized side multiplies activations rounded to int8 per block (moving the
+// logits by about 1e-2 of their spread, as above); a type read with the wrong layout or id
+// moves them by O(1).
+TEST(QuantizedGguf, KQuantMixMatchesItsDequantizedWeights) {
+  ModelConfig cfg = base_config();
+  cfg.vocab_size = 300;
+  cfg.hidden_size = 256;
+  cfg.intermediate_size = 512;
+  cfg.num_layers = 2;
+  cfg.num_heads = 4;
+  cfg.num_kv_heads = 2;
+  cfg.head_dim = 64;
+  auto weights = make_dummy_weights(cfg, DType::kF32, 5, "kquant-mix");
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  auto type_of = [](const std::string& name) {
+    if (name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos ||
+        name == "output.weight") {
+      return DType::kQ6_K;
+    }
+    if (name == "blk.1.attn_output.weight") return DType::kQ5_0;
+    if (name == "blk.1.ffn_gate.weight") return DType::kQ8_0;
+    return DType::kQ4_K;
+  };
+  const std::string dir = testing::make_temp_dir();
+  GgufWriter quantized, dequantized;
+  std::map<DType, int> seen;
+  for (GgufWriter* g : {&quantized, &dequantized}) {
+    g->add_string("general.architecture", "llama");
+    g->add_u32("llama.vocab_size", static_cast<uint32_t>(cfg.vocab_size));
+    g->add_u32("llama.embedding_length", static_cast<uint32_t>(cfg.hidden_size));
+    g->add_u32("llama.feed_forward_length", static_cast<uint32_t>(cfg.intermediate_size));
+    g->add_u32("llama.block_count", static_cast<uint32_t>(cfg.num_layers));
+    g->add_u32("llama.attention.head_count", static_cast<uint32_t>(cfg.num_heads));
+    g->add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(cfg.num_kv_heads));
+    g->add_u32("llama.context_length", static_cast<uint32_t>(cfg.max_position_embeddings));
+    g->add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(cfg.rms_norm_eps));
+  }
+  for (const auto& [name, t] : weights->all()) {
+    if (t.ndim != 2) {
+      quantized.add_tensor(name, t);
+      dequantized.add_tensor(name, t);
+      continue;
+    }
+    const DType type = type_of(name);
+    ++seen[type];
+    const int64_t rows = t.num_rows(), cols = t.row_len();
+    const int64_t row_bytes = static_cast<int64_t>(*dtype_bytes(type, static_cast<uint64_t>(cols)));
+    std::vector<uint8_t> q(static_cast<size_t>(rows * row_bytes));
+    std::vector<float> back(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      quantize_row(type, reinterpret_cast<const float*>(t.row(r)), q.data() + r * row_bytes, cols);
+      dequantize_row(type, q.data() + r * row_bytes, back.data() + r * cols, cols);
+    }
+    quantized.add_tensor(name, type, {rows, cols}, q);
+    dequantized.add_tensor(name, DType::kF32, {rows, cols},
+                           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(back.data()), back.size() * 4));
+  }
+  EXPECT_EQ(seen.size(), 4u);
+  ASSERT_TRUE(quantized.write(dir + "/q4_k_m.gguf").ok());
+  ASSERT_TRUE(dequantized.write(dir + "/f32.gguf").ok());
+
+  auto backend = cpu_backend(cpu::CpuIsa::kBest);
+  ASSERT_TRUE(backend);
+  const std::vector<TokenId> tokens = {1, 17, 5, 260, 33, 2, 141, 8, 8, 199, 0};
+  auto logits_of = [&](const std::string& file, DType want_output_type) {
+    auto src = load_model(dir + "/" + file, LoadOptions{});
+    EXPECT_TRUE(src.ok()) << src.status().message();
+    EXPECT_EQ(src->weights.find("output.weight")->dtype, want_output_type);
+    auto model = create_model(std::move(*src), *backend);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    return engine_logits(**model, tokens, {5, 1, 3, 1, 1});
+  };
+  const double worst = largest_relative_difference(logits_of("f32.gguf", DType::kF32),
+                                                   logits_of("q4_k_m.gguf", DType::kQ6_K));
+  EXPECT_LE(worst, 3e-2);
+  std::printf("Q4_K_M-typed GGUF: largest logit difference %.2e of the position's largest logit\n", worst);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

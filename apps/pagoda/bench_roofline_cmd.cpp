@@ -21,7 +21,7 @@ int64_t decode_weight_bytes(const ModelConfig& c, DType type) {
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   const int64_t per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + 3 * c.hidden_size * c.intermediate_size;
   const int64_t weights = c.num_layers * per_layer + c.vocab_size * c.hidden_size;
-  return weights / block_elems(type) * block_bytes(type);
+  return weights * block_bytes(type) / block_elems(type);
 }
 
 int run_bench_roofline(const BenchRooflineFlags& f) {
@@ -42,7 +42,8 @@ int run_bench_roofline(const BenchRooflineFlags& f) {
   for (const std::string& name : dummy_presets()) {
     const auto config = dummy_preset(name);
     if (!config) continue;
-    for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (const DTypeTraits& traits : all_dtypes()) {
+      const DType t = traits.type;
       const int64_t b = decode_weight_bytes(*config, t);
       const double decode = m.read_gbps * 1e9 / static_cast<double>(b);
       // Two FLOPs per weight per token; the same weights without the LM head's rows beyond one.

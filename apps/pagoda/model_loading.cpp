@@ -41,13 +41,14 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
   app.add_option("--download-dir", download_dir, "accepted, no effect: nothing is downloaded")->group(kLoadConfig);
   app.add_option("--dtype", dtype,
                  "matmul weight type: auto, float32 (float, f32), float16 (half, f16), bfloat16 (bf16), "
-                 "q8_0, q4_0. Files: float weights converted at load, auto keeps them as stored; "
+                 "or a GGUF block type: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k. Files: float "
+                 "weights converted at load, auto keeps them as stored; "
                  "dummy weights: generated in it, auto = bf16 above 200M parameters, else f32")
       ->capture_default_str()
       ->group(kModelConfig);
   app.add_option("--quantization,-q", quantization,
-                 "none, or gguf for a GGUF file; awq, gptq, compressed-tensors, ... not yet (--dtype q8_0 / "
-                 "q4_0 quantize float weights at load)")
+                 "none, or gguf for a GGUF file; awq, gptq, compressed-tensors, ... not yet (--dtype q8_0, "
+                 "q4_k, ... quantizes float weights at load)")
       ->group(kModelConfig);
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str()->group(kLoadConfig);
   app.add_option("--backend", backend, "compute backend")->capture_default_str()->group(kPagodaGroup);
@@ -63,8 +64,8 @@ Status ModelFlags::check() const {
     if (!gguf_file) {
       return unimplemented("--quantization " + quantization +
                            " is not supported yet (supported: none, and gguf for a GGUF file; a GGUF file's "
-                           "F32/F16/BF16/Q8_0/Q4_0 tensors run as stored, and --dtype q8_0 or q4_0 quantizes "
-                           "float weights at load)");
+                           "F32/F16/BF16, Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored, and "
+                           "--dtype q8_0, q4_k, ... quantizes float weights at load)");
     }
   }
   if (tokenizer_mode != "auto" && tokenizer_mode != "slow" && tokenizer_mode != "hf") {
@@ -97,8 +98,9 @@ Result<DType> parse_dtype_flag(const std::string& name) {
     if (name == alias) return t;
   }
   if (auto t = dtype_from_name(name)) return *t;
-  return invalid_argument("unknown --dtype '" + name +
-                          "' (auto, float32, float16, bfloat16, f32, f16, bf16, q8_0 or q4_0)");
+  std::string names;
+  for (const DTypeTraits& t : all_dtypes()) names += ", " + std::string(t.name);
+  return invalid_argument("unknown --dtype '" + name + "' (auto, float32, float16, bfloat16" + names + ")");
 }
 
 Result<std::unique_ptr<Tokenizer>> tokenizer_from(const std::string& path) {

@@ -46,9 +46,9 @@ struct AttentionParams {
 
 struct Kernels {
   // y[m, n] = sum_k x[m, k] * w[n, k].  x: [m, k] f32; w: [n, k] any DType; y: [m, n] f32.
-  // For Q8_0 / Q4_0 weights x is first quantized per 32-element block (BlockQ8Act,
-  // tensor/quant_blocks.h) and each block's product is an exact integer dot, scaled by both
-  // scales. Each output's summation order must not depend on m (batch invariance).
+  // For quantized weights x is first quantized per 32-element block (BlockQ8Act,
+  // tensor/quant_blocks.h) and each block's product is computed in exact integers and scaled as
+  // QuantChunk defines. Each output's summation order must not depend on m (batch invariance).
   void (*matmul)(const float* x, int64_t m, const Tensor& w, float* y);
 
   // Optional (nullptr: matmul reads row-major weights as stored). Rearranges a row-major matmul

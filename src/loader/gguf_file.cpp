@@ -110,28 +110,7 @@ std::string_view gguf_type_name(GgufType t) {
   return "unknown";
 }
 
-std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 8: return DType::kQ8_0;
-    case 30: return DType::kBF16;
-    default: return std::nullopt;
-  }
-}
-
-uint32_t ggml_type_of(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ8_0: return 8;
-    case DType::kBF16: return 30;
-  }
-  PAGODA_CHECK(false && "unknown DType");
-  return 0;
-}
+uint32_t ggml_type_of(DType t) { return dtype_traits(t).ggml_type; }
 
 std::string_view ggml_type_name(uint32_t ggml_type) {
   // ggml's type ids in order (4 and 5 were removed formats; 31..33 and 36..38 were repacked

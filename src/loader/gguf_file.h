@@ -34,9 +34,9 @@ enum class GgufType : uint32_t {
 // The name of a metadata value type, e.g. "uint32", "string", "array".
 std::string_view gguf_type_name(GgufType t);
 
-// ggml's id of a tensor type (F32=0, F16=1, Q4_0=2, Q8_0=8, BF16=30) <-> DType. The name of any
-// ggml type id, supported or not ("Q4_K"), or "unknown" past the known ids.
-std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type);
+// ggml's id of a tensor type (F32=0, F16=1, Q4_0=2, Q4_K=12, BF16=30, ...) of a DType; the
+// inverse is dtype_from_ggml_type (tensor/dtype.h). The name of any ggml type id, supported or
+// not ("IQ2_XXS"), or "unknown" past the known ids.
 uint32_t ggml_type_of(DType t);
 std::string_view ggml_type_name(uint32_t ggml_type);
 

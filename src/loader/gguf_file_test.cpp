@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -435,8 +436,10 @@ TEST_F(GgufCrafted, TensorInfoErrors) {
                "too many elements");
   expect_error(with_info("t", {1ull << 40, 1ull << 30}, 0, 0), StatusCode::kDataLoss, "too many elements");
   expect_error(with_info("t", {1ull << 61}, 0, 0), StatusCode::kDataLoss, "truncated: data of tensor t");
-  expect_error(with_info("blk.0.attn_q.weight", {64, 64}, 12, 0), StatusCode::kUnimplemented,
-               "tensor blk.0.attn_q.weight has unsupported type Q4_K (12)");
+  expect_error(with_info("blk.0.attn_q.weight", {64, 64}, 16, 0), StatusCode::kUnimplemented,
+               "tensor blk.0.attn_q.weight has unsupported type IQ2_XXS (16)");
+  expect_error(with_info("blk.0.attn_q.weight", {64, 64}, 12, 0), StatusCode::kDataLoss,
+               "tensor blk.0.attn_q.weight has row length 64, not a multiple of the q4_k block size 256");
   expect_error(with_info("t", {4}, 1000, 0), StatusCode::kUnimplemented, "unknown (1000)");
   expect_error(with_info("t", {31}, 8, 0), StatusCode::kDataLoss, "not a multiple of the q8_0 block size 32");
   expect_error(with_info("t", {4}, 0, 4), StatusCode::kDataLoss, "not a multiple of the alignment 32");
@@ -494,10 +497,15 @@ TEST(GgufTypes, Names) {
   EXPECT_EQ(ggml_type_name(12), "Q4_K");
   EXPECT_EQ(ggml_type_name(30), "BF16");
   EXPECT_EQ(ggml_type_name(5000), "unknown");
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    EXPECT_EQ(dtype_from_ggml_type(ggml_type_of(t)), t);
+  EXPECT_EQ(ggml_type_name(14), "Q6_K");
+  for (const DTypeTraits& t : all_dtypes()) {
+    EXPECT_EQ(dtype_from_ggml_type(ggml_type_of(t.type)), t.type);
+    // The ggml name is the DType's, upper-cased: the id column of the table is right.
+    std::string upper(t.name);
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(ggml_type_name(ggml_type_of(t.type)), upper);
   }
-  EXPECT_EQ(dtype_from_ggml_type(12), std::nullopt);
+  EXPECT_EQ(dtype_from_ggml_type(16), std::nullopt);  // IQ2_XXS: not a type we run
 }
 
 }  // namespace

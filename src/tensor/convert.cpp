@@ -10,101 +10,101 @@
 namespace pagoda {
 
 void dequantize_row(DType t, const void* src, float* out, int64_t n) {
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(out, src, static_cast<size_t>(n) * 4);
-      return;
-    case DType::kF16: {
-      auto* p = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_f32(p[i]);
-      return;
-    }
-    case DType::kBF16: {
-      auto* p = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
-      return;
-    }
-    case DType::kQ8_0: {
-      PAGODA_CHECK(n % kQuantBlock == 0);
-      auto* blocks = static_cast<const BlockQ8_0*>(src);
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        float d = fp16_to_f32(blocks[b].d);
-        for (int j = 0; j < kQuantBlock; ++j) out[b * kQuantBlock + j] = d * blocks[b].qs[j];
-      }
-      return;
-    }
-    case DType::kQ4_0: {
-      PAGODA_CHECK(n % kQuantBlock == 0);
-      auto* blocks = static_cast<const BlockQ4_0*>(src);
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        float d = fp16_to_f32(blocks[b].d);
-        float* o = out + b * kQuantBlock;
-        for (int j = 0; j < kQuantBlock / 2; ++j) {
-          o[j] = d * ((blocks[b].qs[j] & 0x0f) - 8);
-          o[j + kQuantBlock / 2] = d * ((blocks[b].qs[j] >> 4) - 8);
-        }
-      }
-      return;
+  dtype_traits(t).dequantize_row(src, out, n);
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  dtype_traits(t).quantize_row(src, dst, n);
+}
+
+void dequantize_row_f32(const void* src, float* out, int64_t n) {
+  std::memcpy(out, src, static_cast<size_t>(n) * 4);
+}
+
+void dequantize_row_f16(const void* src, float* out, int64_t n) {
+  auto* p = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_f32(p[i]);
+}
+
+void dequantize_row_bf16(const void* src, float* out, int64_t n) {
+  auto* p = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
+}
+
+void dequantize_row_q8_0(const void* src, float* out, int64_t n) {
+  PAGODA_CHECK(n % kQuantBlock == 0);
+  auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    float d = fp16_to_f32(blocks[b].d);
+    for (int j = 0; j < kQuantBlock; ++j) out[b * kQuantBlock + j] = d * blocks[b].qs[j];
+  }
+}
+
+void dequantize_row_q4_0(const void* src, float* out, int64_t n) {
+  PAGODA_CHECK(n % kQuantBlock == 0);
+  auto* blocks = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    float d = fp16_to_f32(blocks[b].d);
+    float* o = out + b * kQuantBlock;
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      o[j] = d * ((blocks[b].qs[j] & 0x0f) - 8);
+      o[j + kQuantBlock / 2] = d * ((blocks[b].qs[j] >> 4) - 8);
     }
   }
 }
 
-void quantize_row(DType t, const float* src, void* dst, int64_t n) {
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-      return;
-    case DType::kF16: {
-      auto* p = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_fp16(src[i]);
-      return;
+void quantize_row_f32(const float* src, void* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+}
+
+void quantize_row_f16(const float* src, void* dst, int64_t n) {
+  auto* p = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) p[i] = f32_to_fp16(src[i]);
+}
+
+void quantize_row_bf16(const float* src, void* dst, int64_t n) {
+  auto* p = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(src[i]);
+}
+
+void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
+  PAGODA_CHECK(n % kQuantBlock == 0);
+  auto* blocks = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    float amax = 0;
+    for (int j = 0; j < kQuantBlock; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    float d = amax / 127.0f;
+    float id = d != 0 ? 1.0f / d : 0.0f;
+    blocks[b].d = f32_to_fp16(d);
+    for (int j = 0; j < kQuantBlock; ++j) {
+      blocks[b].qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
     }
-    case DType::kBF16: {
-      auto* p = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(src[i]);
-      return;
-    }
-    case DType::kQ8_0: {
-      PAGODA_CHECK(n % kQuantBlock == 0);
-      auto* blocks = static_cast<BlockQ8_0*>(dst);
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        const float* x = src + b * kQuantBlock;
-        float amax = 0;
-        for (int j = 0; j < kQuantBlock; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-        float d = amax / 127.0f;
-        float id = d != 0 ? 1.0f / d : 0.0f;
-        blocks[b].d = f32_to_fp16(d);
-        for (int j = 0; j < kQuantBlock; ++j) {
-          blocks[b].qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
-        }
+  }
+}
+
+void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
+  PAGODA_CHECK(n % kQuantBlock == 0);
+  auto* blocks = static_cast<BlockQ4_0*>(dst);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    // The value of largest magnitude maps to -8, so its sign is kept exactly.
+    float amax = 0, max = 0;
+    for (int j = 0; j < kQuantBlock; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
       }
-      return;
     }
-    case DType::kQ4_0: {
-      PAGODA_CHECK(n % kQuantBlock == 0);
-      auto* blocks = static_cast<BlockQ4_0*>(dst);
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        const float* x = src + b * kQuantBlock;
-        // The value of largest magnitude maps to -8, so its sign is kept exactly.
-        float amax = 0, max = 0;
-        for (int j = 0; j < kQuantBlock; ++j) {
-          if (std::fabs(x[j]) > amax) {
-            amax = std::fabs(x[j]);
-            max = x[j];
-          }
-        }
-        float d = max / -8.0f;
-        float id = d != 0 ? 1.0f / d : 0.0f;
-        blocks[b].d = f32_to_fp16(d);
-        for (int j = 0; j < kQuantBlock / 2; ++j) {
-          auto q = [&](float v) {
-            int i = static_cast<int>(v * id + 8.5f);
-            return static_cast<uint8_t>(i < 0 ? 0 : (i > 15 ? 15 : i));
-          };
-          blocks[b].qs[j] = static_cast<uint8_t>(q(x[j]) | q(x[j + kQuantBlock / 2]) << 4);
-        }
-      }
-      return;
+    float d = max / -8.0f;
+    float id = d != 0 ? 1.0f / d : 0.0f;
+    blocks[b].d = f32_to_fp16(d);
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      auto q = [&](float v) {
+        int i = static_cast<int>(v * id + 8.5f);
+        return static_cast<uint8_t>(i < 0 ? 0 : (i > 15 ? 15 : i));
+      };
+      blocks[b].qs[j] = static_cast<uint8_t>(q(x[j]) | q(x[j + kQuantBlock / 2]) << 4);
     }
   }
 }

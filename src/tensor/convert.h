@@ -1,6 +1,8 @@
 // Scalar conversions between f32 and every storage DType, one row at a time: the definition of
 // each format (the CPU backend's fast kernels are checked against these). Rows of quantized
-// types hold a whole number of 32-element blocks.
+// types hold a whole number of blocks. The generic entries dispatch through the DType traits
+// table; the per-type functions below are its rows for the plain types, Q8_0 and Q4_0 (the other
+// block types are in tensor/gguf_blocks.h and tensor/gguf_quantize.h).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,17 @@ void dequantize_row(DType t, const void* src, float* out, int64_t n);
 // Stores `n` f32 values as type t at `dst` (round to nearest; Q8_0/Q4_0 pick the block scale
 // from the largest magnitude, as GGUF's reference quantizer does).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+void dequantize_row_f32(const void* src, float* out, int64_t n);
+void dequantize_row_f16(const void* src, float* out, int64_t n);
+void dequantize_row_bf16(const void* src, float* out, int64_t n);
+void dequantize_row_q8_0(const void* src, float* out, int64_t n);
+void dequantize_row_q4_0(const void* src, float* out, int64_t n);
+void quantize_row_f32(const float* src, void* dst, int64_t n);
+void quantize_row_f16(const float* src, void* dst, int64_t n);
+void quantize_row_bf16(const float* src, void* dst, int64_t n);
+void quantize_row_q8_0(const float* src, void* dst, int64_t n);
+void quantize_row_q4_0(const float* src, void* dst, int64_t n);
 
 struct BlockQ8Act;
 // Quantizes `n` f32 activations (n % 32 == 0) into n / 32 blocks as BlockQ8Act defines

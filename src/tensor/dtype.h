@@ -1,22 +1,57 @@
-// DType: the element types a weight or activation can have, and their storage geometry.
+// DType: the element types a weight or activation can have, and the table of their traits.
 //
-// Quantized types are stored in blocks: `block_elems(t)` elements take `block_bytes(t)` bytes.
-// Plain types have block_elems == 1. The block layouts match GGUF's (see tensor/quant_blocks.h).
+// Quantized types are stored in blocks: `block_elems` elements take `block_bytes` bytes. Plain
+// types have block_elems == 1. The quantized types are GGUF's block types, byte for byte
+// (tensor/quant_blocks.h, tensor/gguf_blocks.h). Everything that differs between types is a row
+// of the traits table (dtype_traits): code asks the table instead of switching on the enum, so a
+// new type is one new row. The table is constant: thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace pagoda {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
+enum class DType : uint8_t {
+  kF32, kF16, kBF16,
+  kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1,    // 32-element blocks
+  kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,    // 256-element super-blocks (ggml's K-quants)
+};
 
-std::string_view dtype_name(DType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
+struct QuantChunk;
+
+struct DTypeTraits {
+  DType type;
+  std::string_view name;  // "f32", "q4_k", ...: --dtype values and log lines
+  int64_t block_elems;
+  int64_t block_bytes;
+  uint32_t ggml_type;     // the GGUF tensor type id
+  // n elements (a whole number of blocks) of one row at src -> f32.
+  void (*dequantize_row)(const void* src, float* out, int64_t n);
+  // n f32 values -> n elements of this type at dst (round to nearest; the quantized types choose
+  // their scales as tensor/gguf_quantize.h says). Every type has one.
+  void (*quantize_row)(const float* src, void* dst, int64_t n);
+  // Quantized types only (nullptr for plain ones): one block at src -> block_elems / 32 chunks
+  // in the integer form of QuantChunk, which the int8 matmuls compute with.
+  void (*decode_chunks)(const void* block, QuantChunk* out);
+  // Whether decode_chunks can give chunks a non-zero dmin (types with a per-block minimum or
+  // offset: q4_1, q5_1, q2_k, q4_k, q5_k). Types without skip that term of the product.
+  bool has_mins;
+};
+
+// The row of t. Every DType has one.
+const DTypeTraits& dtype_traits(DType t);
+// Every type, in enum order.
+std::span<const DTypeTraits> all_dtypes();
+
+std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // inverse of dtype_name
+std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type);
 int64_t block_elems(DType t);
 int64_t block_bytes(DType t);
-bool is_quantized(DType t);
+bool is_quantized(DType t);  // stored in blocks of more than one element
 
 // Bytes of `num_elems` elements of type t, or nullopt when num_elems is not a whole number of
 // blocks or the size overflows.

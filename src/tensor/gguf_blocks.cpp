@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "tensor/half.h"
+#include "tensor/quant_blocks.h"
 
 namespace pagoda {
 namespace {
@@ -172,6 +173,161 @@ void dequantize_row_q6_k(const void* src, float* out, int64_t n) {
           y[i] = d * static_cast<float>(blk.scales[i / 16]) * static_cast<float>(q[t] - 32);
         }
       }
+    }
+  }
+}
+
+// ---- Block decoders to integer chunks (QuantChunk) ----
+//
+// Written from the layouts apart from the row decoders (each chunk's bytes located from its
+// index), so that the test that the two agree compares two readings of the format.
+
+namespace {
+
+void set_scales(QuantChunk* c, float d, float dmin, int sc0, int sc1, int mn0, int mn1) {
+  c->d = d;
+  c->dmin = dmin;
+  c->sc[0] = sc0;
+  c->sc[1] = sc1;
+  c->mn[0] = mn0;
+  c->mn[1] = mn1;
+}
+
+// The 32 codes of a legacy block: 4-bit codes n_i (byte j holds n_j low, n_{j+16} high), plus
+// the fifth bit i of qh when it is given, minus `offset`.
+void legacy_codes(const uint8_t* qs, const uint8_t* qh, int offset, int8_t* q) {
+  const uint32_t fifth = qh == nullptr ? 0 : le32(qh);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<int8_t>((qs[j] & 0xF) + static_cast<int>((fifth >> j) & 1) * 16 - offset);
+    q[j + 16] = static_cast<int8_t>((qs[j] >> 4) + static_cast<int>((fifth >> (j + 16)) & 1) * 16 - offset);
+  }
+}
+
+// Chunk c (32 elements from 32 c) of a Q2_K / Q3_K block's 2-bit codes: element e sits in byte
+// 32 * (e / 128) + e % 32 at shift 2 * ((e % 128) / 32), so the chunk reads 32 consecutive bytes
+// from 32 * (c / 4) at shift 2 * (c % 4).
+void two_bit_codes(const uint8_t* qs, int c, int8_t* q) {
+  const uint8_t* bytes = qs + 32 * (c / 4);
+  const int shift = 2 * (c % 4);
+  for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>((bytes[i] >> shift) & 3);
+}
+
+}  // namespace
+
+void decode_chunks_q8_0(const void* block, QuantChunk* out) {
+  BlockQ8_0 b;
+  std::memcpy(&b, block, sizeof b);
+  set_scales(out, fp16_to_f32(b.d), 0, 1, 1, 0, 0);
+  std::memcpy(out->q, b.qs, kQuantBlock);
+}
+
+void decode_chunks_q4_0(const void* block, QuantChunk* out) {
+  BlockQ4_0 b;
+  std::memcpy(&b, block, sizeof b);
+  set_scales(out, fp16_to_f32(b.d), 0, 1, 1, 0, 0);
+  legacy_codes(b.qs, nullptr, 8, out->q);
+}
+
+void decode_chunks_q4_1(const void* block, QuantChunk* out) {
+  BlockQ4_1 b;
+  std::memcpy(&b, block, sizeof b);
+  set_scales(out, fp16_to_f32(b.d), -fp16_to_f32(b.m), 1, 1, 1, 1);
+  legacy_codes(b.qs, nullptr, 0, out->q);
+}
+
+void decode_chunks_q5_0(const void* block, QuantChunk* out) {
+  BlockQ5_0 b;
+  std::memcpy(&b, block, sizeof b);
+  set_scales(out, fp16_to_f32(b.d), 0, 1, 1, 0, 0);
+  legacy_codes(b.qs, b.qh, 16, out->q);
+}
+
+void decode_chunks_q5_1(const void* block, QuantChunk* out) {
+  BlockQ5_1 b;
+  std::memcpy(&b, block, sizeof b);
+  set_scales(out, fp16_to_f32(b.d), -fp16_to_f32(b.m), 1, 1, 1, 1);
+  legacy_codes(b.qs, b.qh, 0, out->q);
+}
+
+void decode_chunks_q2_k(const void* block, QuantChunk* out) {
+  BlockQ2_K b;
+  std::memcpy(&b, block, sizeof b);
+  const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+  for (int c = 0; c < 8; ++c) {
+    const uint8_t s0 = b.scales[2 * c], s1 = b.scales[2 * c + 1];
+    set_scales(&out[c], d, dmin, s0 & 0xF, s1 & 0xF, s0 >> 4, s1 >> 4);
+    two_bit_codes(b.qs, c, out[c].q);
+  }
+}
+
+void decode_chunks_q3_k(const void* block, QuantChunk* out) {
+  BlockQ3_K b;
+  std::memcpy(&b, block, sizeof b);
+  const float d = fp16_to_f32(b.d);
+  // Sub-block j's 6-bit scale: low 4 bits in scales[j % 8] (low nibble for j < 8, high after),
+  // high 2 bits at bit 2 * (j / 4) of scales[8 + j % 4]; stored + 32.
+  auto scale = [&](int j) {
+    const int low4 = (b.scales[j % 8] >> (j < 8 ? 0 : 4)) & 0xF;
+    const int hi2 = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (low4 | hi2 << 4) - 32;
+  };
+  for (int c = 0; c < 8; ++c) {
+    set_scales(&out[c], d, 0, scale(2 * c), scale(2 * c + 1), 0, 0);
+    two_bit_codes(b.qs, c, out[c].q);
+    // Element 32 c + i's bit is bit c of hmask[i]: set, the code stands; clear, it loses 4.
+    for (int i = 0; i < 32; ++i) {
+      out[c].q[i] = static_cast<int8_t>(out[c].q[i] - 4 + 4 * ((b.hmask[i] >> c) & 1));
+    }
+  }
+}
+
+namespace {
+
+// Q4_K / Q5_K: chunk c is sub-block c (32 elements), its codes the low (c even) or high (c odd)
+// nibbles of qs[32 * (c / 2) ..], plus bit c of qh[i] for Q5_K.
+template <typename Block, bool kFifthBit>
+void decode_chunks_k4(const void* block, QuantChunk* out) {
+  Block b;
+  std::memcpy(&b, block, sizeof b);
+  const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+  for (int c = 0; c < 8; ++c) {
+    int sc = 0, mn = 0;
+    k_scale_min(b.scales, c, &sc, &mn);
+    set_scales(&out[c], d, dmin, sc, sc, mn, mn);
+    const uint8_t* qs = b.qs + 32 * (c / 2);
+    int8_t* q = out[c].q;
+    if (c % 2 == 0) {
+      for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(qs[i] & 0xF);
+    } else {
+      for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(qs[i] >> 4);
+    }
+    if constexpr (kFifthBit) {
+      for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(q[i] | ((b.qh[i] >> c) & 1) << 4);
+    }
+  }
+}
+
+}  // namespace
+
+void decode_chunks_q4_k(const void* block, QuantChunk* out) { decode_chunks_k4<BlockQ4_K, false>(block, out); }
+void decode_chunks_q5_k(const void* block, QuantChunk* out) { decode_chunks_k4<BlockQ5_K, true>(block, out); }
+
+void decode_chunks_q6_k(const void* block, QuantChunk* out) {
+  BlockQ6_K b;
+  std::memcpy(&b, block, sizeof b);
+  const float d = fp16_to_f32(b.d);
+  for (int c = 0; c < 8; ++c) {
+    set_scales(&out[c], d, 0, b.scales[2 * c], b.scales[2 * c + 1], 0, 0);
+    // Element e = 32 c + i: half h = c / 4, quarter t = c % 4. Low 4 bits: the low (t < 2) or
+    // high nibble of ql[64 h + 32 (t % 2) + i]; high 2 bits: bits 2t of qh[32 h + i].
+    const int h = c / 4, t = c % 4;
+    const uint8_t* ql = b.ql + 64 * h + 32 * (t % 2);
+    const uint8_t* qh = b.qh + 32 * h;
+    const int low_shift = t < 2 ? 0 : 4;
+    for (int i = 0; i < 32; ++i) {
+      const int low4 = (ql[i] >> low_shift) & 0xF;
+      const int high2 = (qh[i] >> (2 * t)) & 3;
+      out[c].q[i] = static_cast<int8_t>((low4 | high2 << 4) - 32);
     }
   }
 }

@@ -4,14 +4,16 @@
 // byte (shared/docs/quantization-formats.md sections 1.3 and 1.4); every struct is packed, its
 // fp16 fields only 2-byte aligned, so blocks are read from file bytes with memcpy.
 //
-// Decoding only, for now: the building block of the type-traits table that will make these
-// DTypes (issue 16). Each decoder turns `n` elements (a whole number of blocks) of one row into
-// f32. Pure functions; thread-safe.
+// Each type has a row decoder to f32 and a block decoder to the integer chunks of
+// tensor/quant_blocks.h (the form the int8 matmuls compute with); both are rows of the DType
+// traits table. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
 
 namespace pagoda {
+
+struct QuantChunk;
 
 inline constexpr int kSuperBlock = 256;  // ggml's QK_K
 
@@ -95,5 +97,19 @@ void dequantize_row_q3_k(const void* src, float* out, int64_t n);
 void dequantize_row_q4_k(const void* src, float* out, int64_t n);
 void dequantize_row_q5_k(const void* src, float* out, int64_t n);
 void dequantize_row_q6_k(const void* src, float* out, int64_t n);
+
+// Block decoders: one block at `block` -> its 32-element chunks in order (1 for the 32-element
+// types, 8 for the K-quants). Dequantizing a chunk as QuantChunk says gives exactly the row
+// decoder's values.
+void decode_chunks_q8_0(const void* block, QuantChunk* out);
+void decode_chunks_q4_0(const void* block, QuantChunk* out);
+void decode_chunks_q4_1(const void* block, QuantChunk* out);
+void decode_chunks_q5_0(const void* block, QuantChunk* out);
+void decode_chunks_q5_1(const void* block, QuantChunk* out);
+void decode_chunks_q2_k(const void* block, QuantChunk* out);
+void decode_chunks_q3_k(const void* block, QuantChunk* out);
+void decode_chunks_q4_k(const void* block, QuantChunk* out);
+void decode_chunks_q5_k(const void* block, QuantChunk* out);
+void decode_chunks_q6_k(const void* block, QuantChunk* out);
 
 }  // namespace pagoda

@@ -37,7 +37,10 @@ TEST(DType, Geometry) {
   EXPECT_FALSE(dtype_bytes(DType::kQ4_0, 33).has_value());
   EXPECT_FALSE(dtype_bytes(DType::kF32, ~0ull / 2).has_value());
   EXPECT_EQ(dtype_from_name("bf16"), DType::kBF16);
-  EXPECT_FALSE(dtype_from_name("q5_k").has_value());
+  EXPECT_EQ(dtype_from_name("q5_k"), DType::kQ5_K);
+  EXPECT_EQ(*dtype_bytes(DType::kQ6_K, 512), 420u);
+  EXPECT_FALSE(dtype_bytes(DType::kQ4_K, 32).has_value());  // not a whole super-block
+  EXPECT_FALSE(dtype_from_name("q4_k_m").has_value());
 }
 
 }  // namespace

@@ -14,38 +14,37 @@
 namespace pagoda::cpu {
 namespace {
 
-// Q8_0 / Q4_0 weights: the activations are quantized to BlockQ8Act and every block's product is
-// an exact integer dot, scaled by both blocks' scales (tensor/quant_blocks.h).
+// Quantized weights: the activations are quantized to BlockQ8Act and every 32-element chunk's
+// product is integer dots, scaled as QuantChunk (tensor/quant_blocks.h) defines.
 void matmul_quantized(const float* x, int64_t m, const Tensor& w, float* y) {
+  const DTypeTraits& traits = dtype_traits(w.dtype);
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
   const int64_t nb = k / kQuantBlock;
+  const int64_t chunks_per_block = traits.block_elems / kQuantBlock;
   std::vector<BlockQ8Act> xq(static_cast<size_t>(m * nb));
   for (int64_t i = 0; i < m; ++i) quantize_activation_row(x + i * k, xq.data() + i * nb, k);
-  int8_t wq[kQuantBlock];
+  std::vector<QuantChunk> chunks(static_cast<size_t>(nb));
   for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < k / traits.block_elems; ++b) {
+      traits.decode_chunks(w.row(j) + b * traits.block_bytes, chunks.data() + b * chunks_per_block);
+    }
     for (int64_t i = 0; i < m; ++i) {
       float acc = 0;
-      for (int64_t b = 0; b < nb; ++b) {
-        float dw;
-        if (w.dtype == DType::kQ8_0) {
-          BlockQ8_0 blk;
-          std::memcpy(&blk, w.row(j) + b * sizeof(BlockQ8_0), sizeof blk);
-          dw = fp16_to_f32(blk.d);
-          std::memcpy(wq, blk.qs, kQuantBlock);
-        } else {
-          BlockQ4_0 blk;
-          std::memcpy(&blk, w.row(j) + b * sizeof(BlockQ4_0), sizeof blk);
-          dw = fp16_to_f32(blk.d);
-          for (int t = 0; t < kQuantBlock / 2; ++t) {
-            wq[t] = static_cast<int8_t>((blk.qs[t] & 0x0f) - 8);
-            wq[t + kQuantBlock / 2] = static_cast<int8_t>((blk.qs[t] >> 4) - 8);
-          }
+      for (int64_t c = 0; c < nb; ++c) {
+        const QuantChunk& wc = chunks[static_cast<size_t>(c)];
+        const BlockQ8Act& xb = xq[static_cast<size_t>(i * nb + c)];
+        int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
+        for (int t = 0; t < kQuantBlock; ++t) {
+          dot[t / 16] += int32_t{wc.q[t]} * xb.qs[t];
+          sum[t / 16] += xb.qs[t];
         }
-        const BlockQ8Act& xb = xq[static_cast<size_t>(i * nb + b)];
-        int32_t dot = 0;
-        for (int t = 0; t < kQuantBlock; ++t) dot += int32_t{wq[t]} * xb.qs[t];
-        acc += static_cast<float>(dot) * (dw * xb.d);
+        const int32_t ints = wc.sc[0] * dot[0] + wc.sc[1] * dot[1];
+        acc = acc + static_cast<float>(ints) * (wc.d * xb.d);
+        if (traits.has_mins) {
+          const int32_t mins = wc.mn[0] * sum[0] + wc.mn[1] * sum[1];
+          acc = acc - static_cast<float>(mins) * (wc.dmin * xb.d);
+        }
       }
       y[i * n + j] = acc;
     }

@@ -72,12 +72,14 @@ TEST(Quantize, RoundTripErrorWithinHalfStep) {
   }
 }
 
+// Every type of the traits table, K-quants included (rows of one super-block).
 TEST(Matmul, AllWeightTypesMatchDoubleReference) {
   const Kernels& k = reference_kernels();
-  const int64_t m = 3, n = 5, kdim = 64;
+  const int64_t m = 3, n = 5, kdim = 256;
   auto x = random_floats(m * kdim, 4);
   auto wf = random_floats(n * kdim, 5, 0.5f);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (const DTypeTraits& traits : all_dtypes()) {
+    const DType t = traits.type;
     std::vector<uint8_t> wbytes(*dtype_bytes(t, n * kdim));
     for (int64_t r = 0; r < n; ++r) {
       quantize_row(t, wf.data() + r * kdim, wbytes.data() + r * (wbytes.size() / n), kdim);

@@ -386,7 +386,184 @@ PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64
   }
 }
 
+// ---- Decoded chunks (PanelChunk) of the other block types ----
+//
+// Per chunk: the two halves' integer dots of each row (q8_0's sign trick: |q| unsigned against
+// x with q's sign), I = sc0 * D0 + sc1 * D1 and, with mins, M = mn0 * X0 + mn1 * X1 from the
+// input's half sums; then acc + float(I) * (d * d_x) and acc - float(M) * (dmin * d_x), the
+// reference's order.
+template <int R>
+PAGODA_INLINE void chunk_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb,
+                              const PanelChunk* chunks, int64_t c0, int64_t c1, bool has_mins,
+                              bool accumulate, float* y, int64_t ldy, int64_t valid) {
+  __m256 acc[R];
+  unroll<R>([&](auto r) {
+    acc[r.value] = accumulate ? load_out(y + r.value * ldy, valid) : _mm256_setzero_ps();
+  });
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t c = c0; c < c1; ++c) {
+    const PanelChunk& pc = chunks[c - c0];
+    __m256i dot[2][R];
+    unroll<R>([&](auto r) {
+      dot[0][r.value] = _mm256_setzero_si256();
+      dot[1][r.value] = _mm256_setzero_si256();
+    });
+    unroll<8>([&](auto g) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.q + 32 * g.value));
+      const __m256i abs_w = _mm256_abs_epi8(w);
+      unroll<R>([&](auto r) {
+        const __m256i xv = _mm256_set1_epi32(load_i32(x[r.value * nb + c].qs + 4 * g.value));
+        const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
+        __m256i& d = dot[g.value / 4][r.value];
+        d = _mm256_add_epi32(d, _mm256_madd_epi16(pairs, ones));
+      });
+    });
+    const __m256i sc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.sc0));
+    const __m256i sc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.sc1));
+    const __m256 d_w = _mm256_loadu_ps(pc.d);
+    unroll<R>([&](auto r) {
+      const __m256i ints = _mm256_add_epi32(_mm256_mullo_epi32(sc0, dot[0][r.value]),
+                                            _mm256_mullo_epi32(sc1, dot[1][r.value]));
+      const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
+      acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_mul_ps(d_w, d_x)));
+    });
+    if (has_mins) {
+      const __m256i mn0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.mn0));
+      const __m256i mn1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.mn1));
+      const __m256 dmin = _mm256_loadu_ps(pc.dmin);
+      unroll<R>([&](auto r) {
+        const int32_t* hs = x_half_sums + 2 * (r.value * nb + c);
+        const __m256i mins = _mm256_add_epi32(_mm256_mullo_epi32(mn0, _mm256_set1_epi32(hs[0])),
+                                              _mm256_mullo_epi32(mn1, _mm256_set1_epi32(hs[1])));
+        const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
+        acc[r.value] = _mm256_sub_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, d_x)));
+      });
+    }
+  }
+  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+}
+
+// ---- AVX2 decoders of block-interleaved panels into PanelChunks (q4_k, q6_k) ----
+
+// rows[c] holds 32 codes of panel row c (8 int32 groups); writes them in PanelChunk order, group
+// g = the rows' group g: an 8 x 8 transpose of 32-bit elements.
+PAGODA_INLINE void store_transposed(const __m256i (&rows)[8], int8_t* q) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);      // groups 0 1 | 4 5
+    t[2 * i + 1] = _mm256_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);  // groups 2 3 | 6 7
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);      // 4 rows: group 0 | 4
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);      // 1 | 5
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);  // 2 | 6
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);  // 3 | 7
+  }
+  for (int g = 0; g < 4; ++g) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * g), _mm256_permute2x128_si256(u[g], u[4 + g], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * (g + 4)), _mm256_permute2x128_si256(u[g], u[4 + g], 0x31));
+  }
+}
+
+PAGODA_INLINE __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+PAGODA_INLINE float load_fp16(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles): sub-block s's
+// (scale, min) as tensor/gguf_blocks.cpp reads them.
+PAGODA_INLINE void q4_k_scale_min(const uint8_t* b, int s, int* sc, int* mn) {
+  if (s < 4) {
+    *sc = b[s] & 63;
+    *mn = b[s + 4] & 63;
+  } else {
+    *sc = (b[s + 4] & 0xF) | (b[s - 4] >> 6) << 4;
+    *mn = (b[s + 4] >> 4) | (b[s] >> 6) << 4;
+  }
+}
+
+constexpr int64_t kQ4KBytes = 144, kQ6KBytes = 210;
+
+// The decoders read a panel's blocks front to back, 8 rows' blocks (1.1 / 1.6 KiB) at a time;
+// they ask for the blocks kDecodeAheadBlocks ahead (the q8_0 / q4_0 loops' reason, same effect).
+constexpr int64_t kDecodeAheadBlocks = 2;
+PAGODA_INLINE void prefetch_block_rows(const uint8_t* blocks, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) prefetch(blocks + kDecodeAheadBlocks * bytes + o);
+}
+
 }  // namespace
+
+PAGODA_FLATTEN void decode_panel_q4_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  for (int64_t b = b0; b < b1; ++b) {
+    PanelChunk* pc = out + (b - b0) * 8;
+    const uint8_t* blocks = panel + b * kPanelRows * kQ4KBytes;
+    prefetch_block_rows(blocks, kPanelRows * kQ4KBytes);
+    for (int p = 0; p < 4; ++p) {  // qs bytes [32p, 32p + 32): sub-blocks 2p (low), 2p + 1 (high)
+      __m256i lo[8], hi[8];
+      for (int c = 0; c < 8; ++c) {
+        const __m256i v = load256(blocks + c * kQ4KBytes + 16 + 32 * p);
+        lo[c] = _mm256_and_si256(v, low4);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      store_transposed(lo, pc[2 * p].q);
+      store_transposed(hi, pc[2 * p + 1].q);
+    }
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* blk = blocks + c * kQ4KBytes;
+      const float d = load_fp16(blk), dmin = load_fp16(blk + 2);
+      for (int s = 0; s < 8; ++s) {
+        int sc = 0, mn = 0;
+        q4_k_scale_min(blk + 4, s, &sc, &mn);
+        pc[s].sc0[c] = pc[s].sc1[c] = sc;
+        pc[s].mn0[c] = pc[s].mn1[c] = mn;
+        pc[s].d[c] = d;
+        pc[s].dmin[c] = dmin;
+      }
+    }
+  }
+}
+
+PAGODA_FLATTEN void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  for (int64_t b = b0; b < b1; ++b) {
+    PanelChunk* pc = out + (b - b0) * 8;
+    const uint8_t* blocks = panel + b * kPanelRows * kQ6KBytes;
+    prefetch_block_rows(blocks, kPanelRows * kQ6KBytes);
+    for (int h = 0; h < 2; ++h) {  // chunks 4h .. 4h + 3
+      __m256i q[4][8];
+      for (int c = 0; c < 8; ++c) {
+        const uint8_t* blk = blocks + c * kQ6KBytes;
+        const __m256i l0 = load256(blk + 64 * h), l1 = load256(blk + 64 * h + 32);
+        const __m256i hb = load256(blk + 128 + 32 * h);
+        // Chunk 4h + t: low 4 bits from l0 / l1 (low nibble for t < 2), high 2 bits from bits 2t
+        // of hb, moved to bits 4-5.
+        q[0][c] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
+        q[1][c] = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
+        q[2][c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, bits45));
+        q[3][c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                  _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+        for (int t = 0; t < 4; ++t) q[t][c] = _mm256_sub_epi8(q[t][c], bias);
+      }
+      for (int t = 0; t < 4; ++t) store_transposed(q[t], pc[4 * h + t].q);
+    }
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* blk = blocks + c * kQ6KBytes;
+      const float d = load_fp16(blk + 208);
+      const auto* scales = reinterpret_cast<const int8_t*>(blk + 192);
+      for (int s = 0; s < 8; ++s) {
+        pc[s].sc0[c] = scales[2 * s];
+        pc[s].sc1[c] = scales[2 * s + 1];
+        pc[s].mn0[c] = pc[s].mn1[c] = 0;
+        pc[s].d[c] = d;
+        pc[s].dmin[c] = 0;
+      }
+    }
+  }
+}
 
 void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
                              const void* panels, int64_t n, float* y, int64_t ldy,
@@ -399,8 +576,7 @@ void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
       return float_rows<F16Panel>(x, m, k, w, n, y, ldy, panel_begin, panel_end);
     case DType::kBF16:
       return float_rows<Bf16Panel>(x, m, k, w, n, y, ldy, panel_begin, panel_end);
-    case DType::kQ8_0:
-    case DType::kQ4_0:
+    default:
       break;
   }
   PAGODA_CHECK(false && "matmul_packed_rows_avx2 takes f32, f16 or bf16 panels");
@@ -464,6 +640,23 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
     sums[b] = _mm_cvtsi128_si32(s4);
+  }
+}
+
+PAGODA_FLATTEN void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m,
+                                              int64_t nb, const PanelChunk* chunks, int64_t c0, int64_t c1,
+                                              bool has_mins, bool accumulate, float* y, int64_t ldy,
+                                              int64_t valid) {
+  for (int64_t i = 0; i < m; i += kQuantRows) {
+    const BlockQ8Act* xi = x + i * nb;
+    const int32_t* si = x_half_sums + 2 * i * nb;
+    float* yi = y + i * ldy;
+    switch (min64(m - i, kQuantRows)) {
+      case 1: chunk_tile<1>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
+      case 2: chunk_tile<2>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
+      case 3: chunk_tile<3>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
+      default: chunk_tile<4>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
+    }
   }
 }
 

@@ -87,7 +87,8 @@ void BM_MatmulAvx2(benchmark::State& state) { run(state, false); }
 void BM_MatmulReference(benchmark::State& state) { run(state, true); }
 
 void avx2_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (const DTypeTraits& traits : all_dtypes()) {
+    const DType t = traits.type;
     for (int64_t m : {1, 8, 64, 256}) {
       for (int threaded : {0, 1}) {
         b->Args({static_cast<int64_t>(t), m, 2048, 2048, threaded});

@@ -49,6 +49,26 @@ QuantizedInput quantize_input(const float* x, int64_t m, int64_t k, bool with_su
   return {xq_data, sums_data};
 }
 
+// The sums of the two 16-element halves of each of num_blocks activation blocks (the mins of the
+// types that have them are multiplied by these), in a buffer of the calling thread.
+const int32_t* activation_half_sums(const BlockQ8Act* x, int64_t num_blocks) {
+  thread_local std::vector<int32_t> sums;
+  sums.resize(static_cast<size_t>(2 * num_blocks));
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    int32_t lo = 0, hi = 0;
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      lo += x[b].qs[j];
+      hi += x[b].qs[j + kQuantBlock / 2];
+    }
+    sums[static_cast<size_t>(2 * b)] = lo;
+    sums[static_cast<size_t>(2 * b + 1)] = hi;
+  }
+  return sums.data();
+}
+
+// Chunks decoded at a time by the block types without a panel layout of their own.
+constexpr int64_t kChunksPerSlice = 16;
+
 // The work is split by panels, kPanelsPerChunk (32 output rows) at a time: small enough that
 // even a 256-row projection spreads over 8 chunks.
 constexpr int64_t kPanelsPerChunk = 4;
@@ -73,8 +93,42 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
     return;
   }
   const QuantizedInput xq = quantize_input(x, m, k, w.dtype == DType::kQ4_0, parallel, pool);
+  if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) {
+    split([&](int64_t p0, int64_t p1) {
+      matmul_packed_q8act_avx2(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
+    });
+    return;
+  }
+  // The other block types: each worker decodes a slice of a panel's blocks (16 chunks, 7 KiB)
+  // into PanelChunks once and runs every input row over it.
+  const DTypeTraits& traits = dtype_traits(w.dtype);
+  const int64_t nb = k / kQuantBlock;
+  const int64_t chunks_per_block = traits.block_elems / kQuantBlock;
+  const int64_t blocks_per_slice = std::max<int64_t>(1, kChunksPerSlice / chunks_per_block);
+  const int64_t num_blocks = k / traits.block_elems;
+  const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
+  const int32_t* half_sums = activation_half_sums(xq.blocks, m * nb);
+  const DType type = w.dtype;
+  auto decode = [type](const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
+    switch (type) {
+      case DType::kQ4_K: return decode_panel_q4_k_avx2(panel, b0, b1, out);
+      case DType::kQ6_K: return decode_panel_q6_k_avx2(panel, b0, b1, out);
+      default: return decode_panel_chunks(type, panel, b0, b1, out);
+    }
+  };
   split([&](int64_t p0, int64_t p1) {
-    matmul_packed_q8act_avx2(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
+    thread_local std::vector<PanelChunk> slice;
+    slice.resize(static_cast<size_t>(blocks_per_slice * chunks_per_block));
+    for (int64_t p = p0; p < p1; ++p) {
+      const auto* panel = static_cast<const uint8_t*>(w.data) + p * panel_bytes;
+      for (int64_t b0 = 0; b0 < num_blocks; b0 += blocks_per_slice) {
+        const int64_t b1 = std::min(num_blocks, b0 + blocks_per_slice);
+        decode(panel, b0, b1, slice.data());
+        matmul_panel_chunks_avx2(xq.blocks, half_sums, m, nb, slice.data(), b0 * chunks_per_block,
+                                 b1 * chunks_per_block, traits.has_mins, b0 > 0, y + p * kPanelRows, n,
+                                 n - p * kPanelRows);
+      }
+    }
   });
 }
 

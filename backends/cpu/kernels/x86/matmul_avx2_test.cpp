@@ -30,7 +30,15 @@ bool has_avx2() {
   return f.avx2 && f.fma && f.f16c;
 }
 
-constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+std::vector<DType> all_types() {
+  std::vector<DType> out;
+  for (const DTypeTraits& t : all_dtypes()) out.push_back(t.type);
+  return out;
+}
+const std::vector<DType> kAllTypes = all_types();
+
+// Whether a row of k elements is a whole number of t's blocks.
+bool fits(DType t, int64_t k) { return k % block_elems(t) == 0; }
 
 // A random [n, k] weight matrix of type t (row-major, and packed for the AVX2 matmul), and
 // x: [m, k] f32.
@@ -94,8 +102,8 @@ std::string describe(DType t, int64_t m, int64_t k, int64_t n) {
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "matmul pack_matmul_weight") {
   uint32_t seed = 1;
   for (DType t : kAllTypes) {
-    for (int64_t k : {1, 7, 32, 64, 96, 100, 257}) {
-      if (is_quantized(t) && k % 32 != 0) continue;
+    for (int64_t k : {1, 7, 32, 64, 96, 100, 257, 256, 512}) {
+      if (!fits(t, k)) continue;
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 33}) {
         for (int64_t n : {1, 7, 8, 33, 64, 67}) {
           Problem p = make_problem(t, m, k, n, seed++);
@@ -115,8 +123,8 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded, "avx2",
   ThreadPool pool(3);
   uint32_t seed = 1000;
   for (DType t : kAllTypes) {
-    for (int64_t k : {1088, 2051}) {
-      if (is_quantized(t) && k % 32 != 0) continue;
+    for (int64_t k : {1088, 1280, 2051}) {
+      if (!fits(t, k)) continue;
       for (int64_t m : {1, 6, 9}) {
         for (int64_t n : {37, 131, 4097}) {
           if (n == 4097 && m != 1) continue;  // the reference takes long enough
@@ -147,7 +155,8 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, ThreadCountDoesNotChangeResults, "avx2", "m
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul") {
   ThreadPool pool(3);
   for (DType t : kAllTypes) {
-    const int64_t m = 37, k = 1120, n = 70;  // k: 4 slices of 256 (2 of 16 blocks) and a part
+    // k: 4 slices of 256 (2 of 16 blocks) and a part; 1280 (5 super-blocks) for the K-quants.
+    const int64_t m = 37, k = fits(t, 1120) ? 1120 : 1280, n = 70;
     Problem p = make_problem(t, m, k, n, 77);
     std::vector<float> alone(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i)
@@ -167,11 +176,12 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "mat
 // padded) are the row-major bytes rearranged: each packed element found where the layout says.
 PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "avx2", "pack_matmul_weight") {
   for (DType t : kAllTypes) {
-    const int64_t n = 13, k = 64;
+    const int64_t n = 13, k = fits(t, 64) ? 64 : 256;
     Problem p = make_problem(t, 1, k, n, 3);
     EXPECT_EQ(p.packed.layout, TensorLayout::kBackendPacked);
     EXPECT_EQ(p.packed.dtype, t);
-    EXPECT_EQ(p.packed.shape_string(), "[13, 64]");
+    EXPECT_EQ(p.packed.shape_string(), "[13, " + std::to_string(k) + "]");
+    const bool interleaved = is_quantized(t) && t != DType::kQ8_0 && t != DType::kQ4_0;
     EXPECT_EQ(p.packed_storage.size(), static_cast<size_t>(2 * packed_panel_bytes(t, k)));
     const auto* packed = p.packed_storage.as<uint8_t>();
     for (int64_t j = 0; j < n; ++j) {
@@ -182,6 +192,12 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
         const int64_t e = block_bytes(t);
         for (int64_t col = 0; col < k; ++col)
           ASSERT_EQ(std::memcmp(panel + (col * 8 + c) * e, row + col * e, e), 0) << dtype_name(t);
+        continue;
+      }
+      if (interleaved) {  // block b of row c at (b * 8 + c) * block_bytes
+        const int64_t e = block_bytes(t);
+        for (int64_t b = 0; b < k / block_elems(t); ++b)
+          ASSERT_EQ(std::memcmp(panel + (b * 8 + c) * e, row + b * e, e), 0) << dtype_name(t) << " block " << b;
         continue;
       }
       const int64_t blk = block_bytes(t), groups = t == DType::kQ8_0 ? 8 : 4;
@@ -195,7 +211,7 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     }
     // Rows 13..15 (panel rows 5..7) of the last panel are padding: all zero.
     auto panel_row_of_byte = [&](int64_t i) -> int64_t {
-      if (!is_quantized(t)) return i / block_bytes(t) % 8;
+      if (!is_quantized(t) || interleaved) return i / block_bytes(t) % 8;
       const int64_t in_block = i % (8 * block_bytes(t));
       return in_block < 16 ? in_block / 2 : (in_block - 16) % 32 / 4;
     };
@@ -245,11 +261,12 @@ PAGODA_KERNEL_TABLE_TEST(QuantizeActivationAvx2, MatchesScalarBitForBit, "avx2",
   }
 }
 
-// The int8 path of q8_0 / q4_0 weights against the exact product of the f32 activations with the
+// The int8 path of every quantized type against the exact product of the f32 activations with the
 // dequantized weights (float64): the only difference allowed is the activations' rounding to
 // their blocks, at most d_x / 2 per element, so |error| <= sum over elements of d_x / 2 * |w|.
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound, "avx2", "matmul") {
-  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+  for (DType t : kAllTypes) {
+    if (!is_quantized(t)) continue;
     const int64_t m = 6, k = 512, n = 40;
     Problem p = make_problem(t, m, k, n, 31);
     std::vector<float> y(static_cast<size_t>(m * n));

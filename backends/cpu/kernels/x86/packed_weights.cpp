@@ -7,6 +7,7 @@
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "tensor/gguf_blocks.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/tensor.h"
 
@@ -36,7 +37,37 @@ void pack_plain_row(const uint8_t* src, int64_t k, int64_t elem_bytes, int64_t c
   }
 }
 
+// Row c of a block-interleaved panel: its blocks, 8 blocks apart.
+void pack_block_row(const uint8_t* src, int64_t nb, int64_t block_bytes, int64_t c, uint8_t* panel) {
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(panel + (b * kPanelRows + c) * block_bytes, src + b * block_bytes, static_cast<size_t>(block_bytes));
+  }
+}
+
 }  // namespace
+
+void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
+  const DTypeTraits& traits = dtype_traits(type);
+  PAGODA_CHECK(traits.decode_chunks != nullptr);
+  const int64_t chunks_per_block = traits.block_elems / kQuantBlock;
+  QuantChunk rows[kSuperBlock / kQuantBlock];
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t c = 0; c < kPanelRows; ++c) {
+      traits.decode_chunks(panel + (b * kPanelRows + c) * traits.block_bytes, rows);
+      for (int64_t j = 0; j < chunks_per_block; ++j) {
+        PanelChunk& pc = out[(b - b0) * chunks_per_block + j];
+        const QuantChunk& qc = rows[j];
+        for (int g = 0; g < 8; ++g) std::memcpy(pc.q + 32 * g + 4 * c, qc.q + 4 * g, 4);
+        pc.sc0[c] = qc.sc[0];
+        pc.sc1[c] = qc.sc[1];
+        pc.mn0[c] = qc.mn[0];
+        pc.mn1[c] = qc.mn[1];
+        pc.d[c] = qc.d;
+        pc.dmin[c] = qc.dmin;
+      }
+    }
+  }
+}
 
 int64_t packed_panel_bytes(DType type, int64_t k) {
   return kPanelRows * (k / block_elems(type)) * block_bytes(type);
@@ -67,7 +98,11 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
             pack_quant_row<BlockQ4_0, 4>(src, k / kQuantBlock, c, panel);
             break;
           default:
-            pack_plain_row(src, k, block_bytes(type), c, panel);
+            if (is_quantized(type)) {
+              pack_block_row(src, k / block_elems(type), block_bytes(type), c, panel);
+            } else {
+              pack_plain_row(src, k, block_bytes(type), c, panel);
+            }
             break;
         }
       }

@@ -42,6 +42,9 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 //    (16 bytes), then their weights in groups of 4 bytes per row: q8_0: 8 x 32 bytes, group g =
 //    rows 0..7's int8 weights [4g, 4g + 4); q4_0: 4 x 32 bytes, group h = rows 0..7's q4_0
 //    bytes [4h, 4h + 4) (nibbles of elements 4h.. low, 16 + 4h.. high).
+//  - every other block type (q4_1, q5_0, q5_1, the K-quants): the panel's blocks one after
+//    another, each the 8 rows' block b as stored (8 x block_bytes); the matmul decodes them to
+//    PanelChunks a slice at a time.
 // Same bytes per row as the stored types; only the order changes.
 inline constexpr int64_t kPanelRows = 8;
 int64_t packed_panel_bytes(DType type, int64_t k);
@@ -64,6 +67,31 @@ void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
 void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
                               DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
                               int64_t panel_begin, int64_t panel_end);
+
+// A 32-element chunk of the 8 rows of a panel in the integer form of QuantChunk
+// (tensor/quant_blocks.h), arranged for the lanes: q group g (32 bytes) is rows 0..7's q[4g, 4g +
+// 4), as in a q8_0 panel; the scales are per row.
+struct PanelChunk {
+  int8_t q[kPanelRows * 32];
+  int32_t sc0[kPanelRows], sc1[kPanelRows], mn0[kPanelRows], mn1[kPanelRows];
+  float d[kPanelRows], dmin[kPanelRows];
+};
+
+// Baseline. Decodes blocks [b0, b1) of a block-interleaved panel of `type` (8 rows' block b at
+// panel + b * 8 * block_bytes) into (b1 - b0) * block_elems / 32 PanelChunks, in order.
+void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
+
+// AVX2. decode_panel_chunks for q4_k and q6_k panels.
+void decode_panel_q4_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
+void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
+
+// AVX2. y[i, c] (+)= the QuantChunk products of chunks [c0, c1) (chunks[c - c0] is chunk c) with
+// input rows i < m (row i's blocks at x + i * nb; the sums of each block's two halves of qs at
+// x_half_sums + 2 * (i * nb + c)); `valid` outputs of the panel exist; has_mins: the type's
+// chunks carry mins. accumulate: continue the running sums in y. Bit for bit the reference.
+void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t nb,
+                              const PanelChunk* chunks, int64_t c0, int64_t c1, bool has_mins,
+                              bool accumulate, float* y, int64_t ldy, int64_t valid);
 
 // AVX2. sums[b] = the sum of x[b].qs, for b < num_blocks.
 void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t* sums);
