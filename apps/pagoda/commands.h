@@ -32,6 +32,19 @@ struct GenerateFlags {
 };
 int run_generate(const GenerateFlags& flags);
 
+// `pagoda perplexity` (perplexity_cmd.cpp).
+struct PerplexityFlags {
+  ModelFlags model;
+  std::string text_file;
+  int64_t ctx = 512;
+  int64_t chunks = 0;  // 0: every whole chunk of the text
+  int64_t batch_size = 512;
+  std::string save_logits;  // base run: write the log-probabilities here
+  std::string kl_base;      // compare with a --save-logits file
+  std::string output_json;
+};
+int run_perplexity(const PerplexityFlags& flags);
+
 struct BenchThroughputFlags {
   ModelFlags model;
   EngineFlags engine;

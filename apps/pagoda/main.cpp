@@ -107,6 +107,20 @@ int main_impl(int argc, char** argv) {
   tokenize_cmd->add_option("--prompt,-p", tok_prompt, "the text to tokenize");
   tokenize_cmd->add_flag("--no-add-special", tok_no_special, "leave out BOS/EOS");
 
+  PerplexityFlags ppl;
+  CLI::App* ppl_cmd = app.add_subcommand(
+      "perplexity", "perplexity of the model on a text, and KL divergence from a saved base run, as llama-perplexity");
+  ppl.model.add_to(*ppl_cmd, /*weights=*/true);
+  ppl_cmd->add_option("--text-file,-f", ppl.text_file, "the text to score")->required();
+  ppl_cmd->add_option("--ctx,-c", ppl.ctx, "tokens per chunk; each chunk's second half is scored")->capture_default_str();
+  ppl_cmd->add_option("--chunks", ppl.chunks, "score at most this many chunks (0: every whole chunk)")->capture_default_str();
+  ppl_cmd->add_option("--batch-size,-b", ppl.batch_size, "tokens per forward pass")->capture_default_str();
+  ppl_cmd->add_option("--save-logits", ppl.save_logits,
+                      "write the scored positions' log-probabilities here (the base run of --kl-base)");
+  ppl_cmd->add_option("--kl-base", ppl.kl_base,
+                      "compare with a --save-logits file: KL divergence, its 99th percentile, same top token");
+  ppl_cmd->add_option("--output-json", ppl.output_json, "also write the results as JSON here");
+
   ServeFlags serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API, as vllm serve");
   serve.add_to(*serve_cmd);
@@ -183,6 +197,7 @@ int main_impl(int argc, char** argv) {
   }
   if (generate_cmd->parsed()) return run_generate(gen);
   if (tokenize_cmd->parsed()) return run_tokenize(tok_model, tok_prompt, tok_no_special);
+  if (ppl_cmd->parsed()) return run_perplexity(ppl);
   if (thr_cmd->parsed()) return run_bench_throughput(thr);
   if (bserve_cmd->parsed()) return run_bench_serve(bserve);
   if (lat_cmd->parsed()) return run_bench_latency(lat);

@@ -47,8 +47,10 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
       ->capture_default_str()
       ->group(kModelConfig);
   app.add_option("--quantization,-q", quantization,
-                 "none, or gguf for a GGUF file; awq, gptq, compressed-tensors, ... not yet (--dtype q8_0, "
-                 "q4_k, ... quantizes float weights at load)")
+                 "none; gguf for a GGUF file; applied to float weights at load: w8a8 (int8 per channel, int8 "
+                 "activations per token), w4a8 (int4 in groups of 128, int8 activations), or a llama-quantize "
+                 "file type with its mix of tensor types: q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, "
+                 "q4_k_m, q5_k_m (awq, gptq, compressed-tensors, ... not yet)")
       ->group(kModelConfig);
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str()->group(kLoadConfig);
   app.add_option("--backend", backend, "compute backend")->capture_default_str()->group(kPagodaGroup);
@@ -58,14 +60,17 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
 }
 
 Status ModelFlags::check() const {
-  if (!quantization.empty() && quantization != "none") {
+  if (!quantization.empty() && quantization != "none" && !llama_file_type_mix(quantization) &&
+      !int_codes_mix(quantization)) {
     const bool gguf_file = quantization == "gguf" && std::filesystem::is_regular_file(model) &&
                            starts_with_gguf_magic(model);
     if (!gguf_file) {
+      std::string file_types;
+      for (const std::string& n : llama_file_type_names()) file_types += ", " + n;
       return unimplemented("--quantization " + quantization +
-                           " is not supported yet (supported: none, and gguf for a GGUF file; a GGUF file's "
-                           "F32/F16/BF16, Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored, and "
-                           "--dtype q8_0, q4_k, ... quantizes float weights at load)");
+                           " is not supported yet (supported: none; gguf for a GGUF file, whose F32/F16/BF16, "
+                           "Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored; w8a8 and w4a8, and "
+                           "llama-quantize's file types, applied to float weights at load" + file_types + ")");
     }
   }
   if (tokenizer_mode != "auto" && tokenizer_mode != "slow" && tokenizer_mode != "hf") {
@@ -147,11 +152,13 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
   if (flags.dtype != "auto") {
     PAGODA_ASSIGN_OR_RETURN(const DType t, parse_dtype_flag(flags.dtype));
     options.dummy_dtype = t;
-    options.matmul_dtype = t;
+    options.weight_mix = uniform_mix(t);
   } else if (auto preset = dummy_preset(flags.model); preset && preset->num_parameters() > 200'000'000) {
     options.dummy_dtype = DType::kBF16;  // what such checkpoints ship in; f32 would double the memory
   }
   options.dummy_seed = flags.weights_seed;
+  if (auto mix = llama_file_type_mix(flags.quantization)) options.weight_mix = *mix;
+  if (auto mix = int_codes_mix(flags.quantization)) options.weight_mix = *mix;
 
   if (flags.backend == "cpu") PAGODA_RETURN_IF_ERROR(cpu::set_cpu_threads(flags.threads));
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));

@@ -21,6 +21,8 @@ bool has_avx2_fma_f16c(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c;
 void install_avx2(Kernels* k) {
   k->matmul = matmul_avx2;
   k->pack_matmul_weight = pack_matmul_weight_avx2;
+  k->matmul_int = matmul_int_avx2;
+  k->pack_int_weight = pack_int_weight_avx2;
   k->paged_attention = paged_attention_avx2;
   k->rms_norm = rms_norm_avx2;
   k->silu_mul = silu_mul_avx2;
@@ -29,7 +31,8 @@ void install_avx2(Kernels* k) {
 
 constexpr CpuKernelTable kKernelTables[] = {
     {CpuIsa::kAvx2, "avx2", "avx2 fma f16c", has_avx2_fma_f16c, install_avx2,
-     "avx2+fma+f16c matmul (packed weights), attention, rms_norm, silu_mul, add", "embedding, rope, store_kv"},
+     "avx2+fma+f16c matmul and matmul_int (packed weights), attention, rms_norm, silu_mul, add",
+     "embedding, rope, store_kv"},
 };
 
 }  // namespace

@@ -44,6 +44,28 @@ struct AttentionParams {
   int64_t sliding_window = 0;   // 0 = full causal attention; else keys in (pos - window, pos]
 };
 
+// A weight matrix [n, k] of integer codes with f32 scales per group of columns, for the schemes
+// that also quantize activations to int8: W8A8 (int8, one scale per output channel) and W4A8
+// (int4 in groups), as vllm-ascend and compressed-tensors' int-quantized checkpoints store them.
+// Element (j, t) is scales[j * (k / group_size) + t / group_size] * code(j, t). Borrowed views.
+struct IntWeight {
+  // Row-major: bits 8: [n, k] int8; bits 4: [n, k / 2] bytes, element 2u of a row in the low
+  // nibble of its byte u and 2u + 1 in the high one, each a two's-complement int4 in [-8, 7].
+  // Or a backend's packed layout (layout kBackendPacked, from Kernels::pack_int_weight).
+  const void* codes = nullptr;
+  TensorLayout layout = TensorLayout::kRowMajor;
+  int bits = 8;
+  int64_t n = 0, k = 0;
+  int64_t group_size = 0;         // divides k (k: per output channel); a multiple of 32 below k
+  const float* scales = nullptr;  // [n, k / group_size]
+  // The activations' scale: 0 = per token (s = max|x_i| / 127, computed per row); > 0 = this
+  // static per-tensor scale from calibration.
+  float input_scale = 0;
+
+  int64_t groups() const { return group_size > 0 ? k / group_size : 0; }
+  int64_t row_code_bytes() const { return bits == 8 ? k : k / 2; }
+};
+
 struct Kernels {
   // y[m, n] = sum_k x[m, k] * w[n, k].  x: [m, k] f32; w: [n, k] any DType; y: [m, n] f32.
   // For quantized weights x is first quantized per 32-element block (BlockQ8Act,
@@ -57,6 +79,19 @@ struct Kernels {
   // kBackendPacked). Where it is set, matmul takes only weights it returned. Products are those of
   // the row-major weight. Called at load.
   Tensor (*pack_matmul_weight)(const Tensor& w, Buffer* storage);
+
+  // y[i, j] = sum_t x[i, t] * w(j, t) with x's rows quantized to int8 first. Row i: s_i =
+  // w.input_scale, or max_t |x[i, t]| / 127 per token; xq[i, t] = x[i, t] * (1 / s_i) (127 /
+  // max|x_i| per token) rounded to nearest even and saturated to [-127, 127] (an all-zero row stays
+  // zero). Then y[i, j] = sum over groups g, in order, from 0, of
+  // float(sum_{t in g} xq[i, t] * code(j, t)) * (scale(j, g) * s_i): exact int32 dots, one
+  // multiply and one add per group, so a row's result never depends on m. x: [m, k] f32; y:
+  // [m, n] f32.
+  void (*matmul_int)(const float* x, int64_t m, const IntWeight& w, float* y);
+
+  // Optional (nullptr: matmul_int reads row-major codes). As pack_matmul_weight, for IntWeight:
+  // the codes rearranged into *storage for this table's matmul_int; scales stay where they are.
+  IntWeight (*pack_int_weight)(const IntWeight& w, Buffer* storage);
 
   // out[i, :] = row ids[i] of table, converted to f32.  table: [rows, dim] any DType.
   void (*embedding)(const Tensor& table, const TokenId* ids, int64_t n, float* out);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "loader/model_source.h"
+#include "loader/quant_mix.h"
 #include "tensor/convert.h"
 
 namespace pagoda {
@@ -45,22 +46,13 @@ Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uin
                                      const std::string& source) {
   PAGODA_RETURN_IF_ERROR(config.validate(source));
   std::vector<WeightSpec> specs = expected_weights(config);
-  if (is_quantized(dtype)) {
-    for (const WeightSpec& s : specs) {
-      if (s.kind == WeightSpec::Kind::kMatrix && s.shape.back() % block_elems(dtype) != 0) {
-        return invalid_argument(source + ": cannot store " + s.name + " as " +
-                                std::string(dtype_name(dtype)) + ": its row length " +
-                                std::to_string(s.shape.back()) + " is not a multiple of " +
-                                std::to_string(block_elems(dtype)));
-      }
-    }
-  }
   WeightMap map;
   map.set_source(source);
   std::vector<float> row;
   for (const WeightSpec& s : specs) {
-    // Norms and biases stay f32, as GGUF stores them; matrices take the requested type.
-    DType t = s.kind == WeightSpec::Kind::kMatrix ? dtype : DType::kF32;
+    // Norms and biases stay f32, as GGUF stores them; matrices take the requested type, or its
+    // shape fallback where their rows are not whole blocks of it (as llama-quantize writes them).
+    DType t = s.kind == WeightSpec::Kind::kMatrix ? shape_fallback(dtype, s.shape.back()) : DType::kF32;
     Tensor tensor;
     tensor.dtype = t;
     tensor.ndim = static_cast<int>(s.shape.size());

@@ -150,7 +150,7 @@ Result<ModelSource> load_from_files(const std::string& path, const LoadOptions& 
 Result<ModelSource> load_model(const std::string& path, const LoadOptions& options) {
   if (options.format == LoadFormat::kDummy) return load_dummy(path, options);
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_from_files(path, options));
-  source.matmul_dtype = options.matmul_dtype;
+  source.weight_mix = options.weight_mix;
   return source;
 }
 

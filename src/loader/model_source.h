@@ -29,6 +29,7 @@
 
 #include "base/status.h"
 #include "loader/model_config.h"
+#include "loader/quant_mix.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
@@ -67,9 +68,10 @@ struct LoadOptions {
   // For dummy weights: the dtype to generate (f32, f16, bf16, q8_0, q4_0) and the seed.
   DType dummy_dtype = DType::kF32;
   uint64_t dummy_seed = 0;
-  // For weights from files: the type the model converts every f32 / f16 / bf16 matmul weight to
-  // at load (--dtype); nullopt keeps the stored types. Quantized weights stay as stored.
-  std::optional<DType> matmul_dtype;
+  // The types the model converts f32 / f16 / bf16 weight matrices to at load (--dtype T: a
+  // uniform mix; --quantization q4_k_m: llama-quantize's), loader/quant_mix.h; nullopt keeps the
+  // stored types. Quantized weights stay as stored.
+  std::optional<QuantMix> weight_mix;
 };
 
 struct ModelSource {
@@ -77,7 +79,7 @@ struct ModelSource {
   LoadFormat format = LoadFormat::kAuto;  // the format actually loaded
   ModelConfig config;
   WeightMap weights;
-  std::optional<DType> matmul_dtype;  // LoadOptions::matmul_dtype, applied by create_model
+  std::optional<QuantMix> weight_mix;  // LoadOptions::weight_mix, applied by create_model
 };
 
 // Loads the config and weights at `path`:
@@ -131,8 +133,8 @@ std::optional<std::string> hf_name_from_canonical(const std::string& canonical_n
 
 // Deterministic random weights for `config`: every tensor of expected_weights(config), matrices
 // uniform in [-1/sqrt(in), 1/sqrt(in)] stored as `dtype`, norms 1 + small noise and biases small
-// noise, both always f32. The same (config, dtype, seed) gives identical bytes. Fails with
-// kInvalidArgument when `dtype` is quantized and a row length is not a multiple of 32.
+// noise, both always f32. A matrix whose rows are not whole blocks of a quantized `dtype` takes
+// its shape fallback (loader/quant_mix.h). The same (config, dtype, seed) gives identical bytes.
 // `source` names the config in messages and becomes the map's source.
 Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
                                      const std::string& source);

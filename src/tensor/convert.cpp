@@ -123,4 +123,21 @@ void quantize_activation_row(const float* src, BlockQ8Act* dst, int64_t n) {
   }
 }
 
+float quantize_activation_row_int8(const float* x, int64_t k, float static_scale, int8_t* q) {
+  float scale = static_scale, inv = 0;
+  if (static_scale > 0) {
+    inv = 1.0f / static_scale;
+  } else {
+    float amax = 0;
+    for (int64_t t = 0; t < k; ++t) amax = std::fmax(amax, std::fabs(x[t]));
+    scale = amax / 127.0f;
+    inv = amax != 0 ? 127.0f / amax : 0.0f;
+  }
+  for (int64_t t = 0; t < k; ++t) {
+    const float v = std::nearbyint(x[t] * inv);  // default mode: to even
+    q[t] = static_cast<int8_t>(v > 127.0f ? 127 : (v < -127.0f ? -127 : v));
+  }
+  return scale;
+}
+
 }  // namespace pagoda

@@ -34,4 +34,16 @@ struct BlockQ8Act;
 // (tensor/quant_blocks.h). Finite inputs only.
 void quantize_activation_row(const float* src, BlockQ8Act* dst, int64_t n);
 
+// Quantizes one activation row of k values to int8 for an IntWeight product (backend/kernels.h):
+// with static_scale > 0, q = x * (1 / static_scale), else q = x * (127 / max|x|); rounded to
+// nearest even, saturated to [-127, 127]. Returns the row's scale s (static_scale, or max|x| /
+// 127; 0 for an all-zero row, whose codes are 0). Finite inputs only.
+float quantize_activation_row_int8(const float* x, int64_t k, float static_scale, int8_t* q);
+
+// The int4 code of element t of a row of packed int4 codes (IntWeight's row-major layout).
+inline int int4_code(const uint8_t* row, int64_t t) {
+  const int nibble = (row[t / 2] >> (4 * (t % 2))) & 0xF;
+  return nibble >= 8 ? nibble - 16 : nibble;
+}
+
 }  // namespace pagoda

@@ -1,9 +1,14 @@
 #include "model/arch/llama.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+#include "loader/quant_mix.h"
+#include "model/layers/linear.h"
 #include "model/layers/rope_freqs.h"
 #include "tensor/convert.h"
 
@@ -18,10 +23,10 @@ struct F32Vector {
 
 struct LayerWeights {
   F32Vector attn_norm, ffn_norm;
-  Tensor wq, wk, wv, wo;            // [out, in] in their file type
+  Linear wq, wk, wv, wo;            // [out, in]
   F32Vector bq, bk, bv;             // Qwen2 only
   F32Vector q_norm, k_norm;         // Qwen3 only, [head_dim]
-  Tensor w_gate, w_up, w_down;
+  Linear w_gate, w_up, w_down;
 };
 
 class LlamaModel final : public Model {
@@ -39,9 +44,13 @@ class LlamaModel final : public Model {
 
  private:
   Result<Tensor> matrix(const std::string& name, int64_t rows, int64_t cols);
-  // A matmul weight converted to source_.matmul_dtype (float weights only) and in the backend's
-  // packed layout, where those apply.
-  Result<Tensor> matmul_weight(const std::string& name, int64_t rows, int64_t cols);
+  // t (the tensor `name`) converted to the type source_.weight_mix gives it, into *storage;
+  // float weights only (quantized ones stay as stored), and t itself without a mix. The mix's
+  // rules see `slot_name` (a tied LM head is output.weight).
+  Result<Tensor> convert(const std::string& name, const std::string& slot_name, Tensor t, Buffer* storage);
+  // A projection: the tensor `name` converted as above, or quantized to integer codes under an
+  // int-codes mix, in the backend's packed layout where it has one.
+  Result<Linear> linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name = {});
   Result<F32Vector> vector(const std::string& name, int64_t len);
   void add_bias(float* x, int64_t rows, const F32Vector& bias, int64_t len);
   void ensure_workspace(int64_t num_tokens);
@@ -50,9 +59,9 @@ class LlamaModel final : public Model {
   const ModelConfig& cfg_;
   const Kernels k_;  // a copy: function pointers, so the Backend object need not outlive the model
   const Backend* backend_ = nullptr;  // set during init() only; the model keeps a copy of k_
-  Tensor token_embd_;   // [vocab, hidden], as loaded (the embedding reads its rows)
-  Tensor lm_head_;      // [vocab, hidden], packed; a packed copy of token_embd_ when tied
-  std::vector<Buffer> packed_;  // the memory of the converted and packed matmul weights
+  Tensor token_embd_;   // [vocab, hidden], as loaded or converted (the embedding reads its rows)
+  Buffer token_embd_storage_;  // token_embd_'s memory when converted
+  Linear lm_head_;      // [vocab, hidden]; a packed copy of token_embd_ when tied
   F32Vector output_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
@@ -62,6 +71,8 @@ class LlamaModel final : public Model {
   int64_t capacity_ = 0;
   std::vector<float> x_, h_, q_, k_buf_, v_buf_, attn_, gate_, up_;
   std::vector<float> picked_;  // compute_logits: the selected hidden rows
+  std::map<DType, int> converted_types_;  // init, with a weight mix: how many matrices are of each type
+  std::map<std::string, int> int_types_;  // and how many became integer codes, by Linear::type_name
 };
 
 Result<Tensor> LlamaModel::matrix(const std::string& name, int64_t rows, int64_t cols) {
@@ -74,34 +85,47 @@ Result<Tensor> LlamaModel::matrix(const std::string& name, int64_t rows, int64_t
   return t;
 }
 
-Result<Tensor> LlamaModel::matmul_weight(const std::string& name, int64_t rows, int64_t cols) {
+Result<Tensor> LlamaModel::convert(const std::string& name, const std::string& slot_name, Tensor t,
+                                   Buffer* storage) {
+  if (!source_.weight_mix) return t;
+  // Under an int-codes mix what is not a layer projection stays as stored (linear() takes those).
+  if (is_quantized(t.dtype) || source_.weight_mix->rule == QuantMixRule::kIntCodes) {
+    ++converted_types_[t.dtype];
+    return t;
+  }
+  const WeightSlot slot{slot_name, cfg_.num_layers, cfg_.num_heads / std::max<int64_t>(1, cfg_.num_kv_heads)};
+  const DType to = quant_mix_type(*source_.weight_mix, slot, t.row_len());
+  ++converted_types_[to];
+  if (to == t.dtype) return t;
+  if (!backend_->supports_weight_type(to)) {
+    return unimplemented(source_.path + ": backend " + backend_->name() + " cannot compute on tensor " + name +
+                         " converted to " + std::string(dtype_name(to)));
+  }
+  Tensor out(nullptr, to, {t.num_rows(), t.row_len()});
+  *storage = Buffer(static_cast<size_t>(out.nbytes()));
+  out.data = storage->data();
+  std::vector<float> row(static_cast<size_t>(t.row_len()));
+  for (int64_t r = 0; r < t.num_rows(); ++r) {
+    dequantize_row(t.dtype, t.row(r), row.data(), t.row_len());
+    quantize_row(to, row.data(), storage->as<uint8_t>() + r * out.row_bytes(), t.row_len());
+  }
+  return out;
+}
+
+Result<Linear> LlamaModel::linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name) {
   PAGODA_ASSIGN_OR_RETURN(Tensor t, matrix(name, rows, cols));
+  const std::string& slot = slot_name.empty() ? name : slot_name;
+  if (source_.weight_mix && quant_mix_int_codes(*source_.weight_mix, WeightSlot{slot}) && !is_quantized(t.dtype)) {
+    int bits = source_.weight_mix->int_bits;
+    const int64_t group = quant_mix_int_group(*source_.weight_mix, cols);
+    if (bits == 4 && cols % 2 != 0) bits = 8;  // no whole int4 pairs: int8 per channel
+    Linear l = Linear::quantize_int(k_, t, bits, bits == 8 && group != cols ? cols : group);
+    ++int_types_[l.type_name()];
+    return l;
+  }
   Buffer converted;
-  if (source_.matmul_dtype && *source_.matmul_dtype != t.dtype && !is_quantized(t.dtype)) {
-    const DType to = *source_.matmul_dtype;
-    if (!dtype_bytes(to, static_cast<uint64_t>(cols))) {
-      return invalid_argument(source_.path + ": cannot convert tensor " + name + " " +
-                              t.shape_string() + " to " + std::string(dtype_name(to)) +
-                              ": its rows are not whole blocks of " +
-                              std::to_string(block_elems(to)) + " elements");
-    }
-    Tensor out(nullptr, to, {rows, cols});
-    converted = Buffer(static_cast<size_t>(out.nbytes()));
-    out.data = converted.data();
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(t.dtype, t.row(r), row.data(), cols);
-      quantize_row(to, row.data(), converted.as<uint8_t>() + r * out.row_bytes(), cols);
-    }
-    t = out;
-  }
-  if (k_.pack_matmul_weight != nullptr) {
-    Buffer packed;  // apart from `converted`, which packing reads
-    t = k_.pack_matmul_weight(t, &packed);
-    converted = std::move(packed);  // the packed copy is all the matmul reads from now on
-  }
-  if (converted.size() > 0) packed_.push_back(std::move(converted));
-  return t;
+  PAGODA_ASSIGN_OR_RETURN(t, convert(name, slot, t, &converted));
+  return Linear::dense(k_, t, std::move(converted));
 }
 
 Result<F32Vector> LlamaModel::vector(const std::string& name, int64_t len) {
@@ -115,9 +139,16 @@ Status LlamaModel::init(const Backend& backend) {
   backend_ = &backend;
   const int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim;
   const int64_t q_dim = cfg_.num_heads * hd, kv_dim = cfg_.num_kv_heads * hd;
+  // Tied embeddings are one tensor, typed as llama-quantize types a tied one: as the output.
+  const std::string embd_slot = cfg_.tie_word_embeddings ? "output.weight" : "token_embd.weight";
   PAGODA_ASSIGN_OR_RETURN(token_embd_, matrix("token_embd.weight", cfg_.vocab_size, hidden));
-  const std::string lm_head_name = cfg_.tie_word_embeddings ? "token_embd.weight" : "output.weight";
-  PAGODA_ASSIGN_OR_RETURN(lm_head_, matmul_weight(lm_head_name, cfg_.vocab_size, hidden));
+  PAGODA_ASSIGN_OR_RETURN(token_embd_, convert("token_embd.weight", embd_slot, token_embd_, &token_embd_storage_));
+  if (cfg_.tie_word_embeddings) {
+    PAGODA_ASSIGN_OR_RETURN(lm_head_, linear("token_embd.weight", cfg_.vocab_size, hidden, embd_slot));
+    if (source_.weight_mix) --converted_types_[lm_head_.dense_type()];  // the same tensor, counted once
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(lm_head_, linear("output.weight", cfg_.vocab_size, hidden));
+  }
   PAGODA_ASSIGN_OR_RETURN(output_norm_, vector("output_norm.weight", hidden));
   layers_.resize(static_cast<size_t>(cfg_.num_layers));
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
@@ -125,10 +156,10 @@ Status LlamaModel::init(const Backend& backend) {
     const std::string p = "blk." + std::to_string(i) + ".";
     PAGODA_ASSIGN_OR_RETURN(l.attn_norm, vector(p + "attn_norm.weight", hidden));
     PAGODA_ASSIGN_OR_RETURN(l.ffn_norm, vector(p + "ffn_norm.weight", hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wq, matmul_weight(p + "attn_q.weight", q_dim, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wk, matmul_weight(p + "attn_k.weight", kv_dim, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wv, matmul_weight(p + "attn_v.weight", kv_dim, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.wo, matmul_weight(p + "attn_output.weight", hidden, q_dim));
+    PAGODA_ASSIGN_OR_RETURN(l.wq, linear(p + "attn_q.weight", q_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wk, linear(p + "attn_k.weight", kv_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wv, linear(p + "attn_v.weight", kv_dim, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.wo, linear(p + "attn_output.weight", hidden, q_dim));
     if (cfg_.attention_bias) {
       PAGODA_ASSIGN_OR_RETURN(l.bq, vector(p + "attn_q.bias", q_dim));
       PAGODA_ASSIGN_OR_RETURN(l.bk, vector(p + "attn_k.bias", kv_dim));
@@ -138,22 +169,31 @@ Status LlamaModel::init(const Backend& backend) {
       PAGODA_ASSIGN_OR_RETURN(l.q_norm, vector(p + "attn_q_norm.weight", hd));
       PAGODA_ASSIGN_OR_RETURN(l.k_norm, vector(p + "attn_k_norm.weight", hd));
     }
-    PAGODA_ASSIGN_OR_RETURN(l.w_gate, matmul_weight(p + "ffn_gate.weight", cfg_.intermediate_size, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.w_up, matmul_weight(p + "ffn_up.weight", cfg_.intermediate_size, hidden));
-    PAGODA_ASSIGN_OR_RETURN(l.w_down, matmul_weight(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
+    PAGODA_ASSIGN_OR_RETURN(l.w_gate, linear(p + "ffn_gate.weight", cfg_.intermediate_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.w_up, linear(p + "ffn_up.weight", cfg_.intermediate_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(l.w_down, linear(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
   }
   inv_freq_ = rope_inv_freq(cfg_);
+  if (source_.weight_mix) {
+    std::string types;
+    for (const auto& [t, count] : converted_types_) {
+      if (count > 0) types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + std::string(dtype_name(t));
+    }
+    for (const auto& [name, count] : int_types_) types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + name;
+    log_line(LogLevel::kInfo, "model",
+             "weights typed by " + source_.weight_mix->name + " at load (float ones converted, quantized ones as stored): " + types);
+  }
   backend_ = nullptr;  // the Backend need not outlive the model
   return Status::ok_status();
 }
 
 int64_t LlamaModel::weight_bytes() const {
   const auto vec = [](const F32Vector& v) { return static_cast<int64_t>(v.data.size()); };
-  // A tied LM head is a separate packed copy only when packing made one (it then sits in packed_).
+  // A tied LM head is a separate copy only when packing or conversion made one.
   int64_t bytes = token_embd_.nbytes() + vec(output_norm_);
-  if (!cfg_.tie_word_embeddings || lm_head_.data != token_embd_.data) bytes += lm_head_.nbytes();
+  if (!cfg_.tie_word_embeddings || lm_head_.dense_weight().data != token_embd_.data) bytes += lm_head_.weight_bytes();
   for (const LayerWeights& l : layers_) {
-    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += t->nbytes();
+    for (const Linear* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += t->weight_bytes();
     for (const F32Vector* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm}) bytes += vec(*v);
   }
   return bytes;
@@ -195,9 +235,9 @@ Tensor LlamaModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv) 
     const KvLayerView cache = kv.layer(static_cast<int64_t>(li));
 
     k_.rms_norm(x, l.attn_norm.ptr(), n, hidden, eps, h);
-    k_.matmul(h, n, l.wq, q);
-    k_.matmul(h, n, l.wk, k);
-    k_.matmul(h, n, l.wv, v);
+    l.wq.apply(k_, h, n, q);
+    l.wk.apply(k_, h, n, k);
+    l.wv.apply(k_, h, n, v);
     if (cfg_.attention_bias) {
       add_bias(q, n, l.bq, nh * hd);
       add_bias(k, n, l.bk, nkv * hd);
@@ -212,14 +252,14 @@ Tensor LlamaModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv) 
     k_.store_kv(k, v, batch.slot_mapping.data(), n, cache);
     k_.paged_attention(q, batch.seqs.data(), static_cast<int64_t>(batch.seqs.size()), cache,
                        attn_params, attn);
-    k_.matmul(attn, n, l.wo, h);
+    l.wo.apply(k_, attn, n, h);
     k_.add(x, h, n * hidden);
 
     k_.rms_norm(x, l.ffn_norm.ptr(), n, hidden, eps, h);
-    k_.matmul(h, n, l.w_gate, gate);
-    k_.matmul(h, n, l.w_up, up);
+    l.w_gate.apply(k_, h, n, gate);
+    l.w_up.apply(k_, h, n, up);
     k_.silu_mul(gate, up, n * cfg_.intermediate_size, gate);
-    k_.matmul(gate, n, l.w_down, h);
+    l.w_down.apply(k_, gate, n, h);
     k_.add(x, h, n * hidden);
   }
   k_.rms_norm(x, output_norm_.ptr(), n, hidden, eps, h);
@@ -235,7 +275,7 @@ void LlamaModel::compute_logits(const Tensor& hidden, const int64_t* rows, int64
     const float* src = hidden.as<float>() + rows[i] * dim;
     std::copy(src, src + dim, picked_.begin() + i * dim);
   }
-  k_.matmul(picked_.data(), num_rows, lm_head_, logits);
+  lm_head_.apply(k_, picked_.data(), num_rows, logits);
 }
 
 }  // namespace

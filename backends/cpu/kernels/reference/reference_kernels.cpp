@@ -69,6 +69,32 @@ void matmul(const float* x, int64_t m, const Tensor& w, float* y) {
   }
 }
 
+void matmul_int(const float* x, int64_t m, const IntWeight& w, float* y) {
+  PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && "the reference matmul_int reads row-major codes");
+  PAGODA_CHECK((w.bits == 8 || w.bits == 4) && w.group_size > 0 && w.k % w.group_size == 0);
+  const int64_t k = w.k, groups = w.groups();
+  std::vector<int8_t> xq(static_cast<size_t>(k));
+  std::vector<int8_t> row(static_cast<size_t>(k));
+  for (int64_t i = 0; i < m; ++i) {
+    const float s_x = quantize_activation_row_int8(x + i * k, k, w.input_scale, xq.data());
+    for (int64_t j = 0; j < w.n; ++j) {
+      const auto* codes = static_cast<const uint8_t*>(w.codes) + j * w.row_code_bytes();
+      for (int64_t t = 0; t < k; ++t) {
+        row[static_cast<size_t>(t)] = w.bits == 8 ? static_cast<int8_t>(codes[t]) : static_cast<int8_t>(int4_code(codes, t));
+      }
+      float acc = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t dot = 0;
+        for (int64_t t = g * w.group_size; t < (g + 1) * w.group_size; ++t) {
+          dot += int32_t{xq[static_cast<size_t>(t)]} * row[static_cast<size_t>(t)];
+        }
+        acc = acc + static_cast<float>(dot) * (w.scales[j * groups + g] * s_x);
+      }
+      y[i * w.n + j] = acc;
+    }
+  }
+}
+
 void embedding(const Tensor& table, const TokenId* ids, int64_t n, float* out) {
   const int64_t dim = table.row_len();
   for (int64_t i = 0; i < n; ++i) {
@@ -184,6 +210,8 @@ const Kernels& reference_kernels() {
   static const Kernels kernels{
       .matmul = matmul,
       .pack_matmul_weight = nullptr,
+      .matmul_int = matmul_int,
+      .pack_int_weight = nullptr,
       .embedding = embedding,
       .rms_norm = rms_norm,
       .rope = rope,

@@ -108,6 +108,67 @@ TEST(Matmul, AllWeightTypesMatchDoubleReference) {
   }
 }
 
+// matmul_int against the float64 product of the dequantized codes with the activations as
+// quantized per token (|error| only from f32 rounding): int8 per channel and int4 in groups of 32,
+// with a case worked by hand first.
+TEST(MatmulInt, MatchesDoubleReferenceOfItsDefinition) {
+  const Kernels& kern = reference_kernels();
+  {
+    // x = (1, -2, 0, 4): s = 4 / 127, codes round(x * 127 / 4) = (32, -64, 0, 127) (31.75 -> 32,
+    // -63.5 -> -64 to even). w row 0: codes (1, 2, 3, 4), scale 0.5: y = 4/127 * 0.5 * (32 - 128 + 508).
+    const int8_t codes[4] = {1, 2, 3, 4};
+    const float scale = 0.5f, x[4] = {1, -2, 0, 4};
+    IntWeight w;
+    w.codes = codes;
+    w.bits = 8;
+    w.n = 1;
+    w.k = 4;
+    w.group_size = 4;
+    w.scales = &scale;
+    float y = 0;
+    kern.matmul_int(x, 1, w, &y);
+    EXPECT_FLOAT_EQ(y, 4.0f / 127 * 0.5f * (32 - 128 + 508));
+    // Static scale 0.01: codes (100, -127 saturated from -200, 0, 127 saturated from 400).
+    w.input_scale = 0.01f;
+    kern.matmul_int(x, 1, w, &y);
+    EXPECT_FLOAT_EQ(y, 0.01f * 0.5f * (100 - 254 + 508));
+  }
+  std::mt19937 rng(8);
+  for (int bits : {8, 4}) {
+    const int64_t m = 3, n = 5, k = 96, group = bits == 8 ? k : 32, groups = k / group;
+    std::vector<uint8_t> codes(static_cast<size_t>(n * (bits == 8 ? k : k / 2)));
+    for (auto& c : codes) c = static_cast<uint8_t>(rng());
+    std::vector<float> scales(static_cast<size_t>(n * groups));
+    for (auto& s : scales) s = 0.001f * static_cast<float>(1 + rng() % 20);
+    auto x = random_floats(m * k, 12);
+    IntWeight w;
+    w.codes = codes.data();
+    w.bits = bits;
+    w.n = n;
+    w.k = k;
+    w.group_size = group;
+    w.scales = scales.data();
+    std::vector<float> y(static_cast<size_t>(m * n));
+    kern.matmul_int(x.data(), m, w, y.data());
+    for (int64_t i = 0; i < m; ++i) {
+      double amax = 0;
+      for (int64_t t = 0; t < k; ++t) amax = std::max(amax, std::fabs(double{x[static_cast<size_t>(i * k + t)]}));
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0, mag = 0;
+        for (int64_t t = 0; t < k; ++t) {
+          const double xq = std::nearbyint(double{x[static_cast<size_t>(i * k + t)]} * static_cast<double>(127.0f / static_cast<float>(amax)));
+          const uint8_t* row = codes.data() + j * (bits == 8 ? k : k / 2);
+          const int code = bits == 8 ? static_cast<int8_t>(row[t]) : int4_code(row, t);
+          const double term = static_cast<double>(amax / 127) * xq * code * scales[static_cast<size_t>(j * groups + t / group)];
+          want += term;
+          mag += std::fabs(term);
+        }
+        EXPECT_NEAR(y[static_cast<size_t>(i * n + j)], want, 1e-5 * mag + 1e-9) << "bits " << bits << " y[" << i << ", " << j << "]";
+      }
+    }
+  }
+}
+
 // BlockQ8Act by its definition: d = max|x| / 127, q = round-to-even(x * 127 / max|x|); so
 // |x - d q| <= d / 2, the largest magnitude maps to +-127, and a zero block stays zero.
 TEST(Quantize, ActivationBlocksFollowTheirDefinition) {

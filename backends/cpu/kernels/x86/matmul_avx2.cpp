@@ -16,19 +16,13 @@
 // running sum is stored to y and loaded back between slices) and split over threads.
 #include <immintrin.h>
 
-#include <utility>  // std::integer_sequence: a type only, emits no code
-
+#include "backends/cpu/kernels/x86/panel_avx2.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/check.h"
 #include "tensor/quant_blocks.h"
 
 namespace pagoda::cpu {
 namespace {
-
-#define PAGODA_INLINE inline __attribute__((always_inline))
-// On the loops that call the tiles: inline every call below them, the unroll lambdas included
-// (GCC does not always, and an out-of-line tile body spills its accumulators on every block).
-#define PAGODA_FLATTEN __attribute__((flatten))
 
 // k elements per slice of a batched f32-type product: a panel pair's slice (16 KiB of f32,
 // 8 KiB of f16) stays in L1 while every group of input rows passes over it.
@@ -45,44 +39,8 @@ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 constexpr int64_t kPrefetchAhead = 768;
 PAGODA_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
-template <int S>
-struct Idx {
-  static constexpr int value = S;
-};
-
-// Calls f(Idx<S>{}) for S = 0..N-1, unrolled at compile time.
-template <int N, class F>
-PAGODA_INLINE void unroll(F&& f) {
-  [&]<int... S>(std::integer_sequence<int, S...>) __attribute__((always_inline)) { (f(Idx<S>{}), ...); }
-  (std::make_integer_sequence<int, N>{});
-}
-
-// Lanes [0, valid) set: the outputs of a panel that exist (the last panel may be padding).
-PAGODA_INLINE __m256i lane_mask(int64_t valid) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// The running sums of one panel's outputs: y[0, valid), valid in [1, 8].
-PAGODA_INLINE __m256 load_out(const float* y, int64_t valid) {
-  return valid >= kPanelRows ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, lane_mask(valid));
-}
-PAGODA_INLINE void store_out(float* y, __m256 v, int64_t valid) {
-  if (valid >= kPanelRows) {
-    _mm256_storeu_ps(y, v);
-  } else {
-    _mm256_maskstore_ps(y, lane_mask(valid), v);
-  }
-}
-
 // Outputs of panel p of a tile whose first panel has `valid` existing outputs.
 PAGODA_INLINE int64_t panel_valid(int64_t valid, int p) { return valid - p * kPanelRows; }
-
-PAGODA_INLINE int32_t load_i32(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
 
 // ---- f32 / f16 / bf16 panels: element (row c, column t) at t * 8 + c ----
 

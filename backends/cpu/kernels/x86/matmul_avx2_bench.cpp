@@ -102,6 +102,61 @@ BENCHMARK(BM_MatmulAvx2)
     ->Apply(avx2_args)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();
+// IntWeight (W8A8 / W4A8). Args: bits, m, n, k, group (0: per channel), threaded.
+void BM_MatmulIntAvx2(benchmark::State& state) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) {
+    state.SkipWithError("CPU lacks avx2/fma/f16c");
+    return;
+  }
+  const int bits = static_cast<int>(state.range(0));
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  const int64_t group = state.range(4) > 0 ? state.range(4) : k;
+  const bool threaded = state.range(5) != 0;
+  std::mt19937 rng(1);
+  std::vector<uint8_t> codes(static_cast<size_t>(n * k * bits / 8));
+  for (auto& c : codes) c = static_cast<uint8_t>(rng());
+  std::vector<float> scales(static_cast<size_t>(n * (k / group)), 0.01f);
+  IntWeight w;
+  w.codes = codes.data();
+  w.bits = bits;
+  w.n = n;
+  w.k = k;
+  w.group_size = group;
+  w.scales = scales.data();
+  // Decode streams the weights: enough copies to leave the caches (64 MiB).
+  const int64_t bytes = static_cast<int64_t>(codes.size());
+  const int64_t copies = m == 1 ? ((int64_t{64} << 20) + bytes - 1) / bytes : 1;
+  std::vector<Buffer> storage(static_cast<size_t>(copies));
+  std::vector<IntWeight> packed;
+  for (auto& s : storage) packed.push_back(pack_int_weight_avx2(w, &s));
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul_int_avx2_pooled(x.data(), m, packed[next], y.data(), threaded ? &cpu_thread_pool() : nullptr);
+    next = (next + 1) % packed.size();
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * m * n * k);
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(std::string(bits == 8 ? "w8a8" : "w4a8") + (threaded ? " threads" : " 1 thread"));
+}
+
+void int_args(benchmark::internal::Benchmark* b) {
+  for (int bits : {8, 4}) {
+    for (int64_t m : {1, 8, 64, 256}) {
+      for (int threaded : {0, 1}) {
+        b->Args({bits, m, 2048, 2048, bits == 8 ? 0 : 128, threaded});
+        b->Args({bits, m, 5632, 2048, bits == 8 ? 0 : 128, threaded});
+      }
+    }
+  }
+}
+
+BENCHMARK(BM_MatmulIntAvx2)->Apply(int_args)->ArgNames({"bits", "m", "n", "k", "group", "threaded"})->UseRealTime();
+
 BENCHMARK(BM_MatmulReference)
     ->Args({static_cast<int64_t>(DType::kBF16), 1, 2048, 2048, 0})
     ->Args({static_cast<int64_t>(DType::kQ4_0), 8, 2048, 2048, 0})

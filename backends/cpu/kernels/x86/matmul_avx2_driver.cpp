@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_thread_pool.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "backend/kernels.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "tensor/quant_blocks.h"
@@ -143,6 +144,46 @@ void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, Th
 
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {
   matmul_avx2_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked && "matmul_int_avx2 takes codes from pack_int_weight_avx2");
+  if (m <= 0 || w.n <= 0) return;
+  const int64_t kp = (w.k + 7) / 8 * 8;
+  const int64_t group = w.group_size == w.k ? kp : w.group_size;
+  const int64_t num_panels = (w.n + kPanelRows - 1) / kPanelRows;
+  const int64_t num_chunks = (num_panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
+  const bool parallel =
+      pool != nullptr && pool->num_threads() > 1 && num_chunks > 1 && m * w.n * w.k >= kMinParallelMacs;
+  // The calling thread's buffers, reached by the workers through these pointers (a thread_local
+  // named inside the lambdas would be each worker's own).
+  thread_local std::vector<int8_t> xq_buffer;
+  thread_local std::vector<float> s_x_buffer;
+  xq_buffer.resize(static_cast<size_t>(m * kp));
+  s_x_buffer.resize(static_cast<size_t>(m));
+  int8_t* xq = xq_buffer.data();
+  float* s_x = s_x_buffer.data();
+  auto quantize = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      s_x[i] = quantize_activation_row_int8_avx2(x + i * w.k, w.k, kp, w.input_scale, xq + i * kp);
+    }
+  };
+  if (parallel && m >= 2 * pool->num_threads()) {
+    pool->parallel_for(m, quantize);
+  } else {
+    quantize(0, m);
+  }
+  auto leaf = [&](int64_t p0, int64_t p1) {
+    matmul_int_packed_avx2(xq, s_x, m, kp, group, w.bits, w.codes, w.scales, w.n, y, w.n, p0, p1);
+  };
+  if (!parallel) return leaf(0, num_panels);
+  pool->parallel_for(num_chunks, [&](int64_t begin, int64_t end) {
+    leaf(begin * kPanelsPerChunk, std::min(num_panels, end * kPanelsPerChunk));
+  });
+}
+
+void matmul_int_avx2(const float* x, int64_t m, const IntWeight& w, float* y) {
+  matmul_int_avx2_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 }  // namespace pagoda::cpu

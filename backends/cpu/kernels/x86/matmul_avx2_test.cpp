@@ -292,6 +292,108 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound
   }
 }
 
+// ---- matmul_int: IntWeight codes ----
+
+struct IntProblem {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  IntWeight w;
+  Buffer packed_storage;
+  IntWeight packed;
+  std::vector<float> x;
+};
+
+IntProblem make_int_problem(int bits, int64_t m, int64_t k, int64_t n, int64_t group, float input_scale,
+                            uint32_t seed) {
+  std::mt19937 rng(seed);
+  IntProblem p;
+  const int64_t row_bytes = bits == 8 ? k : k / 2;
+  p.codes.resize(static_cast<size_t>(n * row_bytes));
+  for (auto& c : p.codes) c = static_cast<uint8_t>(rng());  // every code, -128 and -8 included
+  p.scales.resize(static_cast<size_t>(n * (k / group)));
+  std::uniform_real_distribution<float> sdist(1e-3f, 2e-2f), xdist(-2.0f, 2.0f);
+  for (auto& s : p.scales) s = sdist(rng);
+  p.w.codes = p.codes.data();
+  p.w.bits = bits;
+  p.w.n = n;
+  p.w.k = k;
+  p.w.group_size = group;
+  p.w.scales = p.scales.data();
+  p.w.input_scale = input_scale;
+  p.packed = pack_int_weight_avx2(p.w, &p.packed_storage);
+  p.x.resize(static_cast<size_t>(m * k));
+  for (auto& v : p.x) v = xdist(rng);
+  if (m > 2) {
+    for (int64_t t = 0; t < k; ++t) p.x[static_cast<size_t>(k + t)] = 0;  // an all-zero row
+  }
+  return p;
+}
+
+// Bit for bit the reference, for both code widths, per channel (odd k: padded columns) and in
+// groups, per-token and static activation scales (a static scale small enough to saturate),
+// row counts around the tiles, output counts around the panels, threaded or not.
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matmul_int pack_int_weight") {
+  ThreadPool pool(3);
+  uint32_t seed = 1;
+  for (int bits : {8, 4}) {
+    for (int64_t k : {8, 36, 64, 172, 256, 1088}) {
+      if (bits == 4 && k % 2 != 0) continue;
+      for (int64_t group : {k, int64_t{32}, int64_t{64}}) {
+        if (group != k && k % group != 0) continue;
+        for (float input_scale : {0.0f, 0.02f, 0.004f}) {
+          for (int64_t m : {1, 3, 4, 9}) {
+            for (int64_t n : {1, 8, 13, 67}) {
+              IntProblem p = make_int_problem(bits, m, k, n, group, input_scale, seed++);
+              std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), NAN), threaded(want.size(), NAN);
+              reference_kernels().matmul_int(p.x.data(), m, p.w, want.data());
+              matmul_int_avx2_pooled(p.x.data(), m, p.packed, got.data(), nullptr);
+              matmul_int_avx2_pooled(p.x.data(), m, p.packed, threaded.data(), &pool);
+              ASSERT_EQ(got, want) << "bits " << bits << " k " << k << " group " << group << " input_scale "
+                                   << input_scale << " m " << m << " n " << n;
+              ASSERT_EQ(threaded, want) << "threaded, bits " << bits << " k " << k << " m " << m << " n " << n;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row alone and in batches of other sizes: the same bits (exact int32 dots per group).
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul_int") {
+  for (int bits : {8, 4}) {
+    const int64_t m = 23, k = 512, n = 45;
+    IntProblem p = make_int_problem(bits, m, k, n, bits == 8 ? k : 128, 0, 99);
+    std::vector<float> alone(static_cast<size_t>(m * n)), batched(alone.size());
+    for (int64_t i = 0; i < m; ++i) matmul_int_avx2(p.x.data() + i * k, 1, p.packed, alone.data() + i * n);
+    for (int64_t i = 0; i < m; i += 5) {
+      matmul_int_avx2(p.x.data() + i * k, std::min<int64_t>(5, m - i), p.packed, batched.data() + i * n);
+    }
+    EXPECT_EQ(alone, batched) << "bits " << bits;
+  }
+}
+
+PAGODA_KERNEL_TABLE_TEST(QuantizeActivationInt8Avx2, MatchesScalarBitForBit, "avx2", "matmul_int") {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (int64_t k : {1, 31, 32, 100, 257}) {
+    std::vector<float> x(static_cast<size_t>(k));
+    for (auto& v : x) v = dist(rng);
+    if (k > 40) {
+      for (int64_t t = 0; t < 8; ++t) x[static_cast<size_t>(t)] = 0.5f * static_cast<float>(t) - 1.75f;  // ties
+    }
+    for (float s : {0.0f, 0.01f, 0.05f}) {
+      const int64_t kp = (k + 7) / 8 * 8;
+      std::vector<int8_t> want(static_cast<size_t>(k)), got(static_cast<size_t>(kp), 99);
+      const float ws = quantize_activation_row_int8(x.data(), k, s, want.data());
+      const float gs = quantize_activation_row_int8_avx2(x.data(), k, kp, s, got.data());
+      EXPECT_EQ(gs, ws) << k << " " << s;
+      for (int64_t t = 0; t < k; ++t) ASSERT_EQ(got[static_cast<size_t>(t)], want[static_cast<size_t>(t)]) << k << " " << s << " [" << t << "]";
+      for (int64_t t = k; t < kp; ++t) EXPECT_EQ(got[static_cast<size_t>(t)], 0) << "padding " << t;
+    }
+  }
+}
+
 TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_EQ(*parse_cpu_isa(""), CpuIsa::kBest);
   EXPECT_EQ(*parse_cpu_isa("auto"), CpuIsa::kBest);

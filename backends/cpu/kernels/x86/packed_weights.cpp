@@ -6,6 +6,7 @@
 #include "backends/cpu/cpu_thread_pool.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/check.h"
+#include "backend/kernels.h"
 #include "base/thread_pool.h"
 #include "tensor/gguf_blocks.h"
 #include "tensor/quant_blocks.h"
@@ -110,6 +111,44 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
   });
   packed.data = out;
   return packed;
+}
+
+IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
+  PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && (w.bits == 8 || w.bits == 4));
+  PAGODA_CHECK(w.group_size > 0 && w.k % w.group_size == 0 && (w.group_size == w.k || w.group_size % 8 == 0));
+  const int64_t n = w.n, k = w.k, kp = (k + 7) / 8 * 8, groups = w.groups();
+  const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
+  const int64_t panel_bytes = kPanelRows * kp * w.bits / 8;
+  const int64_t code_bytes = num_panels * panel_bytes;
+  const int64_t scale_floats = num_panels * kPanelRows * groups;
+  *storage = Buffer(static_cast<size_t>(code_bytes + scale_floats * 4));  // zero: padding
+  auto* codes = storage->as<uint8_t>();
+  auto* scales = reinterpret_cast<float*>(codes + code_bytes);
+  const auto* src = static_cast<const uint8_t*>(w.codes);
+  cpu_thread_pool().parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* panel = codes + p * panel_bytes;
+      for (int64_t c = 0; c < kPanelRows && p * kPanelRows + c < n; ++c) {
+        const int64_t j = p * kPanelRows + c;
+        const uint8_t* row = src + j * w.row_code_bytes();
+        if (w.bits == 8) {
+          for (int64_t t = 0; t < k; ++t) panel[(t / 4) * 32 + 4 * c + t % 4] = row[t];
+        } else {
+          for (int64_t t = 0; t < k; ++t) {
+            const uint8_t nibble = (row[t / 2] >> (4 * (t % 2))) & 0xF;
+            const int64_t u = t / 8, in = t % 8;
+            panel[u * 32 + 4 * c + in % 4] |= static_cast<uint8_t>(nibble << (in < 4 ? 0 : 4));
+          }
+        }
+        for (int64_t g = 0; g < groups; ++g) scales[(p * groups + g) * kPanelRows + c] = w.scales[j * groups + g];
+      }
+    }
+  });
+  IntWeight out = w;
+  out.codes = codes;
+  out.scales = scales;
+  out.layout = TensorLayout::kBackendPacked;
+  return out;
 }
 
 }  // namespace pagoda::cpu

@@ -23,6 +23,7 @@ class ThreadPool;
 struct AttentionSeq;
 struct AttentionParams;
 struct KvLayerView;
+struct IntWeight;
 }  // namespace pagoda
 
 namespace pagoda::cpu {
@@ -95,6 +96,33 @@ void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, i
 
 // AVX2. sums[b] = the sum of x[b].qs, for b < num_blocks.
 void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t* sums);
+
+// ---- IntWeight (Kernels::matmul_int): int8 / int4 codes with f32 scales per group ----
+//
+// Packed layout: rows padded to kp = k rounded up to a multiple of 8 (zero codes); panels of 8
+// rows (the last padded with zero rows), panel p at codes + p * 8 * kp * bits / 8:
+//  - int8: per 4 columns [4u, 4u + 4): 32 bytes, rows 0..7's 4 codes;
+//  - int4: per 8 columns [8u, 8u + 8): 32 bytes, row c's 4 bytes at 4c, byte j holding column
+//    8u + j (low nibble) and 8u + 4 + j (high nibble).
+// The scales follow all the panels: panel p's at p * 8 * groups floats, group g's 8 rows at g * 8.
+// A per-channel weight (group_size == k) has one group of kp columns.
+IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage);
+
+// AVX2. One activation row of k floats to int8 codes q[0, kp) (zeros past k), bit for bit as
+// quantize_activation_row_int8 (tensor/convert.h); returns the row's scale.
+float quantize_activation_row_int8_avx2(const float* x, int64_t k, int64_t kp, float static_scale, int8_t* q);
+
+// AVX2. y[i, 8p + c] for i < m, the rows of panels [panel_begin, panel_end) that exist (< n):
+// xq [m, kp] int8 with per-row scales s_x, against packed codes and scales (groups of `group`
+// columns, kp / group of them). Bit for bit the reference's matmul_int.
+void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group, int bits,
+                            const void* codes, const float* scales, int64_t n, float* y, int64_t ldy,
+                            int64_t panel_begin, int64_t panel_end);
+
+// The Kernels::matmul_int entry: activations quantized per row, panels split over
+// cpu_thread_pool() (the pooled form takes the pool, nullptr: the calling thread).
+void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
+void matmul_int_avx2(const float* x, int64_t m, const IntWeight& w, float* y);
 
 // y[m, n] = x[m, k] * w[n, k]^T (the Kernels::matmul contract) for w from
 // pack_matmul_weight_avx2, its panels split over `pool` in chunks (pool == nullptr, or a small

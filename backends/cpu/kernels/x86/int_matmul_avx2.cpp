@@ -1,0 +1,160 @@
+// The AVX2 leaf loops of Kernels::matmul_int (IntWeight: int8 or int4 codes with f32 scales per
+// group, against activations quantized to int8 per token), over codes packed in panels of 8 rows
+// (x86_kernels.h describes the layout, packed_weights.cpp makes it). Built with -mavx2 -mfma
+// -mf16c -ffp-contract=off; read x86_kernels.h before adding an #include here.
+//
+// The 8 lanes of a vector are 8 output rows. Per 4 columns, the 8 rows' codes are one 32-byte
+// vector and the input's 4 codes one broadcast int32: vpmaddubsw (|w| unsigned against x with w's
+// sign: pairs at most 2 x 128 x 127) then vpmaddwd into int32 lanes, summed over a group exactly;
+// then acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
+#include <immintrin.h>
+
+#include "backends/cpu/kernels/x86/panel_avx2.h"
+#include "backends/cpu/kernels/x86/x86_kernels.h"
+
+namespace pagoda::cpu {
+namespace {
+
+constexpr int64_t kPrefetchAhead = 768;  // bytes; as the GGUF int8 loops (matmul_avx2.cpp)
+
+// dot[r] += the int32 lane sums of 4 columns: w holds the 8 rows' 4 int8 codes, x4[r] input r's.
+template <int R>
+PAGODA_INLINE void dot4(__m256i w, const int32_t (&x4)[R], __m256i (&dot)[R]) {
+  const __m256i abs_w = _mm256_abs_epi8(w);
+  const __m256i ones = _mm256_set1_epi16(1);
+  unroll<R>([&](auto r) {
+    const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(_mm256_set1_epi32(x4[r.value]), w));
+    dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
+  });
+}
+
+// R input rows (xq rows kp apart, their scales s_x) against one panel: y[r, c] for c < valid.
+template <int R, int kBits>
+PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, int64_t kp, int64_t group, const uint8_t* panel,
+                            const float* scales, float* y, int64_t ldy, int64_t valid, bool stream) {
+  __m256 acc[R];
+  unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
+  const __m256i low4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+  const int64_t groups = kp / group;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i dot[R];
+    unroll<R>([&](auto r) { dot[r.value] = _mm256_setzero_si256(); });
+    const int64_t t0 = g * group, t1 = t0 + group;
+    if constexpr (kBits == 8) {
+      for (int64_t t = t0; t < t1; t += 4) {
+        const uint8_t* p = panel + t * kPanelRows;  // 32 bytes per 4 columns
+        if (stream && (t & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
+        int32_t x4[R];
+        unroll<R>([&](auto r) { x4[r.value] = load_i32(xq + r.value * kp + t); });
+        dot4<R>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), x4, dot);
+      }
+    } else {
+      for (int64_t t = t0; t < t1; t += 8) {
+        const uint8_t* p = panel + t * kPanelRows / 2;  // 32 bytes per 8 columns
+        if (stream && (t & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        // Nibbles to int8: (n xor 8) - 8 sign-extends a two's-complement int4.
+        const __m256i lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(bytes, low4), eight), eight);
+        const __m256i hi = _mm256_sub_epi8(
+            _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), eight), eight);
+        int32_t x_lo[R], x_hi[R];
+        unroll<R>([&](auto r) {
+          x_lo[r.value] = load_i32(xq + r.value * kp + t);
+          x_hi[r.value] = load_i32(xq + r.value * kp + t + 4);
+        });
+        dot4<R>(lo, x_lo, dot);
+        dot4<R>(hi, x_hi, dot);
+      }
+    }
+    const __m256 sw = _mm256_loadu_ps(scales + g * kPanelRows);
+    unroll<R>([&](auto r) {
+      const __m256 scale = _mm256_mul_ps(sw, _mm256_set1_ps(s_x[r.value]));
+      acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[r.value]), scale));
+    });
+  }
+  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+}
+
+constexpr int kIntRows = 4;  // input rows per tile
+
+template <int kBits>
+PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group,
+                                       const uint8_t* codes, const float* scales, int64_t n, float* y, int64_t ldy,
+                                       int64_t p0, int64_t p1) {
+  const int64_t panel_bytes = kPanelRows * kp * kBits / 8;
+  const int64_t panel_scales = kPanelRows * (kp / group);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* panel = codes + p * panel_bytes;
+    const float* sc = scales + p * panel_scales;
+    const int64_t valid = n - p * kPanelRows;
+    for (int64_t i = 0; i < m; i += kIntRows) {
+      const int8_t* xi = xq + i * kp;
+      float* yi = y + i * ldy + p * kPanelRows;
+      const int64_t rows = m - i < kIntRows ? m - i : kIntRows;
+      const bool stream = m == 1;
+      switch (rows) {
+        case 1: int_tile<1, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
+        case 2: int_tile<2, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
+        case 3: int_tile<3, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
+        default: int_tile<4, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group, int bits,
+                            const void* codes, const float* scales, int64_t n, float* y, int64_t ldy,
+                            int64_t panel_begin, int64_t panel_end) {
+  const auto* c = static_cast<const uint8_t*>(codes);
+  if (bits == 8) {
+    int_rows<8>(xq, s_x, m, kp, group, c, scales, n, y, ldy, panel_begin, panel_end);
+  } else {
+    int_rows<4>(xq, s_x, m, kp, group, c, scales, n, y, ldy, panel_begin, panel_end);
+  }
+}
+
+PAGODA_FLATTEN float quantize_activation_row_int8_avx2(const float* x, int64_t k, int64_t kp,
+                                                                 float static_scale, int8_t* q) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  float scale = static_scale, inv = 0;
+  if (static_scale > 0) {
+    inv = 1.0f / static_scale;
+  } else {
+    __m256 amax8 = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= k; t += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + t)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    for (; t < k; ++t) {
+      const float a = x[t] < 0 ? -x[t] : x[t];
+      amax = a > amax ? a : amax;
+    }
+    scale = amax / 127.0f;
+    inv = amax != 0 ? 127.0f / amax : 0.0f;
+  }
+  const __m256 v_inv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t t = 0;
+  for (; t + 32 <= k; t += 32) {
+    __m256i v[4];
+    unroll<4>([&](auto s) {
+      const __m256 f = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(x + t + 8 * s.value), v_inv)));
+      v[s.value] = _mm256_cvtps_epi32(f);  // to nearest even, as the reference's nearbyint
+    });
+    const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t), _mm256_permutevar8x32_epi32(q16, order));
+  }
+  for (; t < k; ++t) {
+    float f = x[t] * inv;
+    f = f > 127.0f ? 127.0f : (f < -127.0f ? -127.0f : f);
+    q[t] = static_cast<int8_t>(_mm_cvtss_si32(_mm_set_ss(f)));  // current mode: to nearest even
+  }
+  for (; t < kp; ++t) q[t] = 0;
+  return scale;
+}
+
+}  // namespace pagoda::cpu

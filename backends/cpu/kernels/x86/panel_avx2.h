@@ -1,0 +1,58 @@
+// Helpers of the AVX2 matmul leaf files (matmul_avx2.cpp, int_matmul_avx2.cpp), which work on
+// panels of kPanelRows outputs in the 8 lanes. Include only from files built with -mavx2: every
+// function here is AVX2 code with internal linkage (see x86_kernels.h for why a baseline file
+// must never see one).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <utility>  // std::integer_sequence: a type only, emits no code
+
+#include "backends/cpu/kernels/x86/x86_kernels.h"
+
+namespace pagoda::cpu {
+namespace {  // internal linkage: each leaf file has its own copies, built with its own flags
+
+#define PAGODA_INLINE inline __attribute__((always_inline))
+// On the loops that call the tiles: inline every call below them, the unroll lambdas included
+// (GCC does not always, and an out-of-line tile body spills its accumulators on every block).
+#define PAGODA_FLATTEN __attribute__((flatten))
+
+template <int S>
+struct Idx {
+  static constexpr int value = S;
+};
+
+// Calls f(Idx<S>{}) for S = 0..N-1, unrolled at compile time.
+template <int N, class F>
+PAGODA_INLINE void unroll(F&& f) {
+  [&]<int... S>(std::integer_sequence<int, S...>) __attribute__((always_inline)) { (f(Idx<S>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
+
+PAGODA_INLINE int32_t load_i32(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+
+// Lanes [0, valid) set: the outputs of a panel that exist (the last panel may be padding).
+PAGODA_INLINE __m256i lane_mask(int64_t valid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The running sums of one panel's outputs: y[0, valid), valid in [1, 8].
+PAGODA_INLINE __m256 load_out(const float* y, int64_t valid) {
+  return valid >= kPanelRows ? _mm256_loadu_ps(y) : _mm256_maskload_ps(y, lane_mask(valid));
+}
+PAGODA_INLINE void store_out(float* y, __m256 v, int64_t valid) {
+  if (valid >= kPanelRows) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    _mm256_maskstore_ps(y, lane_mask(valid), v);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::cpu
