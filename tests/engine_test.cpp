@@ -184,6 +184,53 @@ TEST(Engine, PreemptionKeepsOutputsExact) {
   EXPECT_EQ(llm.core().stats().kv_usage, 0.0);
 }
 
+// A KV cache of a narrower dtype: preemption (recomputed rows are stored the same way) and prefix
+// caching (reused rows are the rows the request would have stored) give exactly the tokens of a
+// roomy, unshared cache of the same dtype; the same memory holds more blocks.
+TEST(Engine, QuantizedKvCacheKeepsPreemptionAndPrefixCachingExact) {
+  PAGODA_TEST_FILE(model, kModel);
+  // stories260K: 5 layers, 4 KV heads of 8: a 4-token block is 2 x 5 x 4 x 4 rows.
+  const int64_t rows_per_block = 2 * 5 * 4 * 4;
+  for (KvCacheDtype t : {KvCacheDtype::kBF16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kInt8}) {
+    SCOPED_TRACE(std::string(kv_cache_dtype_name(t)));
+    const int64_t block_bytes = rows_per_block * (8 * kv_cache_elem_bytes(t) + (t == KvCacheDtype::kInt8 ? 4 : 0));
+    EngineConfig tight;
+    tight.block_size = 4;
+    tight.scheduler.max_model_len = 128;
+    tight.kv_cache_dtype = t;
+    tight.kv_cache_memory = 64 * block_bytes;
+    auto core = make_core(model, tight);
+    ASSERT_TRUE(core);
+    EXPECT_EQ(core->num_blocks(), 64);
+    LLM llm(std::move(core));
+    auto rs = requests_for(stories_prompts(10), greedy(48));
+    auto batched = llm.generate(rs);
+    ASSERT_TRUE(batched.ok()) << batched.status().message();
+    EXPECT_GT(llm.core().stats().num_preemptions, 0);
+    EngineConfig roomy;
+    roomy.kv_cache_dtype = t;
+    roomy.enable_prefix_caching = false;
+    LLM alone_llm(make_core(model, roomy));
+    auto alone = run_alone(alone_llm, rs);
+    for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ((*batched)[i].outputs[0].token_ids, alone[i]) << i;
+
+    EngineConfig cached_config;
+    cached_config.kv_cache_dtype = t;
+    LLM cached(make_core(model, cached_config));
+    GenerateRequest first, second;
+    first.prompt = std::string(60, 'a') + " Once upon a time, there was a girl named Lily and her dog.";
+    second.prompt = std::string(60, 'a') + " Once upon a time, there was a girl named Lily. She saw a bird.";
+    first.params = second.params = greedy(24);
+    ASSERT_TRUE(cached.generate({first}).ok());
+    auto reused = cached.generate({second});
+    ASSERT_TRUE(reused.ok());
+    EXPECT_GT((*reused)[0].cached_tokens, 0);
+    auto fresh = alone_llm.generate({second});
+    ASSERT_TRUE(fresh.ok());
+    EXPECT_EQ((*reused)[0].outputs[0].token_ids, (*fresh)[0].outputs[0].token_ids);
+  }
+}
+
 TEST(Engine, StopStringSpanningTokens) {
   PAGODA_TEST_FILE(model, kModel);
   LLM llm(make_core(model, {}));

@@ -150,7 +150,7 @@ TEST(VllmCompat, UnsupportedValuesFailAcceptedFlagsPass) {
       {"--tensor-parallel-size=2", "--tensor-parallel-size 2"},
       {"-pp 2", "--pipeline-parallel-size 2"},
       {"-dp 2", "--data-parallel-size 2"},
-      {"--kv-cache-dtype fp8", "--kv-cache-dtype fp8"},
+      {"--kv-cache-dtype fp8_inc", "--kv-cache-dtype fp8_inc"},
       {"--quantization gptq", "--quantization gptq"},
       {"-q fp8", "--quantization fp8"},
       {"--tokenizer-mode mistral", "--tokenizer-mode mistral"},
@@ -195,7 +195,15 @@ TEST(VllmCompat, GpuMemoryUtilizationSizesTheKvCache) {
                                "--max-model-len 1024 -v");
   EXPECT_EQ(bytes.exit_code, 0) << bytes.err;
   EXPECT_NE(bytes.err.find("sized by --kv-cache-memory-bytes"), std::string::npos) << bytes.err;
-  EXPECT_NE(bytes.err.find("KV cache: 2048 blocks of 16 tokens (8192 bytes each)"), std::string::npos) << bytes.err;
+  EXPECT_NE(bytes.err.find("KV cache: 2048 blocks of 16 tokens (float32, 8192 bytes each)"), std::string::npos) << bytes.err;
+  // --kv-cache-dtype: the same memory holds 4x the tokens in fp8, a little under 4x in int8 (a
+  // float scale per token and head: 64-wide heads, 64 + 4 bytes against 256).
+  RunResult fp8 = run_pagoda("generate --model " + shell_quote(dir) +
+                             " -p hi -n 1 --kv-cache-memory-bytes 16MiB --kv-cache-dtype fp8 --max-model-len 1024 -v");
+  EXPECT_EQ(fp8.exit_code, 0) << fp8.err;
+  EXPECT_NE(fp8.err.find("KV cache: 8192 blocks of 16 tokens (fp8_e4m3, 2048 bytes each, 4.00x the tokens of a float32 cache)"),
+            std::string::npos)
+      << fp8.err;
 }
 
 // --generation-config auto (the default): the folder's generation_config.json gives the request

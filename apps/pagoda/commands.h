@@ -41,6 +41,7 @@ struct PerplexityFlags {
   int64_t batch_size = 512;
   std::string save_logits;  // base run: write the log-probabilities here
   std::string kl_base;      // compare with a --save-logits file
+  std::string kv_cache_dtype = "auto";
   std::string output_json;
 };
 int run_perplexity(const PerplexityFlags& flags);

@@ -6,6 +6,19 @@
 
 namespace pagoda::app {
 
+std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& name) {
+  static const std::pair<const char*, KvCacheDtype> kNames[] = {
+      {"auto", KvCacheDtype::kF32},          {"float32", KvCacheDtype::kF32},   {"bfloat16", KvCacheDtype::kBF16},
+      {"float16", KvCacheDtype::kF16},       {"fp8", KvCacheDtype::kFp8E4M3},   {"fp8_e4m3", KvCacheDtype::kFp8E4M3},
+      {"fp8_e5m2", KvCacheDtype::kFp8E5M2},  {"int8", KvCacheDtype::kInt8},
+  };
+  for (const auto& [n, t] : kNames) {
+    if (name == n) return t;
+  }
+  return std::nullopt;
+}
+
+
 void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--block-size", block_size, "tokens per KV cache block (1..256)")
       ->capture_default_str()
@@ -26,7 +39,10 @@ void EngineFlags::add_to(CLI::App& app) {
                  "accepted, no effect: there is no GPU memory to swap out of; preempted requests recompute")
       ->capture_default_str()
       ->group(kCacheConfig);
-  app.add_option("--kv-cache-dtype", kv_cache_dtype, "KV cache type: auto (float32); quantized types not yet")
+  app.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "KV cache element type: auto (float32, the model's compute type), float32, bfloat16, float16, "
+                 "fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2, int8 (a scale per token and head); 2-4x the tokens in "
+                 "the same memory")
       ->capture_default_str()
       ->group(kCacheConfig);
 
@@ -103,7 +119,11 @@ Result<EngineConfig> EngineFlags::to_config() const {
     return not_yet("--data-parallel-size", std::to_string(data_parallel_size),
                    "1; run replicas behind any HTTP load balancer");
   }
-  if (kv_cache_dtype != "auto") return not_yet("--kv-cache-dtype", kv_cache_dtype, "auto, a float32 KV cache");
+  const std::optional<KvCacheDtype> cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
+  if (!cache_dtype) {
+    return not_yet("--kv-cache-dtype", kv_cache_dtype,
+                   "auto, float32, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, int8");
+  }
   if (!parse_log_level(log_level)) {
     return invalid_argument("--log-level must be debug, info, warning, error or critical, got '" + log_level + "'");
   }
@@ -113,6 +133,7 @@ Result<EngineConfig> EngineFlags::to_config() const {
 
   EngineConfig c;
   c.block_size = block_size;
+  c.kv_cache_dtype = *cache_dtype;
   if (!kv_cache_memory.empty()) {
     auto bytes = parse_byte_size(kv_cache_memory);
     if (!bytes.ok()) return invalid_argument("--kv-cache-memory-bytes: " + bytes.status().message());

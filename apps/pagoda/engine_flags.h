@@ -18,6 +18,9 @@ class App;
 
 namespace pagoda::app {
 
+// A --kv-cache-dtype value (vLLM's names, plus float32 and int8): nullopt for any other.
+std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& name);
+
 // vLLM's help groups (`pagoda serve --help=CacheConfig`).
 inline constexpr const char* kModelConfig = "ModelConfig";
 inline constexpr const char* kLoadConfig = "LoadConfig";

@@ -119,6 +119,8 @@ int main_impl(int argc, char** argv) {
                       "write the scored positions' log-probabilities here (the base run of --kl-base)");
   ppl_cmd->add_option("--kl-base", ppl.kl_base,
                       "compare with a --save-logits file: KL divergence, its 99th percentile, same top token");
+  ppl_cmd->add_option("--kv-cache-dtype", ppl.kv_cache_dtype, "the KV cache's element type, as serve takes it")
+      ->capture_default_str();
   ppl_cmd->add_option("--output-json", ppl.output_json, "also write the results as JSON here");
 
   ServeFlags serve;

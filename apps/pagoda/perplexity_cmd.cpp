@@ -44,6 +44,11 @@ int run_perplexity(const PerplexityFlags& f) {
   if (f.ctx < 4) return fail(invalid_argument("--ctx must be at least 4"));
   if (f.batch_size < 1) return fail(invalid_argument("--batch-size must be at least 1"));
   if (f.chunks < 0) return fail(invalid_argument("--chunks must be >= 0 (0: every whole chunk of the text)"));
+  const std::optional<KvCacheDtype> cache_dtype = parse_kv_cache_dtype(f.kv_cache_dtype);
+  if (!cache_dtype) {
+    return fail(invalid_argument("--kv-cache-dtype " + f.kv_cache_dtype +
+                                 " is not supported (auto, float32, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, int8)"));
+  }
   if (!f.save_logits.empty() && !f.kl_base.empty()) {
     return fail(invalid_argument("--save-logits and --kl-base are two runs: the base run saves, the other compares"));
   }
@@ -89,7 +94,7 @@ int run_perplexity(const PerplexityFlags& f) {
 
   constexpr int64_t kBlockSize = 16;
   const int64_t num_blocks = (f.ctx + kBlockSize - 1) / kBlockSize;
-  auto kv = KvCacheTensors::allocate(model.config(), num_blocks, kBlockSize);
+  auto kv = KvCacheTensors::allocate(model.config(), num_blocks, kBlockSize, *cache_dtype);
   if (!kv.ok()) return fail(kv.status());
   std::vector<BlockId> block_table(static_cast<size_t>(num_blocks));
   for (int64_t b = 0; b < num_blocks; ++b) block_table[static_cast<size_t>(b)] = static_cast<BlockId>(b);
@@ -157,6 +162,7 @@ int run_perplexity(const PerplexityFlags& f) {
                       {"weight_bytes", model.weight_bytes()}};
   if (!f.model.dtype.empty() && f.model.dtype != "auto") j["dtype"] = f.model.dtype;
   if (!f.model.quantization.empty()) j["quantization"] = f.model.quantization;
+  j["kv_cache_dtype"] = std::string(kv_cache_dtype_name(*cache_dtype));
   if (reader) {
     std::printf("Base PPL = %.4f; ln(PPL / base PPL) = %.6f\n", stats.base_ppl(), std::log(stats.ppl() / stats.base_ppl()));
     std::printf("Mean KLD = %.6f +/- %.6f; 99th percentile %.6f; median %.6f; maximum %.6f\n", stats.mean_kld(),

@@ -277,6 +277,7 @@ int run_serve(ServeFlags f) {
   cache.block_size = ec.block_size;
   cache.num_blocks = setup->core->num_blocks();
   cache.enable_prefix_caching = ec.enable_prefix_caching;
+  cache.cache_dtype = f.engine.kv_cache_dtype;
   served.metrics = std::make_shared<metrics::EngineMetrics>(served.served_model_names.front(), cache,
                                                             ec.scheduler.max_model_len);
   EngineOptions eo;

@@ -10,22 +10,42 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "base/types.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
 
+// The element type of the paged KV cache (--kv-cache-dtype; vLLM's names in kv_cache_dtype_name):
+// f32, f16, bf16, the two fp8 formats of tensor/fp8.h, or int8 with one f32 scale per token and
+// head (element = scale * code; scale = max |x| / 127 over the head's row, codes rounded to
+// nearest even).
+enum class KvCacheDtype : uint8_t { kF32, kF16, kBF16, kFp8E4M3, kFp8E5M2, kInt8 };
+
+constexpr std::string_view kv_cache_dtype_name(KvCacheDtype t) {
+  constexpr std::string_view kNames[] = {"float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8"};
+  return kNames[static_cast<int>(t)];
+}
+
+constexpr int64_t kv_cache_elem_bytes(KvCacheDtype t) {
+  return t == KvCacheDtype::kF32 ? 4 : (t == KvCacheDtype::kF16 || t == KvCacheDtype::kBF16) ? 2 : 1;
+}
+
 // The paged KV cache of one layer, as the backend lays it out: key and value caches of shape
-// [num_blocks, block_size, num_kv_heads, head_dim] f32. Token slot s lives at block s/block_size,
-// offset s%block_size.
+// [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`. Token slot s lives at block
+// s/block_size, offset s%block_size.
 struct KvLayerView {
-  float* key = nullptr;
-  float* value = nullptr;
+  void* key = nullptr;
+  void* value = nullptr;
   int64_t num_blocks = 0;
   int64_t block_size = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  KvCacheDtype dtype = KvCacheDtype::kF32;
+  // int8 only: the scale of each (slot, kv head) row, [num_blocks, block_size, num_kv_heads] f32.
+  float* key_scales = nullptr;
+  float* value_scales = nullptr;
 };
 
 // One sequence's slice of a flat batch for attention.
@@ -113,12 +133,14 @@ struct Kernels {
   // y[i] += x[i] for n elements.
   void (*add)(float* y, const float* x, int64_t n);
 
-  // Copies k, v: [num_tokens, num_kv_heads, head_dim] f32 into the cache at slot_mapping[t].
+  // Stores k, v: [num_tokens, num_kv_heads, head_dim] f32 into the cache at slot_mapping[t],
+  // converted to the cache's dtype (rounded to nearest even; fp8 saturates; int8 sets the row's
+  // scale).
   void (*store_kv)(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
                    const KvLayerView& cache);
 
-  // Causal attention of each sequence's queries over its cached keys/values (GQA: query head h
-  // reads kv head h / (num_heads / num_kv_heads)). Query row j of a sequence sits at position
+  // Causal attention of each sequence's queries over its cached keys/values, read as the f32
+  // values of the cache's dtype (GQA: query head h reads kv head h / (num_heads / num_kv_heads)). Query row j of a sequence sits at position
   // context_len - num_query + j. q, out: [num_tokens, num_heads, head_dim] f32.
   void (*paged_attention)(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                           const KvLayerView& cache, const AttentionParams& params, float* out);

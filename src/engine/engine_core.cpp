@@ -112,7 +112,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   }
 
   const int64_t bs = config.block_size;
-  core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs);
+  core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs, config.kv_cache_dtype);
   const int64_t blocks_per_seq = (sc.max_model_len + bs - 1) / bs;
   const int64_t one_seq = blocks_per_seq * core->bytes_per_block_;
   int64_t memory = config.kv_cache_memory;
@@ -152,7 +152,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
                             std::to_string(sc.max_model_len) + " tokens; raise --kv-cache-memory-bytes or lower --max-model-len");
   }
   if (core->num_blocks_ > (int64_t{1} << 30)) core->num_blocks_ = int64_t{1} << 30;
-  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs));
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs, config.kv_cache_dtype));
   core->runner_ = std::make_unique<ModelRunner>(std::move(model), std::move(kv));
   KvCacheConfig kvc{static_cast<int32_t>(core->num_blocks_), config.block_size, config.enable_prefix_caching};
   core->scheduler_ = std::make_unique<Scheduler>(sc, kvc);
@@ -160,9 +160,19 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
 }
 
 std::string EngineCore::kv_cache_summary() const {
+  const ModelConfig& mc = runner_->config();
+  std::string gain;
+  if (config_.kv_cache_dtype != KvCacheDtype::kF32) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f",
+                  static_cast<double>(KvCacheTensors::bytes_per_block(mc, config_.block_size, KvCacheDtype::kF32)) /
+                      static_cast<double>(bytes_per_block_));
+    gain = ", " + std::string(ratio) + "x the tokens of a float32 cache";
+  }
   return "KV cache: " + std::to_string(num_blocks_) + " blocks of " + std::to_string(config_.block_size) +
-         " tokens (" + std::to_string(bytes_per_block_) + " bytes each), up to " +
-         std::to_string(num_blocks_ * config_.block_size) + " tokens at once; sized by " + kv_sizing_;
+         " tokens (" + std::string(kv_cache_dtype_name(config_.kv_cache_dtype)) + ", " + std::to_string(bytes_per_block_) +
+         " bytes each" + gain + "), up to " + std::to_string(num_blocks_ * config_.block_size) +
+         " tokens at once; sized by " + kv_sizing_;
 }
 
 RequestLimits EngineCore::request_limits() const {

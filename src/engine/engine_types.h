@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernels.h"
 #include "base/types.h"
 #include "sample/sampler.h"
 #include "sched/request.h"
@@ -21,6 +22,7 @@ struct EngineConfig {
   int64_t kv_cache_memory = 0;          // bytes; 0 = from gpu_memory_utilization or the default
   double gpu_memory_utilization = 0;    // (0, 1]: fraction of the machine's memory; 0 = not set
   bool enable_prefix_caching = true;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;  // --kv-cache-dtype (auto: f32)
   uint64_t seed = 0;                    // seeds requests that give no seed of their own
   int64_t max_logprobs = SamplingParams::kMaxLogprobs;  // most logprobs / prompt_logprobs a request may ask for
 };

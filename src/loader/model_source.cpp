@@ -148,8 +148,8 @@ Result<ModelSource> load_from_files(const std::string& path, const LoadOptions& 
 }  // namespace
 
 Result<ModelSource> load_model(const std::string& path, const LoadOptions& options) {
-  if (options.format == LoadFormat::kDummy) return load_dummy(path, options);
-  PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_from_files(path, options));
+  PAGODA_ASSIGN_OR_RETURN(ModelSource source, options.format == LoadFormat::kDummy ? load_dummy(path, options)
+                                                                                   : load_from_files(path, options));
   source.weight_mix = options.weight_mix;
   return source;
 }

@@ -1,5 +1,6 @@
 // KvCacheTensors: the memory of the paged KV cache, one key and one value tensor per layer of
-// shape [num_blocks, block_size, num_kv_heads, head_dim] f32 (the layout of backend/kernels.h).
+// shape [num_blocks, block_size, num_kv_heads, head_dim] of a KvCacheDtype (the layout of
+// backend/kernels.h), plus the per-row scales of an int8 cache.
 //
 // The block bookkeeping (who owns which block) lives in kv/; this class only holds the memory.
 // Owned by the runner; the engine thread alone reads and writes it.
@@ -20,22 +21,26 @@ class KvCacheTensors {
   // Allocates num_blocks blocks of block_size tokens for every layer of `config`; fails with
   // kResourceExhausted when the size overflows or the memory cannot be had.
   static Result<KvCacheTensors> allocate(const ModelConfig& config, int64_t num_blocks,
-                                         int64_t block_size);
+                                         int64_t block_size, KvCacheDtype dtype = KvCacheDtype::kF32);
 
-  // Bytes one block takes across all layers (keys and values).
-  static int64_t bytes_per_block(const ModelConfig& config, int64_t block_size);
+  // Bytes one block takes across all layers (keys and values, and an int8 cache's scales).
+  static int64_t bytes_per_block(const ModelConfig& config, int64_t block_size,
+                                 KvCacheDtype dtype = KvCacheDtype::kF32);
 
   KvLayerView layer(int64_t i) const;
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
+  KvCacheDtype dtype() const { return dtype_; }
 
  private:
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   int64_t num_kv_heads_ = 0;
   int64_t head_dim_ = 0;
+  KvCacheDtype dtype_ = KvCacheDtype::kF32;
   std::vector<Buffer> keys_;    // per layer
   std::vector<Buffer> values_;  // per layer
+  std::vector<Buffer> key_scales_, value_scales_;  // per layer, int8 caches only
 };
 
 }  // namespace pagoda

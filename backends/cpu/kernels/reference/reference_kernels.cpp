@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/kernels/kv_rows.h"
 #include "base/check.h"
 #include "tensor/convert.h"
 #include "tensor/half.h"
@@ -147,18 +148,15 @@ void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-float* slot_ptr(float* base, const KvLayerView& c, int64_t slot) {
-  return base + slot * c.num_kv_heads * c.head_dim;  // blocks are contiguous runs of slots
-}
-
 void store_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
               const KvLayerView& cache) {
-  const int64_t row = cache.num_kv_heads * cache.head_dim;
+  const int64_t hd = cache.head_dim, row = cache.num_kv_heads * hd;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    int64_t slot = slot_mapping[t];
-    PAGODA_CHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size);
-    std::memcpy(slot_ptr(cache.key, cache, slot), k + t * row, static_cast<size_t>(row) * 4);
-    std::memcpy(slot_ptr(cache.value, cache, slot), v + t * row, static_cast<size_t>(row) * 4);
+    const int64_t slot = slot_mapping[t];
+    for (int64_t h = 0; h < cache.num_kv_heads; ++h) {
+      write_kv_row(cache, false, slot, h, k + t * row + h * hd);
+      write_kv_row(cache, true, slot, h, v + t * row + h * hd);
+    }
   }
 }
 
@@ -166,7 +164,7 @@ void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                      const KvLayerView& cache, const AttentionParams& p, float* out) {
   const int64_t hd = p.head_dim;
   const int64_t group = p.num_heads / p.num_kv_heads;
-  std::vector<float> scores;
+  std::vector<float> scores, kt(static_cast<size_t>(hd)), vt(static_cast<size_t>(hd));
   for (int64_t s = 0; s < num_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];
     scores.resize(static_cast<size_t>(seq.context_len));
@@ -180,7 +178,7 @@ void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
         float max_score = -std::numeric_limits<float>::infinity();
         for (int64_t t = first; t <= pos; ++t) {
           int64_t slot = seq.block_table[t / cache.block_size] * cache.block_size + t % cache.block_size;
-          const float* kt = slot_ptr(cache.key, cache, slot) + kvh * hd;
+          read_kv_row(cache, false, slot, kvh, kt.data());
           float dot = 0;
           for (int64_t d = 0; d < hd; ++d) dot += qh[d] * kt[d];
           scores[t] = dot * p.scale;
@@ -195,7 +193,7 @@ void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
         std::fill(oh, oh + hd, 0.0f);
         for (int64_t t = first; t <= pos; ++t) {
           int64_t slot = seq.block_table[t / cache.block_size] * cache.block_size + t % cache.block_size;
-          const float* vt = slot_ptr(cache.value, cache, slot) + kvh * hd;
+          read_kv_row(cache, true, slot, kvh, vt.data());
           float w = static_cast<float>(scores[t] / denom);
           for (int64_t d = 0; d < hd; ++d) oh[d] += w * vt[d];
         }

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/kernels/kv_rows.h"
 #include "tensor/convert.h"
 #include "tensor/quant_blocks.h"
 #include "support/random_values.h"
@@ -250,6 +251,73 @@ TEST(PagedAttention, MatchesDenseCausalAttentionWithGqaAndWindow) {
           for (int64_t t = first; t <= pos; ++t) want += w[t - first] / sum * vals[(t * kv_heads + kvh) * hd + c];
           EXPECT_NEAR(out[(j * heads + h) * hd + c], want, 1e-5) << "window " << window;
         }
+      }
+    }
+  }
+}
+
+// store_kv into a cache of each dtype keeps every element within its format's rounding (relative
+// 2^-11 f16, 2^-8 bf16, 2^-4 fp8 e4m3, 2^-3 fp8 e5m2 for normal values, half the smallest
+// subnormal below them; int8: half a step of the row's scale), and the attention reads exactly
+// what was stored (float64 attention over the rows read back agrees to f32 rounding).
+TEST(PagedAttention, EveryCacheDtypeStoresWithinItsRoundingAndReadsWhatItStored) {
+  const Kernels& k = reference_kernels();
+  const int64_t heads = 4, kv_heads = 2, hd = 8, block = 4, ctx = 9, blocks = 3;
+  auto keys = random_floats(ctx * kv_heads * hd, 21);
+  auto vals = random_floats(ctx * kv_heads * hd, 22);
+  auto q = random_floats(heads * hd, 23);
+  std::vector<BlockId> table = {2, 0, 1};
+  std::vector<int64_t> slots(ctx);
+  for (int64_t t = 0; t < ctx; ++t) slots[t] = table[t / block] * block + t % block;
+  const struct {
+    KvCacheDtype t;
+    double rel, abs;
+  } kTypes[] = {{KvCacheDtype::kF32, 0, 0},
+                {KvCacheDtype::kF16, 1.0 / 2048, std::ldexp(1.0, -25)},
+                {KvCacheDtype::kBF16, 1.0 / 256, 1e-38},
+                {KvCacheDtype::kFp8E4M3, 1.0 / 16, std::ldexp(1.0, -10)},
+                {KvCacheDtype::kFp8E5M2, 1.0 / 8, std::ldexp(1.0, -17)},
+                {KvCacheDtype::kInt8, 0, 0}};
+  for (const auto& [t, rel, abs] : kTypes) {
+    const int64_t rows = blocks * block * kv_heads;
+    std::vector<uint8_t> kc(static_cast<size_t>(rows * hd * kv_cache_elem_bytes(t))), vc(kc.size());
+    std::vector<float> ks(static_cast<size_t>(rows)), vs(ks.size());
+    KvLayerView cache{kc.data(), vc.data(), blocks, block, kv_heads, hd, t, ks.data(), vs.data()};
+    k.store_kv(keys.data(), vals.data(), slots.data(), ctx, cache);
+    std::vector<float> back_k(static_cast<size_t>(ctx * kv_heads * hd)), back_v(back_k.size());
+    for (int64_t tok = 0; tok < ctx; ++tok) {
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const int64_t off = (tok * kv_heads + h) * hd;
+        read_kv_row(cache, false, slots[tok], h, back_k.data() + off);
+        read_kv_row(cache, true, slots[tok], h, back_v.data() + off);
+        double amax = 0;
+        for (int64_t d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(double{keys[off + d]}));
+        for (int64_t d = 0; d < hd; ++d) {
+          const double x = keys[off + d], got = back_k[off + d];
+          const double tol = t == KvCacheDtype::kInt8 ? amax / 127 / 2 * 1.0001 : std::max(rel * std::fabs(x), abs);
+          EXPECT_NEAR(got, x, tol) << kv_cache_dtype_name(t) << " key " << tok << "/" << h << "/" << d;
+        }
+      }
+    }
+    AttentionSeq seq{0, 1, ctx, table.data()};
+    AttentionParams params{heads, kv_heads, hd, 0.35f, 0};
+    std::vector<float> out(heads * hd);
+    k.paged_attention(q.data(), &seq, 1, cache, params, out.data());
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kvh = h / 2;
+      std::vector<double> w;
+      double mx = -1e300, sum = 0;
+      for (int64_t tok = 0; tok < ctx; ++tok) {
+        double d = 0;
+        for (int64_t c = 0; c < hd; ++c) d += q[h * hd + c] * back_k[(tok * kv_heads + kvh) * hd + c];
+        w.push_back(d * 0.35);
+        mx = std::max(mx, w.back());
+      }
+      for (auto& v : w) sum += (v = std::exp(v - mx));
+      for (int64_t c = 0; c < hd; ++c) {
+        double want = 0;
+        for (int64_t tok = 0; tok < ctx; ++tok) want += w[tok] / sum * back_v[(tok * kv_heads + kvh) * hd + c];
+        EXPECT_NEAR(out[h * hd + c], want, 1e-5) << kv_cache_dtype_name(t);
       }
     }
   }

@@ -4,6 +4,7 @@
 
 #include "backend/kernels.h"
 #include "backends/cpu/cpu_thread_pool.h"
+#include "backends/cpu/kernels/kv_rows.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
@@ -67,16 +68,48 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
   static_assert(kMaxVectors <= 8 * kMaxLaneGroups);
   const auto scratch_floats = static_cast<size_t>(
       lanes ? (kMaxVectors + 7) / 8 * (16 * p.head_dim + 16) : 2 * kMaxVectors);
+  const bool f32_cache = cache.dtype == KvCacheDtype::kF32;
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch_of_this_thread;  // each worker's own
     std::vector<float>& scratch = scratch_of_this_thread;
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    // A cache of another dtype: the tile's kv head's keys and values up to its last position,
+    // converted to f32 rows [position][head_dim], read through an identity block table.
+    thread_local std::vector<float> keys_of_this_thread, values_of_this_thread;
+    thread_local std::vector<int32_t> identity_of_this_thread;
     for (int64_t i = begin; i < end; ++i) {
       const WorkItem& w = items[static_cast<size_t>(i)];
       const AttentionSeq& seq = seqs[w.seq];
       const int64_t head = w.kv_head * group + w.head_begin;
       const int64_t row = seq.query_start + w.row_begin;
       const int64_t offset = row * row_stride + head * p.head_dim;
+      const int64_t first_pos = seq.context_len - seq.num_query + w.row_begin;
+      const float* key = nullptr;
+      const float* value = nullptr;
+      int64_t kv_slot_stride = slot_stride;
+      const int32_t* block_table = seq.block_table;
+      if (f32_cache) {
+        key = static_cast<const float*>(cache.key) + w.kv_head * cache.head_dim;
+        value = static_cast<const float*>(cache.value) + w.kv_head * cache.head_dim;
+      } else {
+        const int64_t positions = first_pos + w.num_rows;  // 0 .. the tile's last position
+        std::vector<float>& keys = keys_of_this_thread;
+        std::vector<float>& values = values_of_this_thread;
+        std::vector<int32_t>& identity = identity_of_this_thread;
+        keys.resize(static_cast<size_t>(positions * p.head_dim));
+        values.resize(keys.size());
+        for (int64_t t = 0; t < positions; ++t) {
+          const int64_t slot = seq.block_table[t / cache.block_size] * cache.block_size + t % cache.block_size;
+          read_kv_row(cache, false, slot, w.kv_head, keys.data() + t * p.head_dim);
+          read_kv_row(cache, true, slot, w.kv_head, values.data() + t * p.head_dim);
+        }
+        const int64_t blocks = (positions + cache.block_size - 1) / cache.block_size;
+        for (auto b = static_cast<int64_t>(identity.size()); b < blocks; ++b) identity.push_back(static_cast<int32_t>(b));
+        key = keys.data();
+        value = values.data();
+        kv_slot_stride = p.head_dim;
+        block_table = identity.data();
+      }
       const AttentionTile tile{
           .q = q + offset,
           .out = out + offset,
@@ -84,11 +117,11 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
           .num_rows = w.num_rows,
           .num_group_heads = w.num_heads,
           .head_dim = p.head_dim,
-          .first_pos = seq.context_len - seq.num_query + w.row_begin,
-          .key = cache.key + w.kv_head * cache.head_dim,
-          .value = cache.value + w.kv_head * cache.head_dim,
-          .kv_slot_stride = slot_stride,
-          .block_table = seq.block_table,
+          .first_pos = first_pos,
+          .key = key,
+          .value = value,
+          .kv_slot_stride = kv_slot_stride,
+          .block_table = block_table,
           .block_size = cache.block_size,
           .scale = p.scale,
           .sliding_window = p.sliding_window,

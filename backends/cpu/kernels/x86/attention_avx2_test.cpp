@@ -17,6 +17,7 @@
 #include "backend/kernels.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels/kernel_table_test_support.h"
+#include "backends/cpu/kernels/kv_rows.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 
@@ -24,11 +25,38 @@ namespace pagoda::cpu {
 namespace {
 
 // A paged cache of random keys and values, with each sequence's blocks scattered (shuffled ids).
+// For a dtype other than f32, `view` is the cache in that dtype (stored by write_kv_row) and
+// key / value hold what it holds, read back as f32: the values the attention must use.
 struct Cache {
   std::vector<float> key, value;
+  std::vector<uint8_t> typed_key, typed_value;
+  std::vector<float> key_scales, value_scales;
   KvLayerView view;
   std::vector<std::vector<BlockId>> tables;  // per sequence
 };
+
+void convert_cache(Cache& c, KvCacheDtype dtype) {
+  if (dtype == KvCacheDtype::kF32) return;
+  KvLayerView& v = c.view;
+  const int64_t rows = v.num_blocks * v.block_size * v.num_kv_heads;
+  c.typed_key.assign(static_cast<size_t>(rows * v.head_dim * kv_cache_elem_bytes(dtype)), 0);
+  c.typed_value.assign(c.typed_key.size(), 0);
+  c.key_scales.assign(static_cast<size_t>(rows), 0);
+  c.value_scales.assign(c.key_scales.size(), 0);
+  KvLayerView typed{c.typed_key.data(), c.typed_value.data(), v.num_blocks, v.block_size, v.num_kv_heads,
+                    v.head_dim, dtype, c.key_scales.data(), c.value_scales.data()};
+  for (int64_t slot = 0; slot < v.num_blocks * v.block_size; ++slot) {
+    for (int64_t h = 0; h < v.num_kv_heads; ++h) {
+      float* k = c.key.data() + (slot * v.num_kv_heads + h) * v.head_dim;
+      float* val = c.value.data() + (slot * v.num_kv_heads + h) * v.head_dim;
+      write_kv_row(typed, false, slot, h, k);
+      write_kv_row(typed, true, slot, h, val);
+      read_kv_row(typed, false, slot, h, k);
+      read_kv_row(typed, true, slot, h, val);
+    }
+  }
+  v = typed;
+}
 
 Cache make_cache(int64_t block_size, int64_t kv_heads, int64_t hd,
                  const std::vector<int64_t>& context_lens, std::mt19937& rng) {
@@ -93,9 +121,10 @@ std::string describe(const Case& c) {
   return s;
 }
 
-void check_case(const Case& cs, ThreadPool* pool, uint32_t seed) {
+void check_case(const Case& cs, ThreadPool* pool, uint32_t seed, KvCacheDtype dtype = KvCacheDtype::kF32) {
   std::mt19937 rng(seed);
   Cache c = make_cache(cs.block_size, cs.kv_heads, cs.hd, cs.context, rng);
+  convert_cache(c, dtype);
   const AttentionParams p{cs.heads, cs.kv_heads, cs.hd,
                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(cs.hd))), cs.window};
   std::vector<AttentionSeq> seqs;
@@ -123,7 +152,7 @@ void check_case(const Case& cs, ThreadPool* pool, uint32_t seed) {
           const float got = out[static_cast<size_t>((row * cs.heads + h) * cs.hd + d)];
           // Values are in [-1, 1] and the weights sum to 1: f32 error stays near 1e-6.
           if (!(std::fabs(got - want[static_cast<size_t>(d)]) <= 2e-5)) {
-            ADD_FAILURE() << describe(cs) << ": seq " << s << " row " << j << " head " << h
+            ADD_FAILURE() << describe(cs) << " " << kv_cache_dtype_name(dtype) << ": seq " << s << " row " << j << " head " << h
                           << " [" << d << "] = " << got << ", want " << want[static_cast<size_t>(d)];
             if (++failures >= 5) return;
           }
@@ -151,6 +180,25 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64Attention, "avx2", "p
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check_case(c, nullptr, seed++);
+}
+
+// Caches of the other dtypes: the attention over the values they hold (converted to f32 per tile),
+// for the one-vector and the lane kernels, prefill and decode, a window, threaded.
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ReadsEveryCacheDtype, "avx2", "paged_attention") {
+  ThreadPool pool(3);
+  const std::vector<Case> cases = {
+      {4, 2, 64, 16, 0, {37, 5}, {1, 5}},      // group of 2, decode and a prefill
+      {32, 4, 64, 16, 0, {100}, {100}},        // lanes, whole prefill
+      {8, 2, 36, 3, 9, {40, 18}, {17, 1}},     // head_dim with a tail, blocks of 3, window 9
+  };
+  uint32_t seed = 300;
+  for (KvCacheDtype t : {KvCacheDtype::kF16, KvCacheDtype::kBF16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2,
+                         KvCacheDtype::kInt8}) {
+    for (const Case& c : cases) {
+      check_case(c, nullptr, seed, t);
+      check_case(c, &pool, seed++, t);
+    }
+  }
 }
 
 PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded, "avx2", "paged_attention") {
