@@ -165,6 +165,15 @@ out("hf_config_fuzz", "zero-heads", json.dumps(dict(llama, num_attention_heads=0
 out("hf_config_fuzz", "heads-not-divisible", json.dumps(dict(llama, num_key_value_heads=3)))
 out("hf_config_fuzz", "huge", json.dumps(dict(llama, hidden_size=1 << 62, vocab_size=-1)))
 out("hf_config_fuzz", "deep", "[" * 5000 + "]" * 5000)
+w8a8 = {"quant_method": "compressed-tensors", "format": "int-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"],
+                          "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"},
+                          "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
+                                                "strategy": "token", "dynamic": True}}}}
+out("hf_config_fuzz", "w8a8", json.dumps(dict(llama, quantization_config=w8a8)))
+out("hf_config_fuzz", "w8a8-groups-not-object", json.dumps(dict(llama, quantization_config=dict(w8a8, config_groups=[1]))))
+out("hf_config_fuzz", "awq", json.dumps(dict(llama, quantization_config={"quant_method": "awq", "bits": 4})))
+out("hf_config_fuzz", "quant-method-number", json.dumps(dict(llama, quantization_config={"quant_method": 5})))
 
 # ---- tokenizer.json ----
 byte_level = {"version": "1.0", "added_tokens": [

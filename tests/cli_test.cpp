@@ -7,6 +7,7 @@
 #include <array>
 #include <map>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loader/gguf_file.h"
 #include "loader/model_source.h"
 #include "support/cli_run.h"
 #include "support/test_data.h"
@@ -110,6 +112,59 @@ TEST(Cli, DtypeConvertsFileWeights) {
   RunResult bad = run_pagoda(args + " --quantization q4_k");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("q4_k_m"), std::string::npos) << bad.err;  // the list of what is supported
+}
+
+// pagoda quantize writes what --quantization applies at load: the file's perplexity is the
+// online one to the last digit, general.file_type says the type, every metadata entry (the
+// tokenizer's among them) came across, and the tensors have the mix's types.
+TEST(Cli, QuantizeWritesWhatLoadTimeQuantizationComputes) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string dir = testing::make_temp_dir();
+  const std::string text = std::string(PAGODA_SOURCE_DIR) + "/tests/data/short-stories.txt";
+  RunResult q = run_pagoda("quantize " + quote(model) + " " + quote(dir + "/q4km.gguf") + " --type q4_k_m");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NE(q.out.find("general.file_type 15"), std::string::npos) << q.out;
+  auto ppl = [&](const std::string& args, const std::string& json_name) {
+    RunResult r = run_pagoda("perplexity -f " + quote(text) + " --ctx 64 --chunks 8 --output-json " +
+                             quote(dir + "/" + json_name) + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(dir + "/" + json_name);
+    return nlohmann::json::parse(in)["ppl"].get<double>();
+  };
+  const double file = ppl("--model " + quote(dir + "/q4km.gguf"), "file.json");
+  const double online = ppl("--model " + quote(model) + " --quantization q4_k_m", "online.json");
+  const double f32 = ppl("--model " + quote(model), "f32.json");
+  EXPECT_EQ(file, online);
+  EXPECT_NE(file, f32);
+
+  auto in = GgufFile::open(model);
+  auto out = GgufFile::open(dir + "/q4km.gguf");
+  ASSERT_TRUE(in.ok() && out.ok());
+  EXPECT_EQ(*(*out)->get_int("general.file_type"), 15);
+  for (const auto& [key, value] : (*in)->metadata()) {
+    const GgufValue* copied = (*out)->find(key);
+    ASSERT_NE(copied, nullptr) << key;
+    EXPECT_EQ(copied->type, value.type) << key;
+    EXPECT_EQ(copied->count, value.count) << key;
+  }
+  EXPECT_EQ(*(*out)->get_string_array("tokenizer.ggml.tokens"), *(*in)->get_string_array("tokenizer.ggml.tokens"));
+  // Rows of 64: Q4_K falls back to Q5_0, Q6_K (output, attn_v of layers 2 and 4) to Q8_0; 172: f16.
+  EXPECT_EQ((*out)->find_tensor("blk.0.attn_q.weight")->tensor.dtype, DType::kQ5_0);
+  EXPECT_EQ((*out)->find_tensor("blk.2.attn_v.weight")->tensor.dtype, DType::kQ8_0);
+  EXPECT_EQ((*out)->find_tensor("output.weight")->tensor.dtype, DType::kQ8_0);
+  EXPECT_EQ((*out)->find_tensor("blk.1.ffn_down.weight")->tensor.dtype, DType::kF16);
+  EXPECT_EQ((*out)->find_tensor("blk.1.ffn_norm.weight")->tensor.dtype, DType::kF32);
+
+  RunResult bad_type = run_pagoda("quantize " + quote(model) + " " + quote(dir + "/x.gguf") + " --type q4_k");
+  EXPECT_EQ(bad_type.exit_code, 1);
+  EXPECT_NE(bad_type.err.find("--type q4_k is not supported; supported: q8_0, q4_0"), std::string::npos) << bad_type.err;
+  RunResult not_gguf = run_pagoda("quantize " + quote(text) + " " + quote(dir + "/x.gguf") + " --type q8_0");
+  EXPECT_EQ(not_gguf.exit_code, 1);
+  EXPECT_NE(not_gguf.err.find("short-stories.txt: not a GGUF file"), std::string::npos) << not_gguf.err;
+  RunResult unwritable = run_pagoda("quantize " + quote(model) + " " + quote(dir + "/no/such/dir/x.gguf") + " --type q8_0");
+  EXPECT_EQ(unwritable.exit_code, 1);
+  EXPECT_NE(unwritable.err.find(dir + "/no/such/dir/x.gguf"), std::string::npos) << unwritable.err;
+  std::filesystem::remove_all(dir);
 }
 
 // The same seed gives the same text; another seed, other text; temperature 0 the same text

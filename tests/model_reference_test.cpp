@@ -28,6 +28,7 @@
 #include "loader/gguf_writer.h"
 #include "loader/model_source.h"
 #include "tensor/convert.h"
+#include "tensor/half.h"
 #include "support/test_data.h"
 #include "model/layers/linear.h"
 #include "model/model.h"
@@ -104,6 +105,43 @@ class ModelBuilder {
     }
     return w;
   }
+
+  // Replaces the f32 weight `name` ([rows, cols], values `ref`) by a W8A8 checkpoint's form, as
+  // compressed-tensors stores it: int8 codes and a bf16 weight_scale [rows, 1] (per_tensor: [1]),
+  // scale = max|w| / 127 over the channel (tensor), code = round(w / scale); and `ref` by the
+  // values they stand for, scale (as bf16) * code. input_scale > 0 adds a static activation scale.
+  void quantize_w8a8(const std::string& name, Mat* ref, int64_t rows, int64_t cols, bool per_tensor,
+                     float input_scale = 0) {
+    auto codes = std::make_shared<Buffer>(static_cast<size_t>(rows * cols));
+    const int64_t num_scales = per_tensor ? 1 : rows;
+    auto scales = std::make_shared<Buffer>(static_cast<size_t>(num_scales) * 2);
+    for (int64_t s = 0; s < num_scales; ++s) {
+      const int64_t r0 = per_tensor ? 0 : s, r1 = per_tensor ? rows : s + 1;
+      double amax = 0;
+      for (int64_t i = r0 * cols; i < r1 * cols; ++i) amax = std::max(amax, std::fabs((*ref)[static_cast<size_t>(i)]));
+      const uint16_t scale_bf16 = f32_to_bf16(static_cast<float>(amax / 127));
+      scales->as<uint16_t>()[s] = scale_bf16;
+      const double scale = bf16_to_f32(scale_bf16);
+      for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
+        const double code = std::clamp(std::nearbyint((*ref)[static_cast<size_t>(i)] / scale), -127.0, 127.0);
+        codes->as<int8_t>()[i] = static_cast<int8_t>(code);
+        (*ref)[static_cast<size_t>(i)] = code * scale;
+      }
+    }
+    src_.weights.add(name, Tensor(codes->data(), DType::kI8, {rows, cols}));
+    const std::string base = name.substr(0, name.size() - 6);
+    src_.weights.add(base + "weight_scale", per_tensor ? Tensor(scales->data(), DType::kBF16, {1})
+                                                       : Tensor(scales->data(), DType::kBF16, {rows, 1}));
+    if (input_scale > 0) {
+      auto in = std::make_shared<Buffer>(4);
+      *in->as<float>() = input_scale;
+      src_.weights.add(base + "input_scale", Tensor(in->data(), DType::kF32, {1}));
+      src_.weights.keep_alive(in);
+    }
+    src_.weights.keep_alive(codes);
+    src_.weights.keep_alive(scales);
+  }
+  ModelSource& source() { return src_; }
 
   ModelSource take() { return std::move(src_); }
 
@@ -546,6 +584,85 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
   auto q8 = create_model(std::move(*src), *backend);
   ASSERT_TRUE(q8.ok()) << q8.status().message();
   EXPECT_EQ((*q8)->weight_bytes(), want_bytes);
+}
+
+// A W8A8 checkpoint (int8 codes with channel or tensor scales, one projection with a static
+// activation scale; the LM head left in float, as compressed-tensors' "ignore" leaves it)
+// computes, through the engine's paged cache, what the float64 reference computes from the
+// values its codes stand for: the only difference is the activations' int8 rounding per token
+// (about 1% of a logit's scale here). A misread layout or scale moves the logits by O(1).
+TEST(ModelReference, W8A8CheckpointComputesItsCodesValues) {
+  const ModelConfig cfg = base_config();
+  ModelBuilder builder(cfg, 31);
+  RefWeights ref = builder.build_all();
+  const int64_t h = cfg.hidden_size, qd = cfg.num_heads * cfg.head_dim, kvd = cfg.num_kv_heads * cfg.head_dim;
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    RefLayer& l = ref.layers[static_cast<size_t>(i)];
+    builder.quantize_w8a8(p + "attn_q.weight", &l.wq, qd, h, false, i == 1 ? 0.05f : 0.0f);
+    builder.quantize_w8a8(p + "attn_k.weight", &l.wk, kvd, h, /*per_tensor=*/true);
+    builder.quantize_w8a8(p + "attn_v.weight", &l.wv, kvd, h, false);
+    builder.quantize_w8a8(p + "attn_output.weight", &l.wo, h, qd, false);
+    builder.quantize_w8a8(p + "ffn_gate.weight", &l.gate, cfg.intermediate_size, h, false);
+    builder.quantize_w8a8(p + "ffn_up.weight", &l.up, cfg.intermediate_size, h, false);
+    builder.quantize_w8a8(p + "ffn_down.weight", &l.down, h, cfg.intermediate_size, false);
+  }
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::kScalar, cpu::CpuIsa::kBest}) {
+    ModelBuilder copy = builder;
+    auto backend = cpu_backend(isa);
+    ASSERT_TRUE(backend);
+    auto model = create_model(copy.take(), *backend);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const std::vector<TokenId> tokens = {1, 17, 5, 60, 33, 2, 41, 8, 8, 19, 0};
+    const auto want = reference_logits(cfg, ref, tokens);
+    const auto got = engine_logits(**model, tokens, {5, 1, 3, 1, 1});
+    std::vector<std::vector<float>> want_f(want.size());
+    for (size_t t = 0; t < want.size(); ++t) want_f[t].assign(want[t].begin(), want[t].end());
+    const double worst = largest_relative_difference(want_f, got);
+    EXPECT_LE(worst, 3e-2);
+    EXPECT_GT(worst, 0);  // the activations were quantized
+    std::printf("W8A8 checkpoint: largest logit difference %.2e of the position's largest\n", worst);
+  }
+}
+
+// What a W8A8 checkpoint can get wrong is refused naming the file and the tensor.
+TEST(ModelReference, W8A8CheckpointErrorsNameTheTensor) {
+  const ModelConfig cfg = base_config();
+  auto backend = cpu_backend(cpu::CpuIsa::kScalar);
+  ASSERT_TRUE(backend);
+  auto broken = [&](const std::function<void(ModelSource&)>& edit) {
+    ModelBuilder builder(cfg, 5);
+    RefWeights ref = builder.build_all();
+    builder.quantize_w8a8("blk.0.attn_q.weight", &ref.layers[0].wq, cfg.num_heads * cfg.head_dim, cfg.hidden_size, false);
+    edit(builder.source());
+    auto model = create_model(builder.take(), *backend);
+    EXPECT_FALSE(model.ok());
+    return model.ok() ? std::string() : model.status().message();
+  };
+  const std::string missing = broken([](ModelSource& s) {
+    WeightMap fresh;
+    for (const auto& [n, t] : s.weights.all()) {
+      if (n != "blk.0.attn_q.weight_scale") fresh.add(n, t);
+    }
+    fresh.set_source(s.weights.source());
+    s.weights = std::move(fresh);
+  });
+  EXPECT_NE(missing.find("blk.0.attn_q.weight holds int8 codes but blk.0.attn_q.weight_scale is missing"),
+            std::string::npos) << missing;
+  auto odd = std::make_shared<Buffer>(12);
+  const std::string shape = broken([&](ModelSource& s) {
+    s.weights.add("blk.0.attn_q.weight_scale", Tensor(odd->data(), DType::kF32, {3}));
+    s.weights.keep_alive(odd);
+  });
+  EXPECT_NE(shape.find("blk.0.attn_q.weight_scale [3] f32 is not a float scale per output channel [32, 1]"),
+            std::string::npos) << shape;
+  auto negative = std::make_shared<Buffer>(4);
+  *negative->as<float>() = -1;
+  const std::string sign = broken([&](ModelSource& s) {
+    s.weights.add("blk.0.attn_q.weight_scale", Tensor(negative->data(), DType::kF32, {1}));
+    s.weights.keep_alive(negative);
+  });
+  EXPECT_NE(sign.find("negative or not finite"), std::string::npos) << sign;
 }
 
 // A GGUF file typed as llama-quantize's Q4_K_M writes a Llama (token_embd and most projections

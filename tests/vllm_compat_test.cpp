@@ -36,8 +36,10 @@ using testing::count_lines;
 
 // A Hugging Face model folder as a user downloads one: config.json (Qwen2, 32k context),
 // model.safetensors with random bf16 weights, and the Mistral tokenizer's files (32000 tokens).
-// Small (hidden 64, two layers), so it loads in a moment; its text is noise.
-std::string write_model_folder(const std::string& tokenizer_dir) {
+// Small (hidden 64, two layers), so it loads in a moment; its text is noise. w8a8: as
+// llm-compressor writes a W8A8 checkpoint: every projection int8 ("weight", I8) with a bf16
+// "weight_scale" [out, 1], and compressed-tensors' quantization_config in config.json.
+std::string write_model_folder(const std::string& tokenizer_dir, bool w8a8 = false) {
   namespace fs = std::filesystem;
   const std::string dir = testing::make_temp_dir() + "/qwen2-tiny";
   fs::create_directories(dir);
@@ -57,7 +59,16 @@ std::string write_model_folder(const std::string& tokenizer_dir) {
                                               {"tie_word_embeddings", false},
                                               {"bos_token_id", 1},
                                               {"eos_token_id", 2},
-                                              {"torch_dtype", "bfloat16"}}
+                                              {"torch_dtype", "bfloat16"},
+                                              {"quantization_config",
+                                               w8a8 ? json::parse(R"({"quant_method": "compressed-tensors",
+                                                   "format": "int-quantized", "ignore": ["lm_head"],
+                                                   "config_groups": {"group_0": {"targets": ["Linear"],
+                                                   "weights": {"num_bits": 8, "type": "int", "symmetric": true,
+                                                               "strategy": "channel"},
+                                                   "input_activations": {"num_bits": 8, "type": "int",
+                                                       "symmetric": true, "strategy": "token", "dynamic": true}}}})")
+                                                    : json()}}
                                                  .dump();
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.5f);
@@ -72,6 +83,16 @@ std::string write_model_folder(const std::string& tokenizer_dir) {
       std::memcpy(&bits, &v, 4);
       const uint16_t bf16 = static_cast<uint16_t>(bits >> 16);
       std::memcpy(&bytes[static_cast<size_t>(i) * 2], &bf16, 2);
+    }
+    if (w8a8 && name.ends_with("_proj.weight")) {  // codes in [-127, 127], scale 1/64 per row
+      std::vector<uint8_t> codes(static_cast<size_t>(n));
+      for (auto& c : codes) c = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(rng() % 255) - 127));
+      w.add_tensor(name, DType::kI8, shape, codes);
+      std::vector<uint8_t> scales(static_cast<size_t>(shape[0]) * 2);
+      for (size_t i = 0; i < scales.size(); i += 2) scales[i + 1] = 0x3c;  // bf16 0x3c80 = 1/64
+      for (size_t i = 0; i < scales.size(); i += 2) scales[i] = 0x80;
+      w.add_tensor(name.substr(0, name.size() - 6) + "weight_scale", DType::kBF16, {shape[0], 1}, scales);
+      return;
     }
     w.add_tensor(name, DType::kBF16, shape, bytes);
   };
@@ -100,6 +121,32 @@ std::string write_model_folder(const std::string& tokenizer_dir) {
 #define PAGODA_MODEL_FOLDER(var)                                                               \
   PAGODA_TEST_FILE(var##_tokenizer, "tokenizers/mistral-7b-v0.1/tokenizer.json");             \
   const std::string var = write_model_folder(std::filesystem::path(var##_tokenizer).parent_path().string())
+
+// A compressed-tensors W8A8 checkpoint runs as vLLM runs one: detected from config.json, with or
+// without --quantization compressed-tensors; a --quantization that contradicts it is refused
+// naming both.
+TEST(VllmCompat, CompressedTensorsW8A8CheckpointRuns) {
+  PAGODA_TEST_FILE(tokenizer, "tokenizers/mistral-7b-v0.1/tokenizer.json");
+  const std::string dir = write_model_folder(std::filesystem::path(tokenizer).parent_path().string(), true);
+  for (const char* flag : {"", " --quantization compressed-tensors"}) {
+    RunResult r = run_pagoda("generate --model " + shell_quote(dir) + " -p 'Hello there' -n 4 --ignore-eos -v" + flag);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("weights typed by the checkpoint at load (float ones converted, quantized ones as stored): "
+                         "14 w8a8 (checkpoint)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("generated tokens: 4,"), std::string::npos) << r.err;
+  }
+  RunResult other = run_pagoda("generate --model " + shell_quote(dir) + " -p hi -n 1 --quantization w8a8");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("(compressed-tensors, from its config.json) does not match --quantization w8a8"),
+            std::string::npos)
+      << other.err;
+  PAGODA_MODEL_FOLDER(plain);
+  RunResult missing = run_pagoda("generate --model " + shell_quote(plain) + " -p hi -n 1 --quantization compressed-tensors");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("declares no compressed-tensors quantization_config"), std::string::npos) << missing.err;
+}
 
 // The first serve line of the issue, verbatim but for the model folder and a free port: every
 // flag is taken, the KV cache is sized by --gpu-memory-utilization, and the server answers.

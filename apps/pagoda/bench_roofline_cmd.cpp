@@ -43,6 +43,7 @@ int run_bench_roofline(const BenchRooflineFlags& f) {
     const auto config = dummy_preset(name);
     if (!config) continue;
     for (const DTypeTraits& traits : all_dtypes()) {
+      if (!traits.dense_matmul) continue;  // i8 codes: see w8a8 (its scales add little)
       const DType t = traits.type;
       const int64_t b = decode_weight_bytes(*config, t);
       const double decode = m.read_gbps * 1e9 / static_cast<double>(b);

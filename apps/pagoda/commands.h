@@ -46,6 +46,13 @@ struct PerplexityFlags {
 };
 int run_perplexity(const PerplexityFlags& flags);
 
+// `pagoda quantize` (quantize_cmd.cpp).
+struct QuantizeFlags {
+  std::string input, output;
+  std::string type;  // a llama-quantize file type: q4_k_m, q8_0, ...
+};
+int run_quantize(const QuantizeFlags& flags);
+
 struct BenchThroughputFlags {
   ModelFlags model;
   EngineFlags engine;

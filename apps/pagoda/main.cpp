@@ -123,6 +123,15 @@ int main_impl(int argc, char** argv) {
       ->capture_default_str();
   ppl_cmd->add_option("--output-json", ppl.output_json, "also write the results as JSON here");
 
+  QuantizeFlags quant;
+  CLI::App* quant_cmd = app.add_subcommand(
+      "quantize", "write a GGUF file's weights in a llama-quantize file type, as llama-quantize does");
+  quant_cmd->add_option("input", quant.input, "the GGUF file to read")->required();
+  quant_cmd->add_option("output", quant.output, "the GGUF file to write")->required();
+  quant_cmd->add_option("--type", quant.type,
+                        "q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, q4_k_m, q5_k_m (llama-quantize's mixes)")
+      ->required();
+
   ServeFlags serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API, as vllm serve");
   serve.add_to(*serve_cmd);
@@ -200,6 +209,7 @@ int main_impl(int argc, char** argv) {
   if (generate_cmd->parsed()) return run_generate(gen);
   if (tokenize_cmd->parsed()) return run_tokenize(tok_model, tok_prompt, tok_no_special);
   if (ppl_cmd->parsed()) return run_perplexity(ppl);
+  if (quant_cmd->parsed()) return run_quantize(quant);
   if (thr_cmd->parsed()) return run_bench_throughput(thr);
   if (bserve_cmd->parsed()) return run_bench_serve(bserve);
   if (lat_cmd->parsed()) return run_bench_latency(lat);

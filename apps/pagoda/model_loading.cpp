@@ -47,7 +47,8 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
       ->capture_default_str()
       ->group(kModelConfig);
   app.add_option("--quantization,-q", quantization,
-                 "none; gguf for a GGUF file; applied to float weights at load: w8a8 (int8 per channel, int8 "
+                 "none; gguf for a GGUF file; compressed-tensors for an int8 W8A8 checkpoint (detected from "
+                 "config.json without the flag); applied to float weights at load: w8a8 (int8 per channel, int8 "
                  "activations per token), w4a8 (int4 in groups of 128, int8 activations), or a llama-quantize "
                  "file type with its mix of tensor types: q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, "
                  "q4_k_m, q5_k_m (awq, gptq, compressed-tensors, ... not yet)")
@@ -60,8 +61,8 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
 }
 
 Status ModelFlags::check() const {
-  if (!quantization.empty() && quantization != "none" && !llama_file_type_mix(quantization) &&
-      !int_codes_mix(quantization)) {
+  if (!quantization.empty() && quantization != "none" && quantization != "compressed-tensors" &&
+      !llama_file_type_mix(quantization) && !int_codes_mix(quantization)) {
     const bool gguf_file = quantization == "gguf" && std::filesystem::is_regular_file(model) &&
                            starts_with_gguf_magic(model);
     if (!gguf_file) {
@@ -69,8 +70,9 @@ Status ModelFlags::check() const {
       for (const std::string& n : llama_file_type_names()) file_types += ", " + n;
       return unimplemented("--quantization " + quantization +
                            " is not supported yet (supported: none; gguf for a GGUF file, whose F32/F16/BF16, "
-                           "Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored; w8a8 and w4a8, and "
-                           "llama-quantize's file types, applied to float weights at load" + file_types + ")");
+                           "Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored; compressed-tensors for "
+                           "an int8 W8A8 checkpoint; w8a8 and w4a8, and llama-quantize's file types, applied to "
+                           "float weights at load" + file_types + ")");
     }
   }
   if (tokenizer_mode != "auto" && tokenizer_mode != "slow" && tokenizer_mode != "hf") {
@@ -102,9 +104,11 @@ Result<DType> parse_dtype_flag(const std::string& name) {
   for (const auto& [alias, t] : kAliases) {
     if (name == alias) return t;
   }
-  if (auto t = dtype_from_name(name)) return *t;
+  if (auto t = dtype_from_name(name); t && dtype_traits(*t).dense_matmul) return *t;
   std::string names;
-  for (const DTypeTraits& t : all_dtypes()) names += ", " + std::string(t.name);
+  for (const DTypeTraits& t : all_dtypes()) {
+    if (t.dense_matmul) names += ", " + std::string(t.name);
+  }
   return invalid_argument("unknown --dtype '" + name + "' (auto, float32, float16, bfloat16" + names + ")");
 }
 
@@ -163,6 +167,17 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
   if (flags.backend == "cpu") PAGODA_RETURN_IF_ERROR(cpu::set_cpu_threads(flags.threads));
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
+  // As vLLM: a checkpoint's declared method and --quantization must agree.
+  const std::string& declared = source.config.quantization.method;
+  if (flags.quantization == "compressed-tensors" && declared != "compressed-tensors") {
+    return invalid_argument("--quantization compressed-tensors: " + flags.model +
+                            " declares no compressed-tensors quantization_config in its config.json");
+  }
+  if (!declared.empty() && !flags.quantization.empty() && flags.quantization != "none" &&
+      flags.quantization != declared) {
+    return invalid_argument("the quantization method of " + flags.model + " (" + declared +
+                            ", from its config.json) does not match --quantization " + flags.quantization);
+  }
   PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend));
   if (out.tokenizer->vocab_size() > out.model->config().vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +

@@ -67,10 +67,10 @@ std::string CpuBackend::description() const {
   return "cpu: " + picked_ + " (cpu features: " + cpu_features().to_string() + ")";
 }
 
-// Both tables multiply every DType of the traits table: the reference through its row decoders
-// and chunk decoders, the AVX2 matmul through its panels (decoded chunks for the block types
-// without a panel layout of their own).
-bool CpuBackend::supports_weight_type(DType) const { return true; }
+// Both tables multiply every dense DType of the traits table: the reference through its row
+// decoders and chunk decoders, the AVX2 matmul through its panels (decoded chunks for the block
+// types without a panel layout of their own). i8 codes go through matmul_int with their scales.
+bool CpuBackend::supports_weight_type(DType t) const { return dtype_traits(t).dense_matmul; }
 
 void register_cpu_backend(CpuBackendOptions options) {
   register_backend("cpu", [options]() -> Result<std::unique_ptr<Backend>> {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <vector>
 
 #include "base/mapped_file.h"
@@ -141,6 +142,60 @@ Status rope_scaling_from_freqs(const GgufFile& g, const GgufTensorInfo& t, Model
   return {};
 }
 
+// config.json's quantization_config, as compressed-tensors writes it (shared/docs/
+// quantization-formats.md 4.1-4.3). Everything but int8 W8A8 is refused naming what was found.
+Status hf_quantization(const json& j, const std::string& source, CheckpointQuantization* out) {
+  const auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return {};
+  const json& q = *it;
+  const std::string where = source + ": quantization_config";
+  if (!q.is_object()) return data_loss(where + " is not an object");
+  const std::string method =
+      q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
+  if (method != "compressed-tensors") {
+    return unimplemented(where + ": quant_method " + (method.empty() ? std::string("(missing)") : method) +
+                         " is not supported yet (supported: compressed-tensors int-quantized W8A8)");
+  }
+  const std::string format = q.contains("format") && q["format"].is_string() ? q["format"].get<std::string>() : "";
+  if (format != "int-quantized") {
+    return unimplemented(where + ": compressed-tensors format " + (format.empty() ? std::string("(missing)") : format) +
+                         " is not supported yet (supported: int-quantized, int8 weights with int8 activations)");
+  }
+  const auto groups = q.find("config_groups");
+  if (groups == q.end() || !groups->is_object() || groups->empty()) return data_loss(where + " has no config_groups");
+  std::optional<bool> dynamic;
+  for (const auto& [name, g] : groups->items()) {
+    const std::string at = where + ".config_groups." + name;
+    if (!g.is_object()) return data_loss(at + " is not an object");
+    const json& w = g.contains("weights") ? g["weights"] : json();
+    const json& a = g.contains("input_activations") ? g["input_activations"] : json();
+    auto arg = [](const json& o, const char* key, const json& fallback) {
+      return o.is_object() && o.contains(key) && !o[key].is_null() ? o[key] : fallback;
+    };
+    const bool weights_ok = w.is_object() && arg(w, "num_bits", 8) == 8 && arg(w, "type", "int") == "int" &&
+                            arg(w, "symmetric", true) == true &&
+                            (arg(w, "strategy", "channel") == "channel" || arg(w, "strategy", "channel") == "tensor");
+    if (!weights_ok) {
+      return unimplemented(at + ".weights " + (w.is_null() ? std::string("null") : w.dump()) +
+                           " is not supported yet (supported: 8-bit symmetric int, per channel or per tensor)");
+    }
+    const bool token = a.is_object() && arg(a, "strategy", "token") == "token" && arg(a, "dynamic", true) == true;
+    const bool tensor = a.is_object() && arg(a, "strategy", "") == "tensor" && arg(a, "dynamic", false) == false;
+    const bool acts_ok = a.is_object() && arg(a, "num_bits", 8) == 8 && arg(a, "type", "int") == "int" &&
+                         arg(a, "symmetric", true) == true && (token || tensor);
+    if (!acts_ok) {
+      return unimplemented(at + ".input_activations " + (a.is_null() ? std::string("null") : a.dump()) +
+                           " is not supported yet (supported: 8-bit symmetric int, dynamic per token or static "
+                           "per tensor)");
+    }
+    if (dynamic && *dynamic != token) return unimplemented(at + ": groups mixing dynamic and static activations");
+    dynamic = token;
+  }
+  out->method = method;
+  out->static_input_scales = !*dynamic;
+  return {};
+}
+
 }  // namespace
 
 Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std::string& source) {
@@ -183,6 +238,7 @@ Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std:
   if (mlp_bias.value_or(false)) return unimplemented(source + ": mlp_bias is not supported");
   PAGODA_ASSIGN_OR_RETURN(auto act, json_string(j, "hidden_act", source));
   if (act && *act != "silu") return unimplemented(source + ": unsupported hidden_act " + *act);
+  PAGODA_RETURN_IF_ERROR(hf_quantization(j, source, &c.quantization));
   PAGODA_RETURN_IF_ERROR(c.validate(source));
   return c;
 }

@@ -30,7 +30,7 @@ constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;                // key len, 1-byt
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, 1 dim, type, offset
 
 // Bytes of one value of a fixed-size type; 0 for strings and arrays.
-uint64_t scalar_size(GgufType t) {
+uint64_t scalar_size_of(GgufType t) {
   switch (t) {
     case GgufType::kUint8: case GgufType::kInt8: case GgufType::kBool: return 1;
     case GgufType::kUint16: case GgufType::kInt16: return 2;
@@ -111,6 +111,8 @@ std::string_view gguf_type_name(GgufType t) {
 }
 
 uint32_t ggml_type_of(DType t) { return dtype_traits(t).ggml_type; }
+
+uint64_t gguf_scalar_size(GgufType t) { return scalar_size_of(t); }
 
 std::string_view ggml_type_name(uint32_t ggml_type) {
   // ggml's type ids in order (4 and 5 were removed formats; 31..33 and 36..38 were repacked
@@ -201,7 +203,7 @@ Status GgufParser::read_value(GgufType type, GgufValue* v, int depth,
       if (!read(&count)) return truncated(what() + " array length");
       v->elem_type = static_cast<GgufType>(elem);
       v->count = count;
-      if (uint64_t size = scalar_size(v->elem_type); size != 0) {
+      if (uint64_t size = scalar_size_of(v->elem_type); size != 0) {
         uint64_t bytes;
         if (!checked_mul(count, size, &bytes) || !take(bytes, &p)) {
           return truncated(what() + " (" + std::to_string(count) + " x " +
@@ -241,7 +243,7 @@ Status GgufParser::read_value(GgufType type, GgufValue* v, int depth,
     default:
       break;
   }
-  uint64_t size = scalar_size(type);
+  uint64_t size = scalar_size_of(type);
   if (!take(size, &p)) return truncated(what());
   switch (type) {
     case GgufType::kUint8: v->u = load<uint8_t>(p); break;
@@ -516,7 +518,7 @@ Result<std::vector<std::string_view>> GgufFile::get_string_array(std::string_vie
 Result<std::vector<float>> GgufFile::get_float_array(std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) return missing_key(path(), key);
-  if (v->type != GgufType::kArray || scalar_size(v->elem_type) == 0 ||
+  if (v->type != GgufType::kArray || scalar_size_of(v->elem_type) == 0 ||
       v->elem_type == GgufType::kBool) {
     return type_error(key, *v, "array of numbers");
   }
@@ -526,7 +528,7 @@ Result<std::vector<float>> GgufFile::get_float_array(std::string_view key) const
   } catch (const std::bad_alloc&) {
     return array_too_big(path(), key, v->count);
   }
-  uint64_t size = scalar_size(v->elem_type);
+  uint64_t size = scalar_size_of(v->elem_type);
   for (uint64_t k = 0; k < v->count; ++k) {
     const uint8_t* p = v->raw + k * size;
     switch (v->elem_type) {
@@ -555,7 +557,7 @@ Result<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const
   } catch (const std::bad_alloc&) {
     return array_too_big(path(), key, v->count);
   }
-  uint64_t size = scalar_size(v->elem_type);
+  uint64_t size = scalar_size_of(v->elem_type);
   for (uint64_t k = 0; k < v->count; ++k) {
     if (!load_int(v->elem_type, v->raw + k * size, &out[k])) {
       return data_loss(path() + ": metadata key " + std::string(key) + " element " +

@@ -33,6 +33,8 @@ enum class GgufType : uint32_t {
 
 // The name of a metadata value type, e.g. "uint32", "string", "array".
 std::string_view gguf_type_name(GgufType t);
+// Bytes of one value of a fixed-size metadata type; 0 for strings and arrays.
+uint64_t gguf_scalar_size(GgufType t);
 
 // ggml's id of a tensor type (F32=0, F16=1, Q4_0=2, Q4_K=12, BF16=30, ...) of a DType; the
 // inverse is dtype_from_ggml_type (tensor/dtype.h). The name of any ggml type id, supported or

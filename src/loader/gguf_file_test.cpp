@@ -498,6 +498,7 @@ TEST(GgufTypes, Names) {
   EXPECT_EQ(ggml_type_name(30), "BF16");
   EXPECT_EQ(ggml_type_name(5000), "unknown");
   EXPECT_EQ(ggml_type_name(14), "Q6_K");
+  EXPECT_EQ(ggml_type_name(24), "I8");
   for (const DTypeTraits& t : all_dtypes()) {
     EXPECT_EQ(dtype_from_ggml_type(ggml_type_of(t.type)), t.type);
     // The ggml name is the DType's, upper-cased: the id column of the table is right.

@@ -69,6 +69,36 @@ void GgufWriter::add_u64(const std::string& key, uint64_t value) {
   begin_kv(key, GgufType::kUint64);
   put_u64(value);
 }
+bool GgufWriter::add_value(const std::string& key, const GgufValue& v) {
+  if (v.type == GgufType::kArray && v.elem_type == GgufType::kArray) return false;
+  begin_kv(key, v.type);
+  switch (v.type) {
+    case GgufType::kUint8: append_raw(&kv_, static_cast<uint8_t>(v.u)); break;
+    case GgufType::kInt8: append_raw(&kv_, static_cast<int8_t>(v.i)); break;
+    case GgufType::kUint16: append_raw(&kv_, static_cast<uint16_t>(v.u)); break;
+    case GgufType::kInt16: append_raw(&kv_, static_cast<int16_t>(v.i)); break;
+    case GgufType::kUint32: append_raw(&kv_, static_cast<uint32_t>(v.u)); break;
+    case GgufType::kInt32: append_raw(&kv_, static_cast<int32_t>(v.i)); break;
+    case GgufType::kUint64: append_raw(&kv_, v.u); break;
+    case GgufType::kInt64: append_raw(&kv_, v.i); break;
+    case GgufType::kFloat32: append_raw(&kv_, static_cast<float>(v.f)); break;
+    case GgufType::kFloat64: append_raw(&kv_, v.f); break;
+    case GgufType::kBool: append_raw(&kv_, static_cast<uint8_t>(v.b ? 1 : 0)); break;
+    case GgufType::kString: put_string(std::string(v.s)); break;
+    case GgufType::kArray:
+      put_u32(static_cast<uint32_t>(v.elem_type));
+      put_u64(v.count);
+      if (v.elem_type == GgufType::kString) {
+        for (std::string_view s : v.strings) put_string(std::string(s));
+      } else {
+        const uint64_t size = v.count * gguf_scalar_size(v.elem_type);
+        kv_.insert(kv_.end(), v.raw, v.raw + size);
+      }
+      break;
+  }
+  return true;
+}
+
 void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& values) {
   begin_kv(key, GgufType::kArray);
   put_u32(static_cast<uint32_t>(GgufType::kString));

@@ -32,6 +32,9 @@ class GgufWriter {
   void add_string_array(const std::string& key, const std::vector<std::string>& values);
   void add_f32_array(const std::string& key, const std::vector<float>& values);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& values);
+  // A value read by GgufFile, copied with its own type (e.g. from one file to another). Returns
+  // false, adding nothing, for an array of arrays (GgufFile does not expose their elements).
+  bool add_value(const std::string& key, const GgufValue& value);
 
   // A tensor of `dtype` with `shape` outermost first (written in GGUF's innermost-first order);
   // `bytes` is its row-major data, exactly dtype_bytes(dtype, numel) long, and is copied.

@@ -18,6 +18,17 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192; // llama3
 };
 
+// The quantization a checkpoint declares in config.json's quantization_config (vLLM detects a
+// checkpoint's method the same way). Supported: compressed-tensors' int-quantized W8A8: int8
+// weights ([out, in] "weight", I8) with a scale per output channel or per tensor
+// ("weight_scale"), int8 activations per token (dynamic) or with a static per-tensor scale
+// ("input_scale"); the projections stored as I8 are those, the others (often lm_head, in
+// "ignore") stay as they are stored.
+struct CheckpointQuantization {
+  std::string method;                // "" = none; "compressed-tensors"
+  bool static_input_scales = false;  // input_activations.dynamic false: each layer has input_scale
+};
+
 struct ModelConfig {
   std::string architecture;  // "llama" (also Mistral, TinyLlama), "qwen2", "qwen3"
   int64_t vocab_size = 0;
@@ -39,6 +50,7 @@ struct ModelConfig {
   bool attention_bias = false;       // Q/K/V projections have biases (Qwen2)
   bool qk_norm = false;              // per-head RMSNorm on q and k before RoPE (Qwen3)
   int64_t sliding_window = 0;        // 0 = full attention (Mistral v0.1 declares 4096)
+  CheckpointQuantization quantization;
 
   // Checks positivity, divisibility (heads by kv heads), and sane upper bounds, so that sizes
   // computed from the config cannot overflow. `source` names the file in the message.

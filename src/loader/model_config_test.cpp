@@ -134,6 +134,53 @@ TEST(ConfigFromHf, Llama32) {
   EXPECT_EQ(c.sliding_window, 0);
 }
 
+// compressed-tensors' quantization_config (shared/docs/quantization-formats.md 4.1): int8 W8A8
+// with per-token or static activations is read; other methods and formats are refused naming the
+// file, the field and what it holds.
+TEST(ConfigFromHf, CompressedTensorsW8A8) {
+  const std::string head = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "quantization_config": )";
+  auto with = [&](const std::string& q) { return config_from_hf_json(head + q + "}", "dir/config.json"); };
+  const std::string dynamic = R"({"quant_method": "compressed-tensors", "format": "int-quantized",
+      "quantization_status": "compressed", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel", "dynamic": false},
+        "input_activations": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "token", "dynamic": true}}}})";
+  auto d = with(dynamic);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->quantization.method, "compressed-tensors");
+  EXPECT_FALSE(d->quantization.static_input_scales);
+  std::string fixed = dynamic;
+  fixed.replace(fixed.find(R"("strategy": "token", "dynamic": true)"), 36, R"("strategy": "tensor", "dynamic": false)");
+  auto s = with(fixed);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_TRUE(s->quantization.static_input_scales);
+  EXPECT_TRUE(config_from_hf_json(head + "null}", "c.json").ok());  // no quantization
+  EXPECT_EQ(config_from_hf_json(head + "null}", "c.json")->quantization.method, "");
+
+  const struct {
+    std::string from, to, message;
+  } kRefused[] = {
+      {R"("quant_method": "compressed-tensors")", R"("quant_method": "awq")",
+       "dir/config.json: quantization_config: quant_method awq is not supported yet"},
+      {R"("format": "int-quantized")", R"("format": "pack-quantized")",
+       "compressed-tensors format pack-quantized is not supported yet"},
+      {R"("num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel")",
+       R"("num_bits": 4, "type": "int", "symmetric": true, "strategy": "group")",
+       "quantization_config.config_groups.group_0.weights"},
+      {R"("symmetric": true, "strategy": "token")", R"("symmetric": false, "strategy": "token")",
+       "quantization_config.config_groups.group_0.input_activations"},
+  };
+  for (const auto& r : kRefused) {
+    std::string q = dynamic;
+    q.replace(q.find(r.from), r.from.size(), r.to);
+    auto bad = with(q);
+    ASSERT_FALSE(bad.ok()) << r.to;
+    EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented) << bad.status().message();
+    EXPECT_NE(bad.status().message().find(r.message), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ConfigFromHf, MistralAndDefaults) {
   auto r = config_from_hf_json(R"({"architectures": ["MistralForCausalLM"], "vocab_size": 32000,
       "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

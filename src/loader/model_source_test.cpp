@@ -12,6 +12,7 @@
 #include "loader/safetensors_file.h"
 #include "loader/safetensors_writer.h"
 #include "support/test_data.h"
+#include "tensor/half.h"
 
 namespace pagoda {
 namespace {
@@ -45,6 +46,12 @@ TEST(HfNames, MapBothWays) {
   EXPECT_EQ(canonical_name_from_hf("model.layers.x.mlp.up_proj.weight"), std::nullopt);
   EXPECT_EQ(canonical_name_from_hf("model.layers..mlp.up_proj.weight"), std::nullopt);
   EXPECT_EQ(canonical_name_from_hf(""), std::nullopt);
+  // A quantized projection's scales follow their weight's name.
+  EXPECT_EQ(canonical_name_from_hf("model.layers.2.self_attn.q_proj.weight_scale"), "blk.2.attn_q.weight_scale");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.2.mlp.down_proj.input_scale"), "blk.2.ffn_down.input_scale");
+  EXPECT_EQ(canonical_name_from_hf("lm_head.weight_scale"), "output.weight_scale");
+  EXPECT_EQ(hf_name_from_canonical("blk.2.ffn_up.weight_scale"), "model.layers.2.mlp.up_proj.weight_scale");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.2.self_attn.rotary_emb.weight_scale"), std::nullopt);
   ModelConfig c = *dummy_preset("qwen3-0.6b");
   c.attention_bias = true;
   c.tie_word_embeddings = false;
@@ -174,6 +181,46 @@ std::string write_hf_dir(bool tie, const std::string& skip = "", const std::stri
   }
   write_text_file(dir, "model.safetensors.index.json", "{\"weight_map\": {" + map + "}}");
   return dir;
+}
+
+// A compressed-tensors W8A8 folder: I8 projections with their bf16 weight_scale [out, 1] load
+// under canonical names, beside the float tensors, and the config says what they are.
+TEST(LoadModel, HfDirectoryWithInt8Projections) {
+  std::string dir = make_temp_dir();
+  std::string config = tiny_config(false);
+  config.insert(config.size() - 1, R"(, "quantization_config": {"quant_method": "compressed-tensors",
+      "format": "int-quantized", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel"},
+      "input_activations": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "token", "dynamic": true}}}})");
+  write_text_file(dir, "config.json", config);
+  ModelConfig c = *config_from_hf_json(config, "config.json");
+  WeightMap w = *make_dummy_weights(c, DType::kBF16, 7, "dummy");
+  SafetensorsWriter st;
+  std::vector<uint8_t> codes(32 * 32);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 7);
+  std::vector<uint16_t> scales(32, f32_to_bf16(0.01f));
+  for (const auto& [name, t] : w.all()) {
+    const std::string hf = *hf_name_from_canonical(name);
+    if (name == "blk.1.attn_q.weight") {
+      st.add_tensor(hf, DType::kI8, {32, 32}, codes);
+      st.add_tensor(*hf_name_from_canonical("blk.1.attn_q.weight_scale"), DType::kBF16, {32, 1},
+                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(scales.data()), scales.size() * 2));
+    } else {
+      st.add_tensor(hf, t);
+    }
+  }
+  ASSERT_TRUE(st.write(dir + "/model.safetensors").ok());
+  auto r = load_model(dir, LoadOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->config.quantization.method, "compressed-tensors");
+  const Tensor* q = r->weights.find("blk.1.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->dtype, DType::kI8);
+  EXPECT_EQ(static_cast<const int8_t*>(q->data)[37], static_cast<int8_t>(37 * 7));
+  const Tensor* s = r->weights.find("blk.1.attn_q.weight_scale");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->shape_string(), "[32, 1]");
+  EXPECT_EQ(r->weights.find("blk.0.attn_q.weight")->dtype, DType::kBF16);
 }
 
 TEST(LoadModel, HfDirectoryUntied) {

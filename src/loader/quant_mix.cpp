@@ -9,14 +9,15 @@ struct FileType {
   std::string_view name;
   DType base;
   QuantMixRule rule;
+  uint32_t llama_ftype;  // include/llama.h's LLAMA_FTYPE_MOSTLY_*
 };
 
 constexpr FileType kFileTypes[] = {
-    {"q8_0", DType::kQ8_0, QuantMixRule::kFileType},   {"q4_0", DType::kQ4_0, QuantMixRule::kFileType},
-    {"q4_1", DType::kQ4_1, QuantMixRule::kFileType},   {"q5_0", DType::kQ5_0, QuantMixRule::kFileType},
-    {"q5_1", DType::kQ5_1, QuantMixRule::kFileType},   {"q6_k", DType::kQ6_K, QuantMixRule::kFileType},
-    {"q2_k", DType::kQ2_K, QuantMixRule::kQ2_K},       {"q3_k_m", DType::kQ3_K, QuantMixRule::kQ3_K_M},
-    {"q4_k_m", DType::kQ4_K, QuantMixRule::kQ4_K_M},   {"q5_k_m", DType::kQ5_K, QuantMixRule::kQ5_K_M},
+    {"q8_0", DType::kQ8_0, QuantMixRule::kFileType, 7},  {"q4_0", DType::kQ4_0, QuantMixRule::kFileType, 2},
+    {"q4_1", DType::kQ4_1, QuantMixRule::kFileType, 3},  {"q5_0", DType::kQ5_0, QuantMixRule::kFileType, 8},
+    {"q5_1", DType::kQ5_1, QuantMixRule::kFileType, 9},  {"q6_k", DType::kQ6_K, QuantMixRule::kFileType, 18},
+    {"q2_k", DType::kQ2_K, QuantMixRule::kQ2_K, 10},     {"q3_k_m", DType::kQ3_K, QuantMixRule::kQ3_K_M, 12},
+    {"q4_k_m", DType::kQ4_K, QuantMixRule::kQ4_K_M, 15}, {"q5_k_m", DType::kQ5_K, QuantMixRule::kQ5_K_M, 17},
 };
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -73,7 +74,7 @@ QuantMix uniform_mix(DType t) { return {std::string(dtype_name(t)), t, QuantMixR
 
 std::optional<QuantMix> llama_file_type_mix(std::string_view name) {
   for (const FileType& f : kFileTypes) {
-    if (f.name == name) return QuantMix{std::string(f.name), f.base, f.rule};
+    if (f.name == name) return QuantMix{std::string(f.name), f.base, f.rule, 0, 0, f.llama_ftype};
   }
   return std::nullopt;
 }

@@ -34,6 +34,9 @@ struct QuantMix {
   // leave them.
   int int_bits = 0;
   int64_t int_group_size = 0;
+  // llama.cpp's llama_ftype of a file of this mix (GGUF general.file_type: 15 = Q4_K_M); 0 for
+  // the mixes that are not a llama-quantize file type.
+  uint32_t llama_ftype = 0;
 };
 
 // Every DType as a uniform mix.

@@ -21,6 +21,7 @@ std::optional<DType> dtype_from_safetensors(const std::string& name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
+  if (name == "I8") return DType::kI8;
   return std::nullopt;
 }
 

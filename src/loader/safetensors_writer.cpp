@@ -14,9 +14,10 @@ const char* safetensors_dtype(DType t) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kI8: return "I8";
     default: break;
   }
-  PAGODA_CHECK(false && "safetensors holds only f32, f16 and bf16");
+  PAGODA_CHECK(false && "safetensors holds only f32, f16, bf16 and i8");
   return "";
 }
 }  // namespace

@@ -123,7 +123,8 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
 Status check_weights(const ModelConfig& config, const WeightMap& weights) {
   for (const WeightSpec& spec : expected_weights(config)) {
     PAGODA_ASSIGN_OR_RETURN(Tensor t, weights.get(spec.name, spec.shape));
-    if (spec.kind != WeightSpec::Kind::kMatrix && is_quantized(t.dtype)) {
+    if (spec.kind != WeightSpec::Kind::kMatrix && t.dtype != DType::kF32 && t.dtype != DType::kF16 &&
+        t.dtype != DType::kBF16) {
       return data_loss(weights.source() + ": tensor " + spec.name + " has type " +
                        std::string(dtype_name(t.dtype)) + "; norms and biases must be f32, f16 or bf16");
     }
@@ -132,7 +133,41 @@ Status check_weights(const ModelConfig& config, const WeightMap& weights) {
   return {};
 }
 
+namespace {
+
+// The per-tensor quantization parameters a checkpoint stores beside a projection's weight
+// (compressed-tensors: "q_proj.weight_scale", "q_proj.input_scale"): the weight's own name with
+// this suffix in place of "weight", in both naming schemes.
+constexpr std::string_view kWeightCompanions[] = {"weight_scale", "input_scale"};
+
+// For a name ending in ".<companion>": the name of the weight it belongs to, and the companion.
+bool split_companion(const std::string& name, std::string* weight, std::string_view* companion) {
+  for (std::string_view c : kWeightCompanions) {
+    const std::string suffix = "." + std::string(c);
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      *weight = name.substr(0, name.size() - c.size()) + "weight";
+      *companion = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+// name, a mapped weight's name ending in "weight", with its companion suffix in place of "weight".
+std::string with_companion(const std::string& name, std::string_view companion) {
+  return name.substr(0, name.size() - 6) + std::string(companion);
+}
+
+}  // namespace
+
 std::optional<std::string> canonical_name_from_hf(const std::string& hf_name) {
+  std::string weight;
+  std::string_view companion;
+  if (split_companion(hf_name, &weight, &companion)) {
+    const std::optional<std::string> canonical = canonical_name_from_hf(weight);
+    if (!canonical) return std::nullopt;
+    return with_companion(*canonical, companion);
+  }
   for (const GlobalName& g : kGlobalNames) {
     if (hf_name == g.hf) return std::string(g.canonical);
     // Checkpoints saved from the bare model (not *ForCausalLM) lack the "model." prefix.
@@ -150,6 +185,13 @@ std::optional<std::string> canonical_name_from_hf(const std::string& hf_name) {
 }
 
 std::optional<std::string> hf_name_from_canonical(const std::string& canonical_name) {
+  std::string weight;
+  std::string_view companion;
+  if (split_companion(canonical_name, &weight, &companion)) {
+    const std::optional<std::string> hf = hf_name_from_canonical(weight);
+    if (!hf) return std::nullopt;
+    return with_companion(*hf, companion);
+  }
   for (const GlobalName& g : kGlobalNames) {
     if (canonical_name == g.canonical) return std::string(g.hf);
   }

@@ -53,6 +53,19 @@ void dequantize_row_q4_0(const void* src, float* out, int64_t n) {
   }
 }
 
+void dequantize_row_i8(const void* src, float* out, int64_t n) {
+  auto* p = static_cast<const int8_t*>(src);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
+}
+
+void quantize_row_i8(const float* src, void* dst, int64_t n) {
+  auto* p = static_cast<int8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::nearbyint(src[i]);
+    p[i] = static_cast<int8_t>(v > 127.0f ? 127 : (v < -128.0f ? -128 : v));
+  }
+}
+
 void quantize_row_f32(const float* src, void* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * 4);
 }

@@ -28,6 +28,8 @@ void quantize_row_f16(const float* src, void* dst, int64_t n);
 void quantize_row_bf16(const float* src, void* dst, int64_t n);
 void quantize_row_q8_0(const float* src, void* dst, int64_t n);
 void quantize_row_q4_0(const float* src, void* dst, int64_t n);
+void dequantize_row_i8(const void* src, float* out, int64_t n);   // the codes as values
+void quantize_row_i8(const float* src, void* dst, int64_t n);     // rounded to even, saturated to [-128, 127]
 
 struct BlockQ8Act;
 // Quantizes `n` f32 activations (n % 32 == 0) into n / 32 blocks as BlockQ8Act defines

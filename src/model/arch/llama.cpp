@@ -51,6 +51,8 @@ class LlamaModel final : public Model {
   // A projection: the tensor `name` converted as above, or quantized to integer codes under an
   // int-codes mix, in the backend's packed layout where it has one.
   Result<Linear> linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name = {});
+  // A projection stored as int8 codes (i8) with its scales beside it (a W8A8 checkpoint).
+  Result<Linear> int8_linear(const std::string& name, const Tensor& codes);
   Result<F32Vector> vector(const std::string& name, int64_t len);
   void add_bias(float* x, int64_t rows, const F32Vector& bias, int64_t len);
   void ensure_workspace(int64_t num_tokens);
@@ -112,7 +114,52 @@ Result<Tensor> LlamaModel::convert(const std::string& name, const std::string& s
   return out;
 }
 
+Result<Linear> LlamaModel::int8_linear(const std::string& name, const Tensor& codes) {
+  // The scales beside the codes (compressed-tensors names: "<weight>_scale", "<...>.input_scale").
+  const std::string base = name.substr(0, name.size() - 6);  // without "weight"
+  const std::string scale_name = base + "weight_scale", input_name = base + "input_scale";
+  const Tensor* scale = source_.weights.find(scale_name);
+  if (scale == nullptr) {
+    return data_loss(source_.path + ": tensor " + name + " holds int8 codes but " + scale_name + " is missing");
+  }
+  const int64_t rows = codes.num_rows();
+  const bool per_channel = scale->numel() == rows && (scale->ndim == 1 || (scale->ndim == 2 && scale->dim(1) == 1));
+  const bool per_tensor = scale->numel() == 1;
+  if (!(per_channel || per_tensor) || !dtype_traits(scale->dtype).dense_matmul || is_quantized(scale->dtype)) {
+    return data_loss(source_.path + ": tensor " + scale_name + " " + scale->shape_string() + " " +
+                     std::string(dtype_name(scale->dtype)) + " is not a float scale per output channel [" +
+                     std::to_string(rows) + ", 1] or per tensor [1] of " + name + " " + codes.shape_string());
+  }
+  std::vector<float> values(static_cast<size_t>(scale->numel()));
+  dequantize_row(scale->dtype, scale->data, values.data(), scale->numel());
+  if (per_tensor) values.assign(static_cast<size_t>(rows), values[0]);
+  for (float v : values) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return data_loss(source_.path + ": tensor " + scale_name + " has a scale that is negative or not finite");
+    }
+  }
+  float input_scale = 0;
+  if (const Tensor* in = source_.weights.find(input_name)) {
+    if (in->numel() != 1 || !dtype_traits(in->dtype).dense_matmul || is_quantized(in->dtype)) {
+      return data_loss(source_.path + ": tensor " + input_name + " " + in->shape_string() + " is not one float scale");
+    }
+    dequantize_row(in->dtype, in->data, &input_scale, 1);
+    if (!(input_scale > 0) || !std::isfinite(input_scale)) {
+      return data_loss(source_.path + ": tensor " + input_name + " is not a positive finite scale");
+    }
+  } else if (cfg_.quantization.static_input_scales) {
+    return data_loss(source_.path + ": the checkpoint declares static activation scales but " + input_name +
+                     " is missing");
+  }
+  ++int_types_["w8a8 (checkpoint)"];
+  return Linear::int8_codes(k_, codes, std::move(values), input_scale);
+}
+
 Result<Linear> LlamaModel::linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name) {
+  if (const Tensor* stored = source_.weights.find(name); stored != nullptr && stored->dtype == DType::kI8) {
+    PAGODA_ASSIGN_OR_RETURN(Tensor codes, source_.weights.get(name, {rows, cols}));
+    return int8_linear(name, codes);
+  }
   PAGODA_ASSIGN_OR_RETURN(Tensor t, matrix(name, rows, cols));
   const std::string& slot = slot_name.empty() ? name : slot_name;
   if (source_.weight_mix && quant_mix_int_codes(*source_.weight_mix, WeightSlot{slot}) && !is_quantized(t.dtype)) {
@@ -174,14 +221,15 @@ Status LlamaModel::init(const Backend& backend) {
     PAGODA_ASSIGN_OR_RETURN(l.w_down, linear(p + "ffn_down.weight", hidden, cfg_.intermediate_size));
   }
   inv_freq_ = rope_inv_freq(cfg_);
-  if (source_.weight_mix) {
+  if (source_.weight_mix || !int_types_.empty()) {
     std::string types;
     for (const auto& [t, count] : converted_types_) {
       if (count > 0) types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + std::string(dtype_name(t));
     }
     for (const auto& [name, count] : int_types_) types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + name;
     log_line(LogLevel::kInfo, "model",
-             "weights typed by " + source_.weight_mix->name + " at load (float ones converted, quantized ones as stored): " + types);
+             "weights typed by " + (source_.weight_mix ? source_.weight_mix->name : std::string("the checkpoint")) +
+                 " at load (float ones converted, quantized ones as stored): " + types);
   }
   backend_ = nullptr;  // the Backend need not outlive the model
   return Status::ok_status();

@@ -75,7 +75,54 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, int64_t kp, int6
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
+// Decode (one input row): P panels at once, each through all of kp: P weight streams in flight
+// and P independent chains, the same operations per panel as int_tile<1>.
+template <int P, int kBits>
+PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, int64_t kp, int64_t group, const uint8_t* panels,
+                                     int64_t panel_bytes, const float* scales, int64_t panel_scales, float* y,
+                                     int64_t valid) {
+  __m256 acc[P];
+  unroll<P>([&](auto p) { acc[p.value] = _mm256_setzero_ps(); });
+  const __m256i low4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+  const __m256 v_sx = _mm256_set1_ps(s_x);
+  for (int64_t g = 0; g < kp / group; ++g) {
+    __m256i dot[P][1];
+    unroll<P>([&](auto p) { dot[p.value][0] = _mm256_setzero_si256(); });
+    const int64_t t0 = g * group, t1 = t0 + group;
+    if constexpr (kBits == 8) {
+      for (int64_t t = t0; t < t1; t += 4) {
+        const int32_t x4[1] = {load_i32(xq + t)};
+        unroll<P>([&](auto p) {
+          const uint8_t* w = panels + p.value * panel_bytes + t * kPanelRows;
+          if ((t & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchAhead), _MM_HINT_T0);
+          dot4<1>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), x4, dot[p.value]);
+        });
+      }
+    } else {
+      for (int64_t t = t0; t < t1; t += 8) {
+        const int32_t x_lo[1] = {load_i32(xq + t)}, x_hi[1] = {load_i32(xq + t + 4)};
+        unroll<P>([&](auto p) {
+          const uint8_t* w = panels + p.value * panel_bytes + t * kPanelRows / 2;
+          if ((t & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchAhead), _MM_HINT_T0);
+          const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+          const __m256i lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(bytes, low4), eight), eight);
+          const __m256i hi = _mm256_sub_epi8(
+              _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), eight), eight);
+          dot4<1>(lo, x_lo, dot[p.value]);
+          dot4<1>(hi, x_hi, dot[p.value]);
+        });
+      }
+    }
+    unroll<P>([&](auto p) {
+      const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(scales + p.value * panel_scales + g * kPanelRows), v_sx);
+      acc[p.value] = _mm256_add_ps(acc[p.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[p.value][0]), scale));
+    });
+  }
+  unroll<P>([&](auto p) { store_out(y + p.value * kPanelRows, acc[p.value], valid - p.value * kPanelRows); });
+}
+
 constexpr int kIntRows = 4;  // input rows per tile
+constexpr int kIntDecodePanels = 4;
 
 template <int kBits>
 PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group,
@@ -83,6 +130,19 @@ PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, int64_t m, int6
                                        int64_t p0, int64_t p1) {
   const int64_t panel_bytes = kPanelRows * kp * kBits / 8;
   const int64_t panel_scales = kPanelRows * (kp / group);
+  if (m == 1) {
+    int64_t p = p0;
+    for (; p + kIntDecodePanels <= p1; p += kIntDecodePanels) {
+      int_decode_panels<kIntDecodePanels, kBits>(xq, s_x[0], kp, group, codes + p * panel_bytes, panel_bytes,
+                                                 scales + p * panel_scales, panel_scales, y + p * kPanelRows,
+                                                 n - p * kPanelRows);
+    }
+    for (; p < p1; ++p) {
+      int_decode_panels<1, kBits>(xq, s_x[0], kp, group, codes + p * panel_bytes, panel_bytes,
+                                  scales + p * panel_scales, panel_scales, y + p * kPanelRows, n - p * kPanelRows);
+    }
+    return;
+  }
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* panel = codes + p * panel_bytes;
     const float* sc = scales + p * panel_scales;

@@ -88,6 +88,7 @@ void BM_MatmulReference(benchmark::State& state) { run(state, true); }
 
 void avx2_args(benchmark::internal::Benchmark* b) {
   for (const DTypeTraits& traits : all_dtypes()) {
+    if (!traits.dense_matmul) continue;
     const DType t = traits.type;
     for (int64_t m : {1, 8, 64, 256}) {
       for (int threaded : {0, 1}) {

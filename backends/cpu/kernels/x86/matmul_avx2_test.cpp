@@ -32,7 +32,9 @@ bool has_avx2() {
 
 std::vector<DType> all_types() {
   std::vector<DType> out;
-  for (const DTypeTraits& t : all_dtypes()) out.push_back(t.type);
+  for (const DTypeTraits& t : all_dtypes()) {
+    if (t.dense_matmul) out.push_back(t.type);
+  }
   return out;
 }
 const std::vector<DType> kAllTypes = all_types();
