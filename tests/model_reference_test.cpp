@@ -640,11 +640,14 @@ TEST(ModelReference, W8A8CheckpointErrorsNameTheTensor) {
     return model.ok() ? std::string() : model.status().message();
   };
   const std::string missing = broken([](ModelSource& s) {
+    // The same tensors but the scale, in a map that keeps the old one (and its buffers) alive.
+    auto old = std::make_shared<WeightMap>(std::move(s.weights));
     WeightMap fresh;
-    for (const auto& [n, t] : s.weights.all()) {
+    for (const auto& [n, t] : old->all()) {
       if (n != "blk.0.attn_q.weight_scale") fresh.add(n, t);
     }
-    fresh.set_source(s.weights.source());
+    fresh.set_source(old->source());
+    fresh.keep_alive(old);
     s.weights = std::move(fresh);
   });
   EXPECT_NE(missing.find("blk.0.attn_q.weight holds int8 codes but blk.0.attn_q.weight_scale is missing"),

@@ -76,7 +76,7 @@ struct IntWeight {
   TensorLayout layout = TensorLayout::kRowMajor;
   int bits = 8;
   int64_t n = 0, k = 0;
-  int64_t group_size = 0;         // divides k (k: per output channel); a multiple of 32 below k
+  int64_t group_size = 0;         // divides k (k: per output channel); a multiple of 8 below k
   const float* scales = nullptr;  // [n, k / group_size]
   // The activations' scale: 0 = per token (s = max|x_i| / 127, computed per row); > 0 = this
   // static per-tensor scale from calibration.
@@ -110,7 +110,8 @@ struct Kernels {
   void (*matmul_int)(const float* x, int64_t m, const IntWeight& w, float* y);
 
   // Optional (nullptr: matmul_int reads row-major codes). As pack_matmul_weight, for IntWeight:
-  // the codes rearranged into *storage for this table's matmul_int; scales stay where they are.
+  // the codes and scales copied, rearranged, into *storage for this table's matmul_int (the
+  // returned view points there; the originals may be freed).
   IntWeight (*pack_int_weight)(const IntWeight& w, Buffer* storage);
 
   // out[i, :] = row ids[i] of table, converted to f32.  table: [rows, dim] any DType.
