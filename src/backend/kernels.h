@@ -87,7 +87,8 @@ struct IntWeight {
 };
 
 struct Kernels {
-  // y[m, n] = sum_k x[m, k] * w[n, k].  x: [m, k] f32; w: [n, k] any DType; y: [m, n] f32.
+  // y[m, n] = sum_k x[m, k] * w[n, k].  x: [m, k] f32; w: [n, k] any DType the traits mark
+  // dense_matmul (every one but i8, whose codes go through matmul_int); y: [m, n] f32.
   // For quantized weights x is first quantized per 32-element block (BlockQ8Act,
   // tensor/quant_blocks.h) and each block's product is computed in exact integers and scaled as
   // QuantChunk defines. Each output's summation order must not depend on m (batch invariance).

@@ -191,8 +191,8 @@ Status LlamaModel::init(const Backend& backend) {
   PAGODA_ASSIGN_OR_RETURN(token_embd_, matrix("token_embd.weight", cfg_.vocab_size, hidden));
   PAGODA_ASSIGN_OR_RETURN(token_embd_, convert("token_embd.weight", embd_slot, token_embd_, &token_embd_storage_));
   if (cfg_.tie_word_embeddings) {
-    PAGODA_ASSIGN_OR_RETURN(lm_head_, linear("token_embd.weight", cfg_.vocab_size, hidden, embd_slot));
-    if (source_.weight_mix) --converted_types_[lm_head_.dense_type()];  // the same tensor, counted once
+    // The embedding table as it is now (converted once above), packed for the matmul.
+    lm_head_ = Linear::dense(k_, token_embd_, Buffer());
   } else {
     PAGODA_ASSIGN_OR_RETURN(lm_head_, linear("output.weight", cfg_.vocab_size, hidden));
   }

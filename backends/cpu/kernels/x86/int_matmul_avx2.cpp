@@ -9,6 +9,7 @@
 // then acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
 #include <immintrin.h>
 
+#include "backends/cpu/kernels/x86/math_avx2.h"
 #include "backends/cpu/kernels/x86/panel_avx2.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 
@@ -185,10 +186,7 @@ PAGODA_FLATTEN float quantize_activation_row_int8_avx2(const float* x, int64_t k
     __m256 amax8 = _mm256_setzero_ps();
     int64_t t = 0;
     for (; t + 8 <= k; t += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + t)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float amax = _mm_cvtss_f32(m4);
+    float amax = avx2::hmax(amax8);
     for (; t < k; ++t) {
       const float a = x[t] < 0 ? -x[t] : x[t];
       amax = a > amax ? a : amax;
