@@ -50,7 +50,7 @@ test: test-asan test-tsan fuzz npm-deps
 ASAN_UNIT_TESTS := base_test tensor_test kv_test sched_test sampler_test metrics_test cpu_kernels_test \
   cpu_thread_pool_test engine_test determinism_test golden_stories_test model_reference_test \
   gguf_hf_equivalence_test cli_test bench_serve_test vllm_compat_test perplexity_test
-FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz tokenizer_json_fuzz tokenize_fuzz \
+FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz packed_linear_fuzz tokenizer_json_fuzz tokenize_fuzz \
   chat_template_fuzz openai_request_fuzz
 ASAN_TARGETS := loader_test tokenizer_test chat_template_test openai_protocol_test server_test pagoda \
   cpu_simd_kernels_test $(FUZZ_TARGETS) $(ASAN_UNIT_TESTS)

@@ -148,6 +148,48 @@ out("safetensors_fuzz", "bad-dtype", st({"a": {"dtype": "F7", "shape": [4], "dat
 out("safetensors_fuzz", "not-json", struct.pack("<Q", 5) + b"{abc}" + data)
 out("safetensors_fuzz", "short", b"\x08\x00\x00")
 
+# ---- packed projections (packed_linear_fuzz): scheme byte, shape bytes, then a .safetensors
+# file with model.layers.0.self_attn.q_proj's tensors (quantization-formats.md 2-4) ----
+def packed(scheme, n_sel, k_sel, tensors):
+    header, blob = {}, b""
+    for name, dtype, shape, raw in tensors:
+        header["model.layers.0.self_attn.q_proj." + name] = {
+            "dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    return bytes([scheme, n_sel, k_sel]) + st(header, blob)
+
+
+def i32(*v):
+    return struct.pack("<%dI" % len(v), *v)
+
+
+def f16(*v):
+    return struct.pack("<%de" % len(v), *v)
+
+
+awq = [("qweight", "I32", [8, 1], i32(0x76543210, *[0xFFFFFFFF] * 7)),
+       ("qzeros", "I32", [1, 1], i32(0x11111118)), ("scales", "F16", [1, 8], f16(*range(1, 9)))]
+out("packed_linear_fuzz", "awq", packed(0, 0, 0, awq))
+out("packed_linear_fuzz", "awq-qweight-shape", packed(0, 0, 0, [("qweight", "I32", [4, 2], awq[0][3])] + awq[1:]))
+out("packed_linear_fuzz", "awq-no-zeros", packed(0, 0, 0, [awq[0], awq[2]]))
+out("packed_linear_fuzz", "awq-truncated", packed(0, 0, 0, awq)[:-7])
+gptq = [("qweight", "I32", [2, 8], i32(*[0x76543210] * 8, *[0xFEDCBA98] * 8)),
+        ("qzeros", "I32", [2, 1], i32(0x77777777, 0x33333335)),
+        ("scales", "F16", [2, 8], f16(*[1.0] * 8, *[0.25] * 8)), ("g_idx", "I32", [16], i32(*[t % 2 for t in range(16)]))]
+out("packed_linear_fuzz", "gptq-act-order", packed(1, 0, 1, gptq))
+out("packed_linear_fuzz", "gptq-g-idx-out-of-range", packed(1, 0, 1, gptq[:3] + [("g_idx", "I32", [16], i32(*[5] * 16))]))
+out("packed_linear_fuzz", "gptq-g-idx-unequal", packed(1, 0, 1, gptq[:3] + [("g_idx", "I32", [16], i32(*[0] * 9, *[1] * 7))]))
+out("packed_linear_fuzz", "gptq8", packed(2, 0, 0, [("qweight", "I32", [2, 8], i32(*[0x80FF0100] * 8, *[0x7F7F7F7F] * 8)),
+                                                  ("qzeros", "I32", [1, 2], i32(0x7F7F7F7F, 0x7F7F7F7F)),
+                                                  ("scales", "F16", [1, 8], f16(*[2.0] * 8))]))
+ct = [("weight_packed", "I32", [8, 2], i32(*[0x01234567, 0x89ABCDEF] * 8)),
+      ("weight_scale", "F16", [8, 1], f16(*[0.5] * 8)), ("weight_shape", "I64", [2], struct.pack("<2q", 8, 16))]
+out("packed_linear_fuzz", "ct-sym", packed(3, 0, 1, ct))
+out("packed_linear_fuzz", "ct-shape-disagrees", packed(3, 0, 1, ct[:2] + [("weight_shape", "I64", [2], struct.pack("<2q", 8, 32))]))
+out("packed_linear_fuzz", "ct-asym-act-order", packed(4, 0, 1, [ct[0], ("weight_scale", "F16", [8, 2], f16(*[0.5] * 16)),
+                                                             ("weight_zero_point", "I32", [1, 2], i32(0x9ABCDEF0, 0x88888888)),
+                                                             ("weight_g_idx", "I32", [16], i32(*[1 - t // 8 for t in range(16)]))]))
+
 # ---- config.json ----
 llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -174,6 +216,14 @@ out("hf_config_fuzz", "w8a8", json.dumps(dict(llama, quantization_config=w8a8)))
 out("hf_config_fuzz", "w8a8-groups-not-object", json.dumps(dict(llama, quantization_config=dict(w8a8, config_groups=[1]))))
 out("hf_config_fuzz", "awq", json.dumps(dict(llama, quantization_config={"quant_method": "awq", "bits": 4})))
 out("hf_config_fuzz", "quant-method-number", json.dumps(dict(llama, quantization_config={"quant_method": 5})))
+out("hf_config_fuzz", "gptq-act-order", json.dumps(dict(llama, quantization_config={
+    "quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": False, "checkpoint_format": "gptq"})))
+out("hf_config_fuzz", "gptq-bits-string", json.dumps(dict(llama, quantization_config={"quant_method": "gptq", "bits": "8"})))
+out("hf_config_fuzz", "w4a16", json.dumps(dict(llama, quantization_config={
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "input_activations": None, "weights": {
+            "num_bits": 4, "type": "int", "symmetric": False, "strategy": "group", "group_size": 128,
+            "actorder": "group"}}}})))
 
 # ---- tokenizer.json ----
 byte_level = {"version": "1.0", "added_tokens": [

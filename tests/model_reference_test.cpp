@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numbers>
@@ -141,6 +143,132 @@ class ModelBuilder {
     src_.weights.keep_alive(codes);
     src_.weights.keep_alive(scales);
   }
+  // Replaces the f32 weight `name` ([rows, cols], values `ref`) by a packed checkpoint's tensors,
+  // packed here as shared/docs/quantization-formats.md 2-4 describe (independently of the
+  // loader's decoder), and `ref` by the values they stand for, scale * (code - zero):
+  //  - "awq": 4-bit asymmetric in groups: s = (max - min) / 15 (as f16), z = round(-min / s),
+  //    qweight [cols, rows / 8] with outputs interleaved 0, 2, 4, 6, 1, 3, 5, 7 in a word;
+  //  - "gptq": as awq but qweight [cols / 8, rows] along the inputs, qzeros stored minus one (v1),
+  //    and with act_order a shuffled g_idx (groups of scattered inputs);
+  //  - "gptq8": 8-bit symmetric per channel, zeros 0x7F (128 after v1's plus one);
+  //  - "ct": compressed-tensors pack-quantized W4A16: symmetric, s = max|w| / 7.5 (bf16), codes
+  //    stored + 8 in weight_packed [rows, cols / 8], weight_scale [rows, groups], weight_shape.
+  void quantize_packed(const std::string& name, Mat* ref, int64_t rows, int64_t cols, const std::string& format,
+                       int64_t group, bool act_order = false) {
+    const bool gptq8 = format == "gptq8";
+    const int bits = gptq8 ? 8 : 4;
+    if (gptq8) group = cols;
+    const int64_t groups = cols / group, per_word = 32 / bits;
+    // The group of each input: t / group, or a shuffle of that (act-order).
+    std::vector<int32_t> g_idx(static_cast<size_t>(cols));
+    for (int64_t t = 0; t < cols; ++t) g_idx[static_cast<size_t>(t)] = static_cast<int32_t>(t / group);
+    if (act_order) std::shuffle(g_idx.begin(), g_idx.end(), rng_);
+    std::vector<uint32_t> q(static_cast<size_t>(rows * cols)), z(static_cast<size_t>(rows * groups));
+    std::vector<float> scale(static_cast<size_t>(rows * groups));
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t g = 0; g < groups; ++g) {
+        double lo = 0, hi = 0, amax = 0;
+        for (int64_t t = 0; t < cols; ++t) {
+          if (g_idx[static_cast<size_t>(t)] != g) continue;
+          const double w = (*ref)[static_cast<size_t>(j * cols + t)];
+          lo = std::min(lo, w);
+          hi = std::max(hi, w);
+          amax = std::max(amax, std::fabs(w));
+        }
+        double s, zero;
+        const size_t jg = static_cast<size_t>(j * groups + g);
+        if (format == "ct") {
+          s = bf16_to_f32(f32_to_bf16(static_cast<float>(amax / 7.5)));
+          zero = 8;
+        } else if (gptq8) {
+          s = fp16_to_f32(f32_to_fp16(static_cast<float>(amax / 127)));
+          zero = 128;
+        } else {
+          s = fp16_to_f32(f32_to_fp16(static_cast<float>((hi - lo) / 15)));
+          zero = std::clamp(std::nearbyint(-lo / s), 1.0, 15.0);  // >= 1: v1 stores zero - 1
+        }
+        scale[jg] = static_cast<float>(s);
+        z[jg] = static_cast<uint32_t>(zero);
+        const double top = gptq8 ? 255 : 15;
+        for (int64_t t = 0; t < cols; ++t) {
+          if (g_idx[static_cast<size_t>(t)] != g) continue;
+          double& w = (*ref)[static_cast<size_t>(j * cols + t)];
+          const double code = std::clamp(std::nearbyint(w / s) + zero, 0.0, top);
+          q[static_cast<size_t>(j * cols + t)] = static_cast<uint32_t>(code);
+          w = s * (code - zero);
+        }
+      }
+    }
+    const std::string base = name.substr(0, name.size() - 6);
+    auto words = [&](const std::string& n, std::initializer_list<int64_t> shape, const std::vector<uint32_t>& v) {
+      auto buf = std::make_shared<Buffer>(v.size() * 4);
+      std::memcpy(buf->data(), v.data(), v.size() * 4);
+      src_.weights.add(base + n, Tensor(buf->data(), DType::kI32, shape));
+      src_.weights.keep_alive(buf);
+    };
+    auto halves = [&](const std::string& n, DType t, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+      auto buf = std::make_shared<Buffer>(v.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) {
+        buf->as<uint16_t>()[i] = t == DType::kF16 ? f32_to_fp16(v[i]) : f32_to_bf16(v[i]);
+      }
+      src_.weights.add(base + n, Tensor(buf->data(), t, shape));
+      src_.weights.keep_alive(buf);
+    };
+    std::vector<float> by_group(static_cast<size_t>(rows * groups));  // [groups, rows]
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t g = 0; g < groups; ++g) by_group[static_cast<size_t>(g * rows + j)] = scale[static_cast<size_t>(j * groups + g)];
+    }
+    if (format == "awq") {
+      static constexpr int kSlotOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // output 8p + c sits in slot kSlotOf[c]
+      std::vector<uint32_t> qw(static_cast<size_t>(cols * rows / 8)), qz(static_cast<size_t>(groups * rows / 8));
+      for (int64_t t = 0; t < cols; ++t) {
+        for (int64_t j = 0; j < rows; ++j) qw[static_cast<size_t>(t * rows / 8 + j / 8)] |= q[static_cast<size_t>(j * cols + t)] << (4 * kSlotOf[j % 8]);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t j = 0; j < rows; ++j) qz[static_cast<size_t>(g * rows / 8 + j / 8)] |= z[static_cast<size_t>(j * groups + g)] << (4 * kSlotOf[j % 8]);
+      }
+      words("qweight", {cols, rows / 8}, qw);
+      words("qzeros", {groups, rows / 8}, qz);
+      halves("scales", DType::kF16, {groups, rows}, by_group);
+    } else if (format == "gptq" || gptq8) {
+      std::vector<uint32_t> qw(static_cast<size_t>(cols / per_word * rows)), qz(static_cast<size_t>(groups * rows / per_word));
+      for (int64_t t = 0; t < cols; ++t) {
+        for (int64_t j = 0; j < rows; ++j) qw[static_cast<size_t>((t / per_word) * rows + j)] |= q[static_cast<size_t>(j * cols + t)] << (bits * (t % per_word));
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t j = 0; j < rows; ++j) {
+          qz[static_cast<size_t>(g * rows / per_word + j / per_word)] |= (z[static_cast<size_t>(j * groups + g)] - 1) << (bits * (j % per_word));
+        }
+      }
+      words("qweight", {cols / per_word, rows}, qw);
+      words("qzeros", {groups, rows / per_word}, qz);
+      halves("scales", DType::kF16, {groups, rows}, by_group);
+      words("g_idx", {cols}, std::vector<uint32_t>(g_idx.begin(), g_idx.end()));
+    } else {
+      std::vector<uint32_t> qw(static_cast<size_t>(rows * cols / 8));
+      for (int64_t j = 0; j < rows; ++j) {
+        for (int64_t t = 0; t < cols; ++t) qw[static_cast<size_t>(j * cols / 8 + t / 8)] |= q[static_cast<size_t>(j * cols + t)] << (4 * (t % 8));
+      }
+      words("weight_packed", {rows, cols / 8}, qw);
+      halves("weight_scale", DType::kBF16, {rows, groups}, scale);
+      auto shape = std::make_shared<Buffer>(16);
+      shape->as<int64_t>()[0] = rows;
+      shape->as<int64_t>()[1] = cols;
+      src_.weights.add(base + "weight_shape", Tensor(shape->data(), DType::kI64, {2}));
+      src_.weights.keep_alive(shape);
+    }
+    // The float weight is gone: the checkpoint holds only the packed form. The old map (and its
+    // buffers) stays alive through the new one.
+    auto old = std::make_shared<WeightMap>(std::move(src_.weights));
+    WeightMap fresh;
+    for (const auto& [n, t] : old->all()) {
+      if (n != name) fresh.add(n, t);
+    }
+    fresh.set_source(old->source());
+    fresh.keep_alive(old);
+    src_.weights = std::move(fresh);
+  }
+
   ModelSource& source() { return src_; }
 
   ModelSource take() { return std::move(src_); }
@@ -586,6 +714,25 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
   EXPECT_EQ((*q8)->weight_bytes(), want_bytes);
 }
 
+// The largest logit difference, relative to the position's largest logit, between the model
+// built from a copy of builder's weights on `isa` (a fixed prompt through the paged cache in
+// chunks) and the float64 reference of `ref`; infinity when the model does not load.
+double difference_from_reference(const ModelConfig& cfg, const ModelBuilder& builder, const RefWeights& ref,
+                                 cpu::CpuIsa isa) {
+  ModelBuilder copy = builder;
+  auto backend = cpu_backend(isa);
+  if (!backend) return std::numeric_limits<double>::infinity();
+  auto model = create_model(copy.take(), *backend);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return std::numeric_limits<double>::infinity();
+  const std::vector<TokenId> tokens = {1, 17, 5, 60, 33, 2, 41, 8, 8, 19, 0};
+  const auto want = reference_logits(cfg, ref, tokens);
+  const auto got = engine_logits(**model, tokens, {5, 1, 3, 1, 1});
+  std::vector<std::vector<float>> want_f(want.size());
+  for (size_t t = 0; t < want.size(); ++t) want_f[t].assign(want[t].begin(), want[t].end());
+  return largest_relative_difference(want_f, got);
+}
+
 // A W8A8 checkpoint (int8 codes with channel or tensor scales, one projection with a static
 // activation scale; the LM head left in float, as compressed-tensors' "ignore" leaves it)
 // computes, through the engine's paged cache, what the float64 reference computes from the
@@ -608,20 +755,63 @@ TEST(ModelReference, W8A8CheckpointComputesItsCodesValues) {
     builder.quantize_w8a8(p + "ffn_down.weight", &l.down, h, cfg.intermediate_size, false);
   }
   for (cpu::CpuIsa isa : {cpu::CpuIsa::kScalar, cpu::CpuIsa::kBest}) {
-    ModelBuilder copy = builder;
-    auto backend = cpu_backend(isa);
-    ASSERT_TRUE(backend);
-    auto model = create_model(copy.take(), *backend);
-    ASSERT_TRUE(model.ok()) << model.status().message();
-    const std::vector<TokenId> tokens = {1, 17, 5, 60, 33, 2, 41, 8, 8, 19, 0};
-    const auto want = reference_logits(cfg, ref, tokens);
-    const auto got = engine_logits(**model, tokens, {5, 1, 3, 1, 1});
-    std::vector<std::vector<float>> want_f(want.size());
-    for (size_t t = 0; t < want.size(); ++t) want_f[t].assign(want[t].begin(), want[t].end());
-    const double worst = largest_relative_difference(want_f, got);
+    const double worst = difference_from_reference(cfg, builder, ref, isa);
     EXPECT_LE(worst, 3e-2);
     EXPECT_GT(worst, 0);  // the activations were quantized
     std::printf("W8A8 checkpoint: largest logit difference %.2e of the position's largest\n", worst);
+  }
+}
+
+// AWQ (GEMM), GPTQ (4-bit act-order v1 in groups, 8-bit symmetric per channel) and
+// compressed-tensors pack-quantized checkpoints, packed by the test from the formats' descriptions
+// (the LM head left in float), compute through the paged cache what the float64 reference
+// computes from the values their codes stand for; as vLLM's CPU path runs them, the activations
+// are rounded to int8 per token (about 1% of a logit's scale here). A misread interleave, zero
+// point or column order moves the logits by O(1).
+TEST(ModelReference, PackedCheckpointsComputeTheirCodesValues) {
+  const ModelConfig base = base_config();
+  const struct {
+    std::string format, method;
+    int bits;
+    int64_t group;
+    bool act_order;
+  } kCases[] = {
+      {"awq", "awq", 4, 16, false},
+      {"gptq", "gptq", 4, 16, true},
+      {"gptq8", "gptq", 8, 0, false},
+      {"ct", "compressed-tensors", 4, 16, false},
+  };
+  for (const auto& c : kCases) {
+    ModelConfig cfg = base;
+    cfg.quantization.method = c.method;
+    cfg.quantization.format = c.format == "ct" ? "pack-quantized" : "";
+    cfg.quantization.bits = c.bits;
+    cfg.quantization.group_size = c.group;
+    cfg.quantization.symmetric = c.format == "ct" || c.format == "gptq8";
+    cfg.quantization.act_order = c.act_order;
+    cfg.quantization.zeros_minus_one = c.method == "gptq";
+    ModelBuilder builder(cfg, 41);
+    RefWeights ref = builder.build_all();
+    const int64_t h = cfg.hidden_size, qd = cfg.num_heads * cfg.head_dim, kvd = cfg.num_kv_heads * cfg.head_dim;
+    for (int64_t i = 0; i < cfg.num_layers; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      RefLayer& l = ref.layers[static_cast<size_t>(i)];
+      const int64_t g = c.group;
+      builder.quantize_packed(p + "attn_q.weight", &l.wq, qd, h, c.format, g, c.act_order);
+      builder.quantize_packed(p + "attn_k.weight", &l.wk, kvd, h, c.format, g, c.act_order);
+      builder.quantize_packed(p + "attn_v.weight", &l.wv, kvd, h, c.format, g, c.act_order);
+      builder.quantize_packed(p + "attn_output.weight", &l.wo, h, qd, c.format, g, c.act_order);
+      builder.quantize_packed(p + "ffn_gate.weight", &l.gate, cfg.intermediate_size, h, c.format, g, c.act_order);
+      builder.quantize_packed(p + "ffn_up.weight", &l.up, cfg.intermediate_size, h, c.format, g, c.act_order);
+      builder.quantize_packed(p + "ffn_down.weight", &l.down, h, cfg.intermediate_size, c.format, g, c.act_order);
+    }
+    ASSERT_TRUE(check_weights(cfg, builder.source().weights).ok());
+    for (cpu::CpuIsa isa : {cpu::CpuIsa::kScalar, cpu::CpuIsa::kBest}) {
+      const double worst = difference_from_reference(cfg, builder, ref, isa);
+      EXPECT_LE(worst, 3e-2) << c.format;
+      EXPECT_GT(worst, 0) << c.format;
+      std::printf("%s checkpoint: largest logit difference %.2e of the position's largest\n", c.format.c_str(), worst);
+    }
   }
 }
 

@@ -38,8 +38,11 @@ using testing::count_lines;
 // model.safetensors with random bf16 weights, and the Mistral tokenizer's files (32000 tokens).
 // Small (hidden 64, two layers), so it loads in a moment; its text is noise. w8a8: as
 // llm-compressor writes a W8A8 checkpoint: every projection int8 ("weight", I8) with a bf16
-// "weight_scale" [out, 1], and compressed-tensors' quantization_config in config.json.
-std::string write_model_folder(const std::string& tokenizer_dir, bool w8a8 = false) {
+// "weight_scale" [out, 1], and compressed-tensors' quantization_config in config.json. awq: as
+// AutoAWQ writes one: every projection as random int4 codes and zero points ("qweight", "qzeros"
+// I32, GEMM packing) with f16 "scales" per group of 32 inputs, and its quantization_config.
+std::string write_model_folder(const std::string& tokenizer_dir, const std::string& quant = "") {
+  const bool w8a8 = quant == "w8a8", awq = quant == "awq";
   namespace fs = std::filesystem;
   const std::string dir = testing::make_temp_dir() + "/qwen2-tiny";
   fs::create_directories(dir);
@@ -61,7 +64,10 @@ std::string write_model_folder(const std::string& tokenizer_dir, bool w8a8 = fal
                                               {"eos_token_id", 2},
                                               {"torch_dtype", "bfloat16"},
                                               {"quantization_config",
-                                               w8a8 ? json::parse(R"({"quant_method": "compressed-tensors",
+                                               awq ? json::parse(R"({"quant_method": "awq", "bits": 4,
+                                                   "group_size": 32, "zero_point": true, "version": "gemm",
+                                                   "modules_to_not_convert": null})")
+                                               : w8a8 ? json::parse(R"({"quant_method": "compressed-tensors",
                                                    "format": "int-quantized", "ignore": ["lm_head"],
                                                    "config_groups": {"group_0": {"targets": ["Linear"],
                                                    "weights": {"num_bits": 8, "type": "int", "symmetric": true,
@@ -92,6 +98,19 @@ std::string write_model_folder(const std::string& tokenizer_dir, bool w8a8 = fal
       for (size_t i = 0; i < scales.size(); i += 2) scales[i + 1] = 0x3c;  // bf16 0x3c80 = 1/64
       for (size_t i = 0; i < scales.size(); i += 2) scales[i] = 0x80;
       w.add_tensor(name.substr(0, name.size() - 6) + "weight_scale", DType::kBF16, {shape[0], 1}, scales);
+      return;
+    }
+    if (awq && name.ends_with("_proj.weight")) {  // [in, out / 8] words; scales 1/64 (f16 0x2400)
+      const int64_t out = shape[0], in = shape[1], groups = in / 32;
+      const std::string base = name.substr(0, name.size() - 6);
+      std::vector<uint8_t> qweight(static_cast<size_t>(in * out / 8 * 4)), qzeros(static_cast<size_t>(groups * out / 8 * 4));
+      for (auto& b : qweight) b = static_cast<uint8_t>(rng());
+      for (auto& b : qzeros) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> scales(static_cast<size_t>(groups * out * 2));
+      for (size_t i = 0; i < scales.size(); i += 2) scales[i + 1] = 0x24;
+      w.add_tensor(base + "qweight", DType::kI32, {in, out / 8}, qweight);
+      w.add_tensor(base + "qzeros", DType::kI32, {groups, out / 8}, qzeros);
+      w.add_tensor(base + "scales", DType::kF16, {groups, out}, scales);
       return;
     }
     w.add_tensor(name, DType::kBF16, shape, bytes);
@@ -127,7 +146,7 @@ std::string write_model_folder(const std::string& tokenizer_dir, bool w8a8 = fal
 // naming both.
 TEST(VllmCompat, CompressedTensorsW8A8CheckpointRuns) {
   PAGODA_TEST_FILE(tokenizer, "tokenizers/mistral-7b-v0.1/tokenizer.json");
-  const std::string dir = write_model_folder(std::filesystem::path(tokenizer).parent_path().string(), true);
+  const std::string dir = write_model_folder(std::filesystem::path(tokenizer).parent_path().string(), "w8a8");
   for (const char* flag : {"", " --quantization compressed-tensors"}) {
     RunResult r = run_pagoda("generate --model " + shell_quote(dir) + " -p 'Hello there' -n 4 --ignore-eos -v" + flag);
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -146,6 +165,41 @@ TEST(VllmCompat, CompressedTensorsW8A8CheckpointRuns) {
   RunResult missing = run_pagoda("generate --model " + shell_quote(plain) + " -p hi -n 1 --quantization compressed-tensors");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("declares no compressed-tensors quantization_config"), std::string::npos) << missing.err;
+}
+
+// pagoda quantize --type w8a8 / w4a8 on a Hugging Face folder writes the compressed-tensors
+// folder llm-compressor would (config.json with quantization_config, I8 weights, weight_scale,
+// the tokenizer files), and it computes exactly what --quantization w8a8 / w4a8 computes from the
+// float folder at load: the same perplexity to the last digit.
+TEST(VllmCompat, QuantizeWritesCompressedTensorsFolders) {
+  PAGODA_MODEL_FOLDER(dir);
+  const std::string out = testing::make_temp_dir();
+  const std::string text = std::string(PAGODA_SOURCE_DIR) + "/tests/data/short-stories.txt";
+  auto ppl = [&](const std::string& args, const std::string& name) {
+    RunResult r = run_pagoda("perplexity -f " + shell_quote(text) + " --ctx 64 --chunks 4 --output-json " +
+                             shell_quote(out + "/" + name) + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(out + "/" + name);
+    return json::parse(in)["ppl"].get<double>();
+  };
+  for (const char* type : {"w8a8", "w4a8"}) {
+    const std::string folder = out + "/" + type;
+    RunResult q = run_pagoda("quantize " + shell_quote(dir) + " " + shell_quote(folder) + " --type " + type);
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    EXPECT_NE(q.out.find("copied config.json and 2 tokenizer files"), std::string::npos) << q.out;
+    std::ifstream cfg(folder + "/config.json");
+    const json c = json::parse(cfg);
+    EXPECT_EQ(c["quantization_config"]["format"], "int-quantized");
+    EXPECT_EQ(c["model_type"], "qwen2");  // the input's config, kept
+    EXPECT_TRUE(std::filesystem::is_regular_file(folder + "/tokenizer.json"));
+    const double written = ppl("--model " + shell_quote(folder), std::string(type) + "-folder.json");
+    const double online = ppl("--model " + shell_quote(dir) + " --quantization " + type, std::string(type) + "-load.json");
+    EXPECT_EQ(written, online) << type;
+    RunResult g = run_pagoda("generate --model " + shell_quote(folder) + " -p hi -n 2 --ignore-eos -v");
+    EXPECT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_NE(g.err.find(std::string("14 ") + type), std::string::npos) << g.err;
+  }
+  std::filesystem::remove_all(out);
 }
 
 // The first serve line of the issue, verbatim but for the model folder and a free port: every
@@ -174,19 +228,41 @@ TEST(VllmCompat, GuideServeCommandLineServes) {
   EXPECT_NE(log.find("sized by --gpu-memory-utilization 0.85 of the machine's"), std::string::npos) << log;
 }
 
-// The second line asks for AWQ, which has not landed: one line naming the flag, the value and
-// what is supported, before the port is even taken.
-TEST(VllmCompat, QuantizedServeCommandLineFailsAtOnce) {
-  PAGODA_MODEL_FOLDER(dir);
+// The second line asks for AWQ: an AutoAWQ folder serves with it (its projections read as int4
+// codes with zero points), and a folder that is not AWQ is refused in one line naming the flag,
+// before the port is taken.
+TEST(VllmCompat, QuantizedServeCommandLineServesAwq) {
+  PAGODA_TEST_FILE(tokenizer, "tokenizers/mistral-7b-v0.1/tokenizer.json");
+  const std::string dir = write_model_folder(std::filesystem::path(tokenizer).parent_path().string(), "awq");
+  testing::ServerProcess server(
+      PAGODA_BINARY, {dir, "--host", "127.0.0.1", "--quantization", "awq", "--max-model-len", "8192",
+                      "--gpu-memory-utilization", "0.9", "--served-model-name", "qwen2-1.5b-quantized",
+                      "--log-level", "info"});
+  ASSERT_NE(server.port(), 0) << server.log();
+  const testing::HttpResult done = testing::http_request(
+      server.port(), "POST", "/v1/completions",
+      R"({"model": "qwen2-1.5b-quantized", "prompt": "Hello", "max_tokens": 4, "ignore_eos": true})");
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(json::parse(done.body)["usage"]["completion_tokens"], 4);
+  EXPECT_NE(server.log().find("14 awq int4 g32 (checkpoint)"), std::string::npos) << server.log();
+
+  PAGODA_MODEL_FOLDER(plain);
   const auto start = std::chrono::steady_clock::now();
-  RunResult r = run_pagoda("serve " + shell_quote(dir) +
+  RunResult r = run_pagoda("serve " + shell_quote(plain) +
                            " --port 8002 --quantization awq --max-model-len 8192 --gpu-memory-utilization 0.9 "
                            "--served-model-name qwen2-1.5b-quantized");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find("--quantization awq is not supported yet (supported: none"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--quantization awq: " + plain + " declares no awq quantization_config"), std::string::npos)
+      << r.err;
   EXPECT_LT(seconds, 2.0);
+  RunResult other = run_pagoda("generate --model " + shell_quote(dir) + " -p hi -n 1 --quantization gptq");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("(awq, from its config.json) does not match --quantization gptq"), std::string::npos)
+      << other.err;
+  RunResult marlin = run_pagoda("generate --model " + shell_quote(dir) + " -p hi -n 2 --ignore-eos -q awq_marlin");
+  EXPECT_EQ(marlin.exit_code, 0) << marlin.err;
 }
 
 // vLLM flags for capabilities Pagoda lacks fail at once naming the flag; flags with no meaning

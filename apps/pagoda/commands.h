@@ -49,9 +49,17 @@ int run_perplexity(const PerplexityFlags& flags);
 // `pagoda quantize` (quantize_cmd.cpp).
 struct QuantizeFlags {
   std::string input, output;
-  std::string type;  // a llama-quantize file type: q4_k_m, q8_0, ...
+  std::string type;  // a llama-quantize file type (q4_k_m, q8_0, ...: GGUF out), or w8a8 / w4a8
+  // w8a8 / w4a8 (a compressed-tensors folder out): static activation scales from these texts,
+  // SmoothQuant's migration strength (< 0: none), how many texts and tokens of each to run.
+  std::string calibration_file;
+  double smooth_alpha = -1;
+  int64_t num_calibration_samples = 128;
+  int64_t max_seq_len = 512;
+  std::string tokenizer;  // for the calibration texts: default the input's own
 };
 int run_quantize(const QuantizeFlags& flags);
+int run_quantize_compressed(const QuantizeFlags& flags);  // quantize_compressed.cpp
 
 struct BenchThroughputFlags {
   ModelFlags model;

@@ -125,12 +125,29 @@ int main_impl(int argc, char** argv) {
 
   QuantizeFlags quant;
   CLI::App* quant_cmd = app.add_subcommand(
-      "quantize", "write a GGUF file's weights in a llama-quantize file type, as llama-quantize does");
-  quant_cmd->add_option("input", quant.input, "the GGUF file to read")->required();
-  quant_cmd->add_option("output", quant.output, "the GGUF file to write")->required();
+      "quantize",
+      "write a model's weights quantized: a GGUF file in a llama-quantize file type, as llama-quantize does, or a "
+      "compressed-tensors W8A8 / W4A8 folder, as llm-compressor does");
+  quant_cmd->add_option("input", quant.input, "the model to read: a GGUF file (float weights for w8a8 / w4a8) or a "
+                                             "Hugging Face folder (w8a8 / w4a8)")->required();
+  quant_cmd->add_option("output", quant.output, "the GGUF file, or for w8a8 / w4a8 the folder, to write")->required();
   quant_cmd->add_option("--type", quant.type,
-                        "q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, q4_k_m, q5_k_m (llama-quantize's mixes)")
+                        "w8a8, w4a8 (compressed-tensors int-quantized folder); q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, "
+                        "q2_k, q3_k_m, q4_k_m, q5_k_m (llama-quantize's mixes, GGUF)")
       ->required();
+  quant_cmd->add_option("--calibration-file", quant.calibration_file,
+                        "w8a8 / w4a8: JSONL texts ({\"text\": ...} or strings per line) the float model runs over, "
+                        "giving each projection a static activation scale (input_scale)");
+  quant_cmd->add_option("--smooth-alpha", quant.smooth_alpha,
+                        "w8a8 / w4a8 with --calibration-file: SmoothQuant's migration strength in [0, 1] (0.5 is "
+                        "its usual value)");
+  quant_cmd->add_option("--num-calibration-samples", quant.num_calibration_samples, "texts read from the file")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  quant_cmd->add_option("--max-seq-len", quant.max_seq_len, "tokens of each calibration text run")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  quant_cmd->add_option("--tokenizer", quant.tokenizer, "tokenizer of the calibration texts (default: the input's)");
 
   ServeFlags serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API, as vllm serve");

@@ -7,6 +7,7 @@
 #include "apps/pagoda/engine_flags.h"
 #include "backends/cpu/cpu_thread_pool.h"
 #include "base/log.h"
+#include "loader/config_parsers.h"
 #include "loader/gguf_file.h"
 
 namespace pagoda::app {
@@ -47,11 +48,12 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
       ->capture_default_str()
       ->group(kModelConfig);
   app.add_option("--quantization,-q", quantization,
-                 "none; gguf for a GGUF file; compressed-tensors for an int8 W8A8 checkpoint (detected from "
-                 "config.json without the flag); applied to float weights at load: w8a8 (int8 per channel, int8 "
+                 "none; gguf for a GGUF file; a checkpoint's method (detected from config.json without the "
+                 "flag): awq (AutoAWQ GEMM), gptq (4/8-bit, act-order), compressed-tensors (int8 W8A8, "
+                 "pack-quantized W4A16/W8A16); applied to float weights at load: w8a8 (int8 per channel, int8 "
                  "activations per token), w4a8 (int4 in groups of 128, int8 activations), or a llama-quantize "
                  "file type with its mix of tensor types: q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, "
-                 "q4_k_m, q5_k_m (awq, gptq, compressed-tensors, ... not yet)")
+                 "q4_k_m, q5_k_m; fp8 is not a CPU type")
       ->group(kModelConfig);
   app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str()->group(kLoadConfig);
   app.add_option("--backend", backend, "compute backend")->capture_default_str()->group(kPagodaGroup);
@@ -60,8 +62,43 @@ void ModelFlags::add_to(CLI::App& app, bool weights) {
       ->group(kPagodaGroup);
 }
 
+namespace {
+
+// A checkpoint method --quantization may name (vLLM's names; the Marlin ones are its GPU kernels'
+// names for the same checkpoints), as config.json's quant_method spells it; "" for other values.
+std::string checkpoint_method(const std::string& flag) {
+  if (flag == "awq" || flag == "awq_marlin") return "awq";
+  if (flag == "gptq" || flag == "gptq_marlin") return "gptq";
+  if (flag == "compressed-tensors") return "compressed-tensors";
+  return "";
+}
+
+}  // namespace
+
 Status ModelFlags::check() const {
-  if (!quantization.empty() && quantization != "none" && quantization != "compressed-tensors" &&
+  if (quantization == "fp8" || quantization == "fbgemm_fp8" || quantization == "modelopt") {
+    return unimplemented("--quantization " + quantization +
+                         ": fp8 weights are not a CPU type (supported: int8 and int4 codes as w8a8 / w4a8, awq, "
+                         "gptq, compressed-tensors; llama-quantize's types; --kv-cache-dtype fp8 for the KV cache)");
+  }
+  if (const std::string named = checkpoint_method(quantization); !named.empty()) {
+    // The checkpoint must declare the method: its config.json is read now, before the weights
+    // (and a server's port); a config that does not parse is left for loading to report.
+    const std::filesystem::path config = std::filesystem::path(model) / "config.json";
+    std::string declared;
+    if (std::error_code ec; std::filesystem::is_regular_file(config, ec)) {
+      if (auto c = config_from_hf_file(config.string()); c.ok()) {
+        declared = c->quantization.method;
+      } else {
+        declared = named;
+      }
+    }
+    if (declared.empty()) {
+      return invalid_argument("--quantization " + quantization + ": " + model + " declares no " + named +
+                              " quantization_config in its config.json");
+    }
+  }
+  if (!quantization.empty() && quantization != "none" && checkpoint_method(quantization).empty() &&
       !llama_file_type_mix(quantization) && !int_codes_mix(quantization)) {
     const bool gguf_file = quantization == "gguf" && std::filesystem::is_regular_file(model) &&
                            starts_with_gguf_magic(model);
@@ -70,8 +107,9 @@ Status ModelFlags::check() const {
       for (const std::string& n : llama_file_type_names()) file_types += ", " + n;
       return unimplemented("--quantization " + quantization +
                            " is not supported yet (supported: none; gguf for a GGUF file, whose F32/F16/BF16, "
-                           "Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored; compressed-tensors for "
-                           "an int8 W8A8 checkpoint; w8a8 and w4a8, and llama-quantize's file types, applied to "
+                           "Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q2_K..Q6_K tensors run as stored; awq, gptq and "
+                           "compressed-tensors for checkpoints declaring them; w8a8 and w4a8, and llama-quantize's "
+                           "file types, applied to "
                            "float weights at load" + file_types + ")");
     }
   }
@@ -169,12 +207,12 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
   // As vLLM: a checkpoint's declared method and --quantization must agree.
   const std::string& declared = source.config.quantization.method;
-  if (flags.quantization == "compressed-tensors" && declared != "compressed-tensors") {
-    return invalid_argument("--quantization compressed-tensors: " + flags.model +
-                            " declares no compressed-tensors quantization_config in its config.json");
+  const std::string named = checkpoint_method(flags.quantization);
+  if (!named.empty() && declared.empty()) {
+    return invalid_argument("--quantization " + flags.quantization + ": " + flags.model + " declares no " + named +
+                            " quantization_config in its config.json");
   }
-  if (!declared.empty() && !flags.quantization.empty() && flags.quantization != "none" &&
-      flags.quantization != declared) {
+  if (!declared.empty() && !flags.quantization.empty() && flags.quantization != "none" && named != declared) {
     return invalid_argument("the quantization method of " + flags.model + " (" + declared +
                             ", from its config.json) does not match --quantization " + flags.quantization);
   }

@@ -1,4 +1,5 @@
-// `pagoda quantize IN.gguf OUT.gguf --type q4_k_m`: llama-quantize's job. Every metadata entry of
+// `pagoda quantize IN.gguf OUT.gguf --type q4_k_m`: llama-quantize's job (w8a8 / w4a8 write a
+// compressed-tensors folder instead: quantize_compressed.cpp). Every metadata entry of
 // IN is copied (the tokenizer included), general.file_type is set to the type's llama_ftype, and
 // each float weight matrix gets the type the mix gives it (loader/quant_mix.h: the same rules
 // and fallbacks as --quantization at load, so a served OUT computes exactly what IN served with
@@ -17,14 +18,16 @@
 namespace pagoda::app {
 
 int run_quantize(const QuantizeFlags& f) {
+  if (int_codes_mix(f.type)) return run_quantize_compressed(f);
   const std::optional<QuantMix> mix = llama_file_type_mix(f.type);
   if (!mix) {
     std::string names;
     for (const std::string& n : llama_file_type_names()) names += (names.empty() ? "" : ", ") + n;
-    const std::string hint = int_codes_mix(f.type) ? " (w8a8 / w4a8 need a compressed-tensors writer: not yet; "
-                                                     "--quantization " + f.type + " applies them at load)"
-                                                   : "";
-    return fail(invalid_argument("--type " + f.type + " is not supported" + hint + "; supported: " + names));
+    return fail(invalid_argument("--type " + f.type + " is not supported; supported: w8a8, w4a8 (a compressed-tensors "
+                                 "folder), " + names + " (GGUF)"));
+  }
+  if (!f.calibration_file.empty() || f.smooth_alpha >= 0) {
+    return fail(invalid_argument("--calibration-file and --smooth-alpha apply to --type w8a8 / w4a8"));
   }
   if (!starts_with_gguf_magic(f.input)) {
     return fail(invalid_argument(f.input + ": not a GGUF file (pagoda quantize reads and writes GGUF)"));

@@ -78,6 +78,9 @@ struct IntWeight {
   int64_t n = 0, k = 0;
   int64_t group_size = 0;         // divides k (k: per output channel); a multiple of 8 below k
   const float* scales = nullptr;  // [n, k / group_size]
+  // Optional (nullptr: all 0): the code each group's zero sits at, [n, k / group_size] (AWQ,
+  // GPTQ and other asymmetric schemes: the weight is scale * (code - zero)).
+  const int32_t* zero_points = nullptr;
   // The activations' scale: 0 = per token (s = max|x_i| / 127, computed per row); > 0 = this
   // static per-tensor scale from calibration.
   float input_scale = 0;
@@ -105,13 +108,14 @@ struct Kernels {
   // w.input_scale, or max_t |x[i, t]| / 127 per token; xq[i, t] = x[i, t] * (1 / s_i) (127 /
   // max|x_i| per token) rounded to nearest even and saturated to [-127, 127] (an all-zero row stays
   // zero). Then y[i, j] = sum over groups g, in order, from 0, of
-  // float(sum_{t in g} xq[i, t] * code(j, t)) * (scale(j, g) * s_i): exact int32 dots, one
-  // multiply and one add per group, so a row's result never depends on m. x: [m, k] f32; y:
-  // [m, n] f32.
+  // float(sum_{t in g} xq[i, t] * code(j, t) - zero(j, g) * sum_{t in g} xq[i, t]) *
+  // (scale(j, g) * s_i): exact int32 dots (the whole bracket fits int32: callers keep
+  // group_size * 255 * 127 below 2^31), one multiply and one add per group, so a row's result
+  // never depends on m. x: [m, k] f32; y: [m, n] f32.
   void (*matmul_int)(const float* x, int64_t m, const IntWeight& w, float* y);
 
   // Optional (nullptr: matmul_int reads row-major codes). As pack_matmul_weight, for IntWeight:
-  // the codes and scales copied, rearranged, into *storage for this table's matmul_int (the
+  // the codes, scales and zero points copied, rearranged, into *storage for this table's matmul_int (the
   // returned view points there; the originals may be freed).
   IntWeight (*pack_int_weight)(const IntWeight& w, Buffer* storage);
 

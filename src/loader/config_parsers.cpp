@@ -142,47 +142,75 @@ Status rope_scaling_from_freqs(const GgufFile& g, const GgufTensorInfo& t, Model
   return {};
 }
 
-// config.json's quantization_config, as compressed-tensors writes it (shared/docs/
-// quantization-formats.md 4.1-4.3). Everything but int8 W8A8 is refused naming what was found.
-Status hf_quantization(const json& j, const std::string& source, CheckpointQuantization* out) {
-  const auto it = j.find("quantization_config");
-  if (it == j.end() || it->is_null()) return {};
-  const json& q = *it;
-  const std::string where = source + ": quantization_config";
-  if (!q.is_object()) return data_loss(where + " is not an object");
-  const std::string method =
-      q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
-  if (method != "compressed-tensors") {
-    return unimplemented(where + ": quant_method " + (method.empty() ? std::string("(missing)") : method) +
-                         " is not supported yet (supported: compressed-tensors int-quantized W8A8)");
+// A quantization_config field: its value, or `fallback` where it is absent or null.
+json config_arg(const json& o, const char* key, const json& fallback) {
+  return o.is_object() && o.contains(key) && !o[key].is_null() ? o[key] : fallback;
+}
+
+// An integer field that must be one of `allowed` (and an integer).
+Result<int64_t> config_int_in(const json& q, std::initializer_list<const char*> keys, int64_t fallback,
+                              std::initializer_list<int64_t> allowed, const std::string& where) {
+  json v = fallback;
+  std::string name = *keys.begin();
+  for (const char* k : keys) {
+    if (q.contains(k) && !q[k].is_null()) {
+      v = q[k];
+      name = k;
+      break;
+    }
   }
-  const std::string format = q.contains("format") && q["format"].is_string() ? q["format"].get<std::string>() : "";
-  if (format != "int-quantized") {
-    return unimplemented(where + ": compressed-tensors format " + (format.empty() ? std::string("(missing)") : format) +
-                         " is not supported yet (supported: int-quantized, int8 weights with int8 activations)");
+  if (!v.is_number_integer()) return data_loss(where + "." + name + " " + v.dump() + " is not an integer");
+  const auto x = v.get<int64_t>();
+  if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), x) == allowed.end()) {
+    return unimplemented(where + "." + name + " " + std::to_string(x) + " is not supported");
   }
-  const auto groups = q.find("config_groups");
-  if (groups == q.end() || !groups->is_object() || groups->empty()) return data_loss(where + " has no config_groups");
+  return x;
+}
+
+// A group size as the formats write it: -1 (or null / 0 where allowed) = per output channel;
+// otherwise a positive multiple of 8 (a group is a whole number of packed words).
+Result<int64_t> config_group_size(const json& v, const std::string& where) {
+  if (v.is_null()) return int64_t{0};
+  if (!v.is_number_integer()) return data_loss(where + " " + v.dump() + " is not an integer");
+  const auto g = v.get<int64_t>();
+  if (g == -1) return int64_t{0};
+  if (g <= 0 || g % 8 != 0 || g > (int64_t{1} << 20)) {
+    return data_loss(where + " " + std::to_string(g) + " is not -1 or a positive multiple of 8");
+  }
+  return g;
+}
+
+Status ct_int_quantized(const json& groups, const std::string& where, CheckpointQuantization* out) {
   std::optional<bool> dynamic;
-  for (const auto& [name, g] : groups->items()) {
+  for (const auto& [name, g] : groups.items()) {
     const std::string at = where + ".config_groups." + name;
     if (!g.is_object()) return data_loss(at + " is not an object");
     const json& w = g.contains("weights") ? g["weights"] : json();
     const json& a = g.contains("input_activations") ? g["input_activations"] : json();
-    auto arg = [](const json& o, const char* key, const json& fallback) {
-      return o.is_object() && o.contains(key) && !o[key].is_null() ? o[key] : fallback;
-    };
-    const bool weights_ok = w.is_object() && arg(w, "num_bits", 8) == 8 && arg(w, "type", "int") == "int" &&
-                            arg(w, "symmetric", true) == true &&
-                            (arg(w, "strategy", "channel") == "channel" || arg(w, "strategy", "channel") == "tensor");
+    const json strategy = config_arg(w, "strategy", "channel");
+    const bool eight = config_arg(w, "num_bits", 8) == 8 && (strategy == "channel" || strategy == "tensor");
+    const bool four = config_arg(w, "num_bits", 8) == 4 && (strategy == "group" || strategy == "channel");
+    const bool weights_ok = w.is_object() && (eight || four) && config_arg(w, "type", "int") == "int" &&
+                            config_arg(w, "symmetric", true) == true && config_arg(w, "actorder", nullptr).is_null();
     if (!weights_ok) {
       return unimplemented(at + ".weights " + (w.is_null() ? std::string("null") : w.dump()) +
-                           " is not supported yet (supported: 8-bit symmetric int, per channel or per tensor)");
+                           " is not supported yet (supported: symmetric int, 8-bit per channel or per tensor, 4-bit "
+                           "per group or per channel)");
     }
-    const bool token = a.is_object() && arg(a, "strategy", "token") == "token" && arg(a, "dynamic", true) == true;
-    const bool tensor = a.is_object() && arg(a, "strategy", "") == "tensor" && arg(a, "dynamic", false) == false;
-    const bool acts_ok = a.is_object() && arg(a, "num_bits", 8) == 8 && arg(a, "type", "int") == "int" &&
-                         arg(a, "symmetric", true) == true && (token || tensor);
+    const int bits = eight ? 8 : 4;
+    int64_t group = 0;
+    if (four && strategy == "group") {
+      PAGODA_ASSIGN_OR_RETURN(group, config_group_size(config_arg(w, "group_size", -1), at + ".weights.group_size"));
+    }
+    if (out->bits != 0 && (out->bits != bits || out->group_size != group)) {
+      return unimplemented(at + ": config groups with different weight schemes are not supported yet");
+    }
+    out->bits = bits;
+    out->group_size = group;
+    const bool token = a.is_object() && config_arg(a, "strategy", "token") == "token" && config_arg(a, "dynamic", true) == true;
+    const bool tensor = a.is_object() && config_arg(a, "strategy", "") == "tensor" && config_arg(a, "dynamic", false) == false;
+    const bool acts_ok = a.is_object() && config_arg(a, "num_bits", 8) == 8 && config_arg(a, "type", "int") == "int" &&
+                         config_arg(a, "symmetric", true) == true && (token || tensor);
     if (!acts_ok) {
       return unimplemented(at + ".input_activations " + (a.is_null() ? std::string("null") : a.dump()) +
                            " is not supported yet (supported: 8-bit symmetric int, dynamic per token or static "
@@ -191,8 +219,128 @@ Status hf_quantization(const json& j, const std::string& source, CheckpointQuant
     if (dynamic && *dynamic != token) return unimplemented(at + ": groups mixing dynamic and static activations");
     dynamic = token;
   }
-  out->method = method;
   out->static_input_scales = !*dynamic;
+  return {};
+}
+
+// pack-quantized: int weights of 4 or 8 bits in groups or per channel, float activations
+// (W4A16, W8A16). Every group must describe the same scheme.
+Status ct_pack_quantized(const json& groups, const std::string& where, CheckpointQuantization* out) {
+  std::optional<CheckpointQuantization> seen;
+  for (const auto& [name, g] : groups.items()) {
+    const std::string at = where + ".config_groups." + name;
+    if (!g.is_object()) return data_loss(at + " is not an object");
+    const json& w = g.contains("weights") ? g["weights"] : json();
+    const json& a = g.contains("input_activations") ? g["input_activations"] : json();
+    if (!w.is_object()) return data_loss(at + ".weights is not an object");
+    CheckpointQuantization c = *out;
+    const json bits = config_arg(w, "num_bits", 8), type = config_arg(w, "type", "int");
+    const json strategy = config_arg(w, "strategy", "");
+    const json actorder = config_arg(w, "actorder", nullptr);
+    const json sym = config_arg(w, "symmetric", true);
+    const bool ok = (bits == 4 || bits == 8) && type == "int" && sym.is_boolean() &&
+                    (strategy == "group" || strategy == "channel" || strategy == "") &&
+                    (actorder.is_null() || actorder == "group" || actorder == "dynamic" || actorder == "weight" ||
+                     actorder == "static") &&
+                    a.is_null();
+    if (!ok) {
+      return unimplemented(at + " weights " + w.dump() + ", input_activations " + a.dump() +
+                           " is not supported yet (supported for pack-quantized: 4- or 8-bit int weights per group "
+                           "or per channel, symmetric or not, float activations)");
+    }
+    c.bits = bits.get<int>();
+    c.symmetric = sym.get<bool>();
+    c.act_order = actorder == "group" || actorder == "dynamic";
+    PAGODA_ASSIGN_OR_RETURN(c.group_size, config_group_size(strategy == "channel" ? json(-1) : config_arg(w, "group_size", -1),
+                                                            at + ".weights.group_size"));
+    if (seen && (seen->bits != c.bits || seen->symmetric != c.symmetric || seen->group_size != c.group_size ||
+                 seen->act_order != c.act_order)) {
+      return unimplemented(at + ": config groups with different weight schemes are not supported yet");
+    }
+    seen = c;
+  }
+  *out = *seen;
+  return {};
+}
+
+// AutoAWQ's GEMM checkpoints (quantization-formats.md 2): 4-bit, zero points, groups.
+Status awq_config(const json& q, const std::string& where, CheckpointQuantization* out) {
+  PAGODA_ASSIGN_OR_RETURN(const int64_t bits, config_int_in(q, {"bits", "w_bit"}, 4, {4}, where));
+  const json version = config_arg(q, "version", "gemm");
+  if (!version.is_string() || (version != "gemm" && version != "GEMM")) {
+    return unimplemented(where + ".version " + version.dump() +
+                         " is not supported yet (supported: gemm, AutoAWQ's GEMM packing)");
+  }
+  if (config_arg(q, "zero_point", true) != true) {
+    return unimplemented(where + ".zero_point false is not supported (AWQ's GEMM packing stores zero points)");
+  }
+  json group = q.contains("group_size") ? q["group_size"] : config_arg(q, "q_group_size", 128);
+  PAGODA_ASSIGN_OR_RETURN(out->group_size, config_group_size(group, where + ".group_size"));
+  out->bits = static_cast<int>(bits);
+  out->symmetric = false;
+  return {};
+}
+
+// GPTQ (AutoGPTQ, GPTQModel, optimum; quantization-formats.md 3): 4 or 8 bits, v1 or v2 zeros.
+Status gptq_config(const json& q, const std::string& where, CheckpointQuantization* out) {
+  PAGODA_ASSIGN_OR_RETURN(const int64_t bits, config_int_in(q, {"bits"}, 4, {4, 8}, where));
+  PAGODA_ASSIGN_OR_RETURN(out->group_size, config_group_size(config_arg(q, "group_size", 128), where + ".group_size"));
+  const json format = q.contains("checkpoint_format") ? config_arg(q, "checkpoint_format", "gptq") : config_arg(q, "format", "gptq");
+  if (!format.is_string() || (format != "gptq" && format != "gptq_v2")) {
+    return unimplemented(where + ".checkpoint_format " + format.dump() +
+                         " is not supported yet (supported: gptq, gptq_v2)");
+  }
+  if (config_arg(q, "is_marlin_format", false) != false) {
+    return unimplemented(where + ".is_marlin_format: Marlin-repacked GPTQ is not supported yet");
+  }
+  const json dynamic = config_arg(q, "dynamic", json::object());
+  if (!dynamic.is_object() || !dynamic.empty()) {
+    return unimplemented(where + ".dynamic (per-module overrides) is not supported yet");
+  }
+  const json sym = config_arg(q, "sym", true), desc = config_arg(q, "desc_act", false);
+  if (!sym.is_boolean() || !desc.is_boolean()) return data_loss(where + ": sym and desc_act must be true or false");
+  out->bits = static_cast<int>(bits);
+  out->symmetric = sym.get<bool>();
+  out->act_order = desc.get<bool>();
+  out->zeros_minus_one = format == "gptq";
+  return {};
+}
+
+// config.json's quantization_config. Supported: compressed-tensors int-quantized (W8A8) and
+// pack-quantized (W4A16 / W8A16), AWQ GEMM, GPTQ; anything else is refused naming what was found.
+Status hf_quantization(const json& j, const std::string& source, CheckpointQuantization* out) {
+  const auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return {};
+  const json& q = *it;
+  const std::string where = source + ": quantization_config";
+  if (!q.is_object()) return data_loss(where + " is not an object");
+  const std::string method =
+      q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
+  CheckpointQuantization c;
+  c.method = method;
+  if (method == "awq") {
+    PAGODA_RETURN_IF_ERROR(awq_config(q, where, &c));
+  } else if (method == "gptq") {
+    PAGODA_RETURN_IF_ERROR(gptq_config(q, where, &c));
+  } else if (method == "compressed-tensors") {
+    c.format = q.contains("format") && q["format"].is_string() ? q["format"].get<std::string>() : "";
+    if (c.format != "int-quantized" && c.format != "pack-quantized") {
+      return unimplemented(where + ": compressed-tensors format " + (c.format.empty() ? std::string("(missing)") : c.format) +
+                           " is not supported yet (supported: int-quantized, int8 weights with int8 activations; "
+                           "pack-quantized, int4 / int8 weights with float activations)");
+    }
+    const auto groups = q.find("config_groups");
+    if (groups == q.end() || !groups->is_object() || groups->empty()) return data_loss(where + " has no config_groups");
+    if (c.format == "int-quantized") {
+      PAGODA_RETURN_IF_ERROR(ct_int_quantized(*groups, where, &c));
+    } else {
+      PAGODA_RETURN_IF_ERROR(ct_pack_quantized(*groups, where, &c));
+    }
+  } else {
+    return unimplemented(where + ": quant_method " + (method.empty() ? std::string("(missing)") : method) +
+                         " is not supported yet (supported: awq, gptq, compressed-tensors)");
+  }
+  *out = c;
   return {};
 }
 

@@ -19,14 +19,26 @@ struct RopeScaling {
 };
 
 // The quantization a checkpoint declares in config.json's quantization_config (vLLM detects a
-// checkpoint's method the same way). Supported: compressed-tensors' int-quantized W8A8: int8
-// weights ([out, in] "weight", I8) with a scale per output channel or per tensor
-// ("weight_scale"), int8 activations per token (dynamic) or with a static per-tensor scale
-// ("input_scale"); the projections stored as I8 are those, the others (often lm_head, in
-// "ignore") stay as they are stored.
+// checkpoint's method the same way; layouts in shared/docs/quantization-formats.md 2-4):
+//  - "compressed-tensors", format "int-quantized" (W8A8, W4A8): int8 weights ([out, in] "weight",
+//    I8; 4-bit codes one per byte) with a scale per output channel or per tensor, or per group
+//    for 4 bits ("weight_scale"), int8 activations per token (dynamic) or with a static
+//    per-tensor scale ("input_scale");
+//  - "compressed-tensors", format "pack-quantized" (W4A16, W8A16): "weight_packed" int32
+//    [out, in * bits / 32], "weight_scale" [out, groups], "weight_shape", with "weight_zero_point"
+//    when asymmetric and "weight_g_idx" with actorder "group";
+//  - "awq" (AutoAWQ GEMM: "qweight" [in, out / 8] interleaved, "qzeros", "scales");
+//  - "gptq" ("qweight" [in * bits / 32, out], "qzeros", "scales", "g_idx"; v1's zeros minus one).
+// The projections stored so are those; the others (often lm_head) stay as they are stored.
 struct CheckpointQuantization {
-  std::string method;                // "" = none; "compressed-tensors"
-  bool static_input_scales = false;  // input_activations.dynamic false: each layer has input_scale
+  std::string method;                // "" = none; "compressed-tensors", "awq", "gptq"
+  std::string format;                // compressed-tensors: "int-quantized" or "pack-quantized"
+  bool static_input_scales = false;  // int-quantized, input_activations.dynamic false: input_scale
+  int bits = 0;                      // 4 or 8 (int-quantized: 8 unless W4A8)
+  int64_t group_size = 0;            // columns per scale; 0 = per output channel (or tensor)
+  bool symmetric = true;             // packed formats: false = zero points stored
+  bool act_order = false;            // g_idx may reorder columns (GPTQ desc_act, actorder "group")
+  bool zeros_minus_one = false;      // GPTQ v1: a stored zero point is the real one minus 1
 };
 
 struct ModelConfig {

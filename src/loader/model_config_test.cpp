@@ -161,12 +161,12 @@ TEST(ConfigFromHf, CompressedTensorsW8A8) {
   const struct {
     std::string from, to, message;
   } kRefused[] = {
-      {R"("quant_method": "compressed-tensors")", R"("quant_method": "awq")",
-       "dir/config.json: quantization_config: quant_method awq is not supported yet"},
-      {R"("format": "int-quantized")", R"("format": "pack-quantized")",
-       "compressed-tensors format pack-quantized is not supported yet"},
+      {R"("quant_method": "compressed-tensors")", R"("quant_method": "bitsandbytes")",
+       "dir/config.json: quantization_config: quant_method bitsandbytes is not supported yet"},
+      {R"("format": "int-quantized")", R"("format": "float-quantized")",
+       "compressed-tensors format float-quantized is not supported yet"},
       {R"("num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel")",
-       R"("num_bits": 4, "type": "int", "symmetric": true, "strategy": "group")",
+       R"("num_bits": 4, "type": "int", "symmetric": true, "strategy": "tensor")",
        "quantization_config.config_groups.group_0.weights"},
       {R"("symmetric": true, "strategy": "token")", R"("symmetric": false, "strategy": "token")",
        "quantization_config.config_groups.group_0.input_activations"},
@@ -178,6 +178,68 @@ TEST(ConfigFromHf, CompressedTensorsW8A8) {
     ASSERT_FALSE(bad.ok()) << r.to;
     EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented) << bad.status().message();
     EXPECT_NE(bad.status().message().find(r.message), std::string::npos) << bad.status().message();
+  }
+}
+
+// AWQ, GPTQ and compressed-tensors pack-quantized configs as their producers write them
+// (quantization-formats.md 2-4): the scheme is read; what Pagoda cannot run is refused by name.
+TEST(ConfigFromHf, AwqGptqAndPackQuantized) {
+  const std::string head = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "quantization_config": )";
+  auto with = [&](const std::string& q) { return config_from_hf_json(head + q + "}", "dir/config.json"); };
+  auto awq = with(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm",
+      "modules_to_not_convert": null})");
+  ASSERT_TRUE(awq.ok()) << awq.status().message();
+  EXPECT_EQ(awq->quantization.method, "awq");
+  EXPECT_EQ(awq->quantization.bits, 4);
+  EXPECT_EQ(awq->quantization.group_size, 128);
+  EXPECT_FALSE(awq->quantization.symmetric);
+  auto legacy = with(R"({"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "zero_point": true, "version": "GEMM"})");
+  ASSERT_TRUE(legacy.ok()) << legacy.status().message();
+  EXPECT_EQ(legacy->quantization.group_size, 64);
+
+  auto gptq = with(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": true, "sym": true,
+      "damp_percent": 0.01, "true_sequential": true})");
+  ASSERT_TRUE(gptq.ok()) << gptq.status().message();
+  EXPECT_EQ(gptq->quantization.bits, 8);
+  EXPECT_EQ(gptq->quantization.group_size, 0);
+  EXPECT_TRUE(gptq->quantization.act_order);
+  EXPECT_TRUE(gptq->quantization.zeros_minus_one);
+  auto v2 = with(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": false, "checkpoint_format": "gptq_v2"})");
+  ASSERT_TRUE(v2.ok()) << v2.status().message();
+  EXPECT_FALSE(v2->quantization.zeros_minus_one);
+  EXPECT_FALSE(v2->quantization.symmetric);
+
+  auto w4a16 = with(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null,
+        "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 128,
+                    "actorder": "group", "dynamic": false}}}})");
+  ASSERT_TRUE(w4a16.ok()) << w4a16.status().message();
+  EXPECT_EQ(w4a16->quantization.format, "pack-quantized");
+  EXPECT_EQ(w4a16->quantization.bits, 4);
+  EXPECT_EQ(w4a16->quantization.group_size, 128);
+  EXPECT_TRUE(w4a16->quantization.act_order);
+
+  const struct {
+    std::string config, message;
+  } kRefused[] = {
+      {R"({"quant_method": "awq", "bits": 3})", "quantization_config.bits 3 is not supported"},
+      {R"({"quant_method": "awq", "bits": 4, "version": "gemv"})", "quantization_config.version \"gemv\" is not supported"},
+      {R"({"quant_method": "awq", "bits": 4, "zero_point": false})", "zero_point false is not supported"},
+      {R"({"quant_method": "awq", "bits": 4, "group_size": 100})", "group_size 100 is not -1 or a positive multiple of 8"},
+      {R"({"quant_method": "gptq", "bits": 2})", "quantization_config.bits 2 is not supported"},
+      {R"({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"})", "checkpoint_format \"marlin\" is not supported"},
+      {R"({"quant_method": "gptq", "bits": "4"})", "quantization_config.bits \"4\" is not an integer"},
+      {R"({"quant_method": "gptq", "bits": 4, "dynamic": {"-:.*": {}}})", "dynamic (per-module overrides)"},
+      {R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g": {"weights":
+          {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}, "input_activations":
+          {"num_bits": 8, "type": "int"}}}})", "config_groups.g weights"},
+  };
+  for (const auto& r : kRefused) {
+    auto bad = with(r.config);
+    ASSERT_FALSE(bad.ok()) << r.config;
+    EXPECT_NE(bad.status().message().find(r.message), std::string::npos) << bad.status().message();
+    EXPECT_EQ(bad.status().message().rfind("dir/config.json: quantization_config", 0), 0u) << bad.status().message();
   }
 }
 

@@ -22,6 +22,8 @@ std::optional<DType> dtype_from_safetensors(const std::string& name) {
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
   if (name == "I8") return DType::kI8;
+  if (name == "I32") return DType::kI32;
+  if (name == "I64") return DType::kI64;
   return std::nullopt;
 }
 

@@ -15,6 +15,8 @@ const char* safetensors_dtype(DType t) {
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
     case DType::kI8: return "I8";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
     default: break;
   }
   PAGODA_CHECK(false && "safetensors holds only f32, f16, bf16 and i8");

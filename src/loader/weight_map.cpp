@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "loader/model_source.h"
+#include "loader/packed_linear.h"
 
 namespace pagoda {
 
@@ -122,6 +123,11 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
 
 Status check_weights(const ModelConfig& config, const WeightMap& weights) {
   for (const WeightSpec& spec : expected_weights(config)) {
+    // A projection stored packed (AWQ, GPTQ, ...) is checked where it is decoded (packed_linear.h).
+    if (spec.kind == WeightSpec::Kind::kMatrix && weights.find(spec.name) == nullptr &&
+        has_packed_linear(weights, spec.name, config.quantization)) {
+      continue;
+    }
     PAGODA_ASSIGN_OR_RETURN(Tensor t, weights.get(spec.name, spec.shape));
     if (spec.kind != WeightSpec::Kind::kMatrix && t.dtype != DType::kF32 && t.dtype != DType::kF16 &&
         t.dtype != DType::kBF16) {
@@ -135,10 +141,13 @@ Status check_weights(const ModelConfig& config, const WeightMap& weights) {
 
 namespace {
 
-// The per-tensor quantization parameters a checkpoint stores beside a projection's weight
-// (compressed-tensors: "q_proj.weight_scale", "q_proj.input_scale"): the weight's own name with
-// this suffix in place of "weight", in both naming schemes.
-constexpr std::string_view kWeightCompanions[] = {"weight_scale", "input_scale"};
+// The per-tensor quantization parameters a checkpoint stores beside a projection's weight, or in
+// its place (compressed-tensors: "q_proj.weight_scale", "q_proj.input_scale", "weight_packed",
+// ...; AWQ and GPTQ: "q_proj.qweight", "q_proj.scales", ...): the weight's own name with this
+// suffix in place of "weight", in both naming schemes.
+constexpr std::string_view kWeightCompanions[] = {
+    "weight_scale", "input_scale", "weight_packed", "weight_shape", "weight_zero_point", "weight_g_idx",
+    "qweight",      "qzeros",      "scales",        "g_idx"};
 
 // For a name ending in ".<companion>": the name of the weight it belongs to, and the companion.
 bool split_companion(const std::string& name, std::string* weight, std::string_view* companion) {

@@ -66,6 +66,42 @@ void quantize_row_i8(const float* src, void* dst, int64_t n) {
   }
 }
 
+void dequantize_row_i32(const void* src, float* out, int64_t n) {
+  auto* p = static_cast<const uint8_t*>(src);  // any alignment
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t v;
+    std::memcpy(&v, p + 4 * i, 4);
+    out[i] = static_cast<float>(v);
+  }
+}
+
+void quantize_row_i32(const float* src, void* dst, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = std::nearbyint(static_cast<double>(src[i]));
+    const auto q = static_cast<int32_t>(v > 2147483647.0 ? 2147483647.0 : (v < -2147483648.0 ? -2147483648.0 : v));
+    std::memcpy(p + 4 * i, &q, 4);
+  }
+}
+
+void dequantize_row_i64(const void* src, float* out, int64_t n) {
+  auto* p = static_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v;
+    std::memcpy(&v, p + 8 * i, 8);
+    out[i] = static_cast<float>(v);
+  }
+}
+
+void quantize_row_i64(const float* src, void* dst, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = std::nearbyint(static_cast<double>(src[i]));
+    const auto q = static_cast<int64_t>(v > 9.2e18 ? 9.2e18 : (v < -9.2e18 ? -9.2e18 : v));
+    std::memcpy(p + 8 * i, &q, 8);
+  }
+}
+
 void quantize_row_f32(const float* src, void* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * 4);
 }
@@ -151,6 +187,21 @@ float quantize_activation_row_int8(const float* x, int64_t k, float static_scale
     q[t] = static_cast<int8_t>(v > 127.0f ? 127 : (v < -127.0f ? -127 : v));
   }
   return scale;
+}
+
+void quantize_weight_row_symmetric(const float* w, int64_t k, int bits, int64_t group, int8_t* codes, float* scales) {
+  const float qmax = bits == 8 ? 127.0f : 7.0f;
+  for (int64_t g = 0; g < k / group; ++g) {
+    const float* x = w + g * group;
+    float amax = 0;
+    for (int64_t t = 0; t < group; ++t) amax = std::fmax(amax, std::fabs(x[t]));
+    scales[g] = amax / qmax;
+    const float inv = amax != 0 ? qmax / amax : 0.0f;
+    for (int64_t t = 0; t < group; ++t) {
+      const float v = std::nearbyint(x[t] * inv);
+      codes[g * group + t] = static_cast<int8_t>(v > qmax ? qmax : (v < -qmax ? -qmax : v));
+    }
+  }
 }
 
 }  // namespace pagoda

@@ -27,13 +27,15 @@ constexpr DTypeTraits kTraits[] = {
     {DType::kQ5_K, "q5_k", kSuperBlock, sizeof(BlockQ5_K), 13, dequantize_row_q5_k, quantize_row_q5_k, decode_chunks_q5_k, true},
     {DType::kQ6_K, "q6_k", kSuperBlock, sizeof(BlockQ6_K), 14, dequantize_row_q6_k, quantize_row_q6_k, decode_chunks_q6_k, false},
     {DType::kI8, "i8", 1, 1, 24, dequantize_row_i8, quantize_row_i8, nullptr, false, /*dense_matmul=*/false},
+    {DType::kI32, "i32", 1, 4, 26, dequantize_row_i32, quantize_row_i32, nullptr, false, /*dense_matmul=*/false},
+    {DType::kI64, "i64", 1, 8, 27, dequantize_row_i64, quantize_row_i64, nullptr, false, /*dense_matmul=*/false},
 };
 
 constexpr bool table_in_enum_order() {
   for (size_t i = 0; i < std::size(kTraits); ++i) {
     if (static_cast<size_t>(kTraits[i].type) != i) return false;
   }
-  return static_cast<size_t>(DType::kI8) + 1 == std::size(kTraits);
+  return static_cast<size_t>(DType::kI64) + 1 == std::size(kTraits);
 }
 static_assert(table_in_enum_order());
 

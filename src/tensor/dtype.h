@@ -19,6 +19,8 @@ enum class DType : uint8_t {
   kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1,    // 32-element blocks
   kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,    // 256-element super-blocks (ggml's K-quants)
   kI8,                                  // bare int8 codes (W8A8 checkpoints' weights; scales apart)
+  kI32, kI64,                           // plain integers: packed int4/int8 codes (AWQ, GPTQ,
+                                        // compressed-tensors pack-quantized), g_idx, shapes
 };
 
 struct QuantChunk;
@@ -41,7 +43,8 @@ struct DTypeTraits {
   // offset: q4_1, q5_1, q2_k, q4_k, q5_k). Types without skip that term of the product.
   bool has_mins;
   // Whether a weight of this type is a matrix on its own (Kernels::matmul multiplies it): every
-  // type but i8, whose codes mean something only with their scales (model/layers/linear.h).
+  // type but the integer ones, whose codes mean something only with their scales
+  // (model/layers/linear.h, loader/packed_linear.h).
   bool dense_matmul = true;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "loader/packed_linear.h"
 #include "loader/quant_mix.h"
 #include "model/layers/linear.h"
 #include "model/layers/rope_freqs.h"
@@ -49,7 +50,8 @@ class LlamaModel final : public Model {
   // rules see `slot_name` (a tied LM head is output.weight).
   Result<Tensor> convert(const std::string& name, const std::string& slot_name, Tensor t, Buffer* storage);
   // A projection: the tensor `name` converted as above, or quantized to integer codes under an
-  // int-codes mix, in the backend's packed layout where it has one.
+  // int-codes mix, or a checkpoint's packed codes (AWQ, GPTQ, ...), in the backend's packed layout
+  // where it has one.
   Result<Linear> linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name = {});
   // A projection stored as int8 codes (i8) with its scales beside it (a W8A8 checkpoint).
   Result<Linear> int8_linear(const std::string& name, const Tensor& codes);
@@ -122,13 +124,20 @@ Result<Linear> LlamaModel::int8_linear(const std::string& name, const Tensor& co
   if (scale == nullptr) {
     return data_loss(source_.path + ": tensor " + name + " holds int8 codes but " + scale_name + " is missing");
   }
-  const int64_t rows = codes.num_rows();
+  const int64_t rows = codes.num_rows(), cols = codes.row_len();
+  const int bits = cfg_.quantization.bits == 4 ? 4 : 8;
+  const int64_t group = cfg_.quantization.group_size > 0 ? cfg_.quantization.group_size : cols;
+  const int64_t groups = cols % group == 0 ? cols / group : 0;
   const bool per_channel = scale->numel() == rows && (scale->ndim == 1 || (scale->ndim == 2 && scale->dim(1) == 1));
-  const bool per_tensor = scale->numel() == 1;
-  if (!(per_channel || per_tensor) || !dtype_traits(scale->dtype).dense_matmul || is_quantized(scale->dtype)) {
+  const bool per_tensor = scale->numel() == 1 && bits == 8;
+  const bool per_group = groups > 1 && scale->ndim == 2 && scale->dim(0) == rows && scale->dim(1) == groups;
+  if (!(per_channel || per_tensor || per_group) || !dtype_traits(scale->dtype).dense_matmul || is_quantized(scale->dtype)) {
+    const std::string want = groups > 1 ? "per group [" + std::to_string(rows) + ", " + std::to_string(groups) + "]"
+                                        : "per output channel [" + std::to_string(rows) + ", 1]" +
+                                              (bits == 8 ? " or per tensor [1]" : "");
     return data_loss(source_.path + ": tensor " + scale_name + " " + scale->shape_string() + " " +
-                     std::string(dtype_name(scale->dtype)) + " is not a float scale per output channel [" +
-                     std::to_string(rows) + ", 1] or per tensor [1] of " + name + " " + codes.shape_string());
+                     std::string(dtype_name(scale->dtype)) + " is not a float scale " + want + " of " + name + " " +
+                     codes.shape_string());
   }
   std::vector<float> values(static_cast<size_t>(scale->numel()));
   dequantize_row(scale->dtype, scale->data, values.data(), scale->numel());
@@ -151,14 +160,58 @@ Result<Linear> LlamaModel::int8_linear(const std::string& name, const Tensor& co
     return data_loss(source_.path + ": the checkpoint declares static activation scales but " + input_name +
                      " is missing");
   }
-  ++int_types_["w8a8 (checkpoint)"];
-  return Linear::int8_codes(k_, codes, std::move(values), input_scale);
+  if (bits == 8 && !per_group) {
+    ++int_types_["w8a8 (checkpoint)"];
+    return Linear::int8_codes(k_, codes, std::move(values), input_scale);
+  }
+  // int4 codes one per byte (W4A8, as compressed-tensors' int-quantized format stores them), in
+  // groups: packed two per byte for the int4 kernel.
+  if (bits == 4 && (cols % 2 != 0 || (group != cols && group % 8 != 0))) {
+    return data_loss(source_.path + ": tensor " + name + " " + codes.shape_string() + " has rows that are not whole " +
+                     "int4 pairs and groups of " + std::to_string(group));
+  }
+  IntCodes c;
+  c.bits = bits;
+  c.n = rows;
+  c.k = cols;
+  c.group_size = per_channel ? cols : group;
+  c.method = bits == 4 ? "w4a8" : "w8a8";
+  c.input_scale = input_scale;
+  c.scales = std::move(values);
+  const int64_t row_bytes = bits == 8 ? cols : cols / 2;
+  c.codes.assign(static_cast<size_t>(rows * row_bytes), 0);
+  for (int64_t j = 0; j < rows; ++j) {
+    const auto* in = static_cast<const int8_t*>(codes.data) + j * cols;
+    uint8_t* out = c.codes.data() + j * row_bytes;
+    for (int64_t t = 0; t < cols; ++t) {
+      if (bits == 8) {
+        out[t] = static_cast<uint8_t>(in[t]);
+      } else if (in[t] < -8 || in[t] > 7) {
+        return data_loss(source_.path + ": tensor " + name + " holds " + std::to_string(in[t]) +
+                         ", outside the 4-bit range [-8, 7] (row " + std::to_string(j) + ")");
+      } else {
+        out[t / 2] |= static_cast<uint8_t>((in[t] & 0xF) << (4 * (t % 2)));
+      }
+    }
+  }
+  Linear l = Linear::int_codes(k_, std::move(c));
+  ++int_types_[l.type_name() + " (checkpoint)"];
+  return l;
 }
 
 Result<Linear> LlamaModel::linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name) {
+  if (source_.weights.find(name) == nullptr && has_packed_linear(source_.weights, name, cfg_.quantization)) {
+    PAGODA_ASSIGN_OR_RETURN(IntCodes codes, read_packed_linear(source_.weights, name, rows, cols, cfg_.quantization));
+    Linear l = Linear::int_codes(k_, std::move(codes));
+    ++int_types_[l.type_name() + " (checkpoint)"];
+    l.set_name(name);
+    return l;
+  }
   if (const Tensor* stored = source_.weights.find(name); stored != nullptr && stored->dtype == DType::kI8) {
     PAGODA_ASSIGN_OR_RETURN(Tensor codes, source_.weights.get(name, {rows, cols}));
-    return int8_linear(name, codes);
+    PAGODA_ASSIGN_OR_RETURN(Linear l, int8_linear(name, codes));
+    l.set_name(name);
+    return l;
   }
   PAGODA_ASSIGN_OR_RETURN(Tensor t, matrix(name, rows, cols));
   const std::string& slot = slot_name.empty() ? name : slot_name;
@@ -168,11 +221,14 @@ Result<Linear> LlamaModel::linear(const std::string& name, int64_t rows, int64_t
     if (bits == 4 && cols % 2 != 0) bits = 8;  // no whole int4 pairs: int8 per channel
     Linear l = Linear::quantize_int(k_, t, bits, bits == 8 && group != cols ? cols : group);
     ++int_types_[l.type_name()];
+    l.set_name(name);
     return l;
   }
   Buffer converted;
   PAGODA_ASSIGN_OR_RETURN(t, convert(name, slot, t, &converted));
-  return Linear::dense(k_, t, std::move(converted));
+  Linear l = Linear::dense(k_, t, std::move(converted));
+  l.set_name(name);
+  return l;
 }
 
 Result<F32Vector> LlamaModel::vector(const std::string& name, int64_t len) {
@@ -193,6 +249,7 @@ Status LlamaModel::init(const Backend& backend) {
   if (cfg_.tie_word_embeddings) {
     // The embedding table as it is now (converted once above), packed for the matmul.
     lm_head_ = Linear::dense(k_, token_embd_, Buffer());
+    lm_head_.set_name("output.weight");
   } else {
     PAGODA_ASSIGN_OR_RETURN(lm_head_, linear("output.weight", cfg_.vocab_size, hidden));
   }

@@ -2,11 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.h"
 #include "tensor/convert.h"
 
 namespace pagoda {
+namespace {
+
+thread_local LinearInputObserver* t_observer = nullptr;
+
+}  // namespace
+
+ScopedLinearInputObserver::ScopedLinearInputObserver(LinearInputObserver* observer) : previous_(t_observer) {
+  t_observer = observer;
+}
+
+ScopedLinearInputObserver::~ScopedLinearInputObserver() { t_observer = previous_; }
 
 Linear Linear::dense(const Kernels& kernels, Tensor w, Buffer storage) {
   Linear l;
@@ -27,29 +39,19 @@ Linear Linear::quantize_int(const Kernels& kernels, const Tensor& w, int bits, i
   PAGODA_CHECK(k % group_size == 0 && (group_size == k || group_size % 8 == 0));
   if (bits == 4) PAGODA_CHECK(k % 2 == 0);
   const int64_t groups = k / group_size, row_bytes = bits == 8 ? k : k / 2;
-  const float qmax = bits == 8 ? 127.0f : 7.0f;
   Buffer codes(static_cast<size_t>(n * row_bytes));
   Buffer scales(static_cast<size_t>(n * groups) * sizeof(float));
   std::vector<float> row(static_cast<size_t>(k));
+  std::vector<int8_t> q(static_cast<size_t>(k));
   for (int64_t j = 0; j < n; ++j) {
     dequantize_row(w.dtype, w.row(j), row.data(), k);
+    quantize_weight_row_symmetric(row.data(), k, bits, group_size, q.data(), scales.as<float>() + j * groups);
     uint8_t* out = codes.as<uint8_t>() + j * row_bytes;
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* x = row.data() + g * group_size;
-      float amax = 0;
-      for (int64_t t = 0; t < group_size; ++t) amax = std::fmax(amax, std::fabs(x[t]));
-      const float scale = amax / qmax;
-      const float inv = amax != 0 ? qmax / amax : 0.0f;
-      scales.as<float>()[j * groups + g] = scale;
-      for (int64_t t = 0; t < group_size; ++t) {
-        const float v = std::nearbyint(x[t] * inv);
-        const int q = static_cast<int>(v > qmax ? qmax : (v < -qmax ? -qmax : v));
-        const int64_t col = g * group_size + t;
-        if (bits == 8) {
-          out[col] = static_cast<uint8_t>(static_cast<int8_t>(q));
-        } else {
-          out[col / 2] |= static_cast<uint8_t>((q & 0xF) << (4 * (col % 2)));
-        }
+    for (int64_t t = 0; t < k; ++t) {
+      if (bits == 8) {
+        out[t] = static_cast<uint8_t>(q[static_cast<size_t>(t)]);
+      } else {
+        out[t / 2] |= static_cast<uint8_t>((q[static_cast<size_t>(t)] & 0xF) << (4 * (t % 2)));
       }
     }
   }
@@ -95,8 +97,61 @@ Linear Linear::int8_codes(const Kernels& kernels, const Tensor& codes, std::vect
   return l;
 }
 
+Linear Linear::int_codes(const Kernels& kernels, IntCodes codes) {
+  PAGODA_CHECK((codes.bits == 8 || codes.bits == 4) && codes.group_size > 0 && codes.k % codes.group_size == 0);
+  const int64_t row_bytes = codes.bits == 8 ? codes.k : codes.k / 2;
+  PAGODA_CHECK(static_cast<int64_t>(codes.codes.size()) == codes.n * row_bytes &&
+               static_cast<int64_t>(codes.scales.size()) == codes.n * codes.groups());
+  Linear l;
+  l.is_int_ = true;
+  l.int_.codes = codes.codes.data();
+  l.int_.bits = codes.bits;
+  l.int_.n = codes.n;
+  l.int_.k = codes.k;
+  l.int_.group_size = codes.group_size;
+  l.int_.scales = codes.scales.data();
+  l.int_.zero_points = codes.zero_points.empty() ? nullptr : codes.zero_points.data();
+  l.perm_ = std::move(codes.perm);
+  l.int_.input_scale = codes.input_scale;
+  const bool scheme = codes.method == "w4a8" || codes.method == "w8a8";  // the name says the bits
+  l.label_ = scheme ? codes.method : codes.method + " int" + std::to_string(codes.bits);
+  if (codes.group_size != codes.k) l.label_ += " g" + std::to_string(codes.group_size);
+  if (!l.perm_.empty()) l.label_ += " act-order";
+  if (kernels.pack_int_weight != nullptr) {
+    Buffer packed;
+    l.int_ = kernels.pack_int_weight(l.int_, &packed);
+    l.storage_.push_back(std::move(packed));
+    return l;
+  }
+  // The row-major form, kept: copied into buffers the Linear owns.
+  auto keep = [&l](const void* data, size_t bytes) {
+    Buffer b(bytes);
+    if (bytes > 0) std::memcpy(b.data(), data, bytes);
+    const void* at = b.data();
+    l.storage_.push_back(std::move(b));
+    return at;
+  };
+  l.int_.codes = keep(codes.codes.data(), codes.codes.size());
+  l.int_.scales = static_cast<const float*>(keep(codes.scales.data(), codes.scales.size() * sizeof(float)));
+  if (l.int_.zero_points != nullptr) {
+    l.int_.zero_points =
+        static_cast<const int32_t*>(keep(codes.zero_points.data(), codes.zero_points.size() * sizeof(int32_t)));
+  }
+  return l;
+}
+
 void Linear::apply(const Kernels& kernels, const float* x, int64_t m, float* y) const {
-  if (is_int_) {
+  if (t_observer != nullptr) t_observer->observe(name_, x, m, in_features());
+  if (is_int_ && !perm_.empty()) {
+    // Columns reordered at load (act-order): the activations gathered the same way.
+    thread_local std::vector<float> gathered;
+    const int64_t k = int_.k;
+    gathered.resize(static_cast<size_t>(m * k));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t t = 0; t < k; ++t) gathered[static_cast<size_t>(i * k + t)] = x[i * k + perm_[static_cast<size_t>(t)]];
+    }
+    kernels.matmul_int(gathered.data(), m, int_, y);
+  } else if (is_int_) {
     kernels.matmul_int(x, m, int_, y);
   } else {
     kernels.matmul(x, m, dense_, y);
@@ -105,11 +160,14 @@ void Linear::apply(const Kernels& kernels, const float* x, int64_t m, float* y) 
 
 int64_t Linear::weight_bytes() const {
   if (!is_int_) return dense_.nbytes();
-  return int_.n * int_.row_code_bytes() + int_.n * int_.groups() * static_cast<int64_t>(sizeof(float));
+  const int64_t per_group = int_.zero_points != nullptr ? 8 : 4;  // f32 scale, int32 zero point
+  return int_.n * int_.row_code_bytes() + int_.n * int_.groups() * per_group +
+         static_cast<int64_t>(perm_.size() * sizeof(int32_t));
 }
 
 std::string Linear::type_name() const {
   if (!is_int_) return std::string(dtype_name(dense_.dtype));
+  if (!label_.empty()) return label_;
   std::string name = int_.bits == 8 ? "w8a8" : "w4a8";
   if (int_.group_size != int_.k) name += " g" + std::to_string(int_.group_size);
   return name;

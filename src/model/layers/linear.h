@@ -3,7 +3,11 @@
 //  - dense: a Tensor of any DType (f32 / f16 / bf16 or a GGUF block type), in the backend's
 //    packed layout where the backend has one; multiplied by Kernels::matmul;
 //  - integer codes with scales (IntWeight, backend/kernels.h): W8A8 (int8 per output channel)
-//    and W4A8 (int4 in groups), against int8 activations; multiplied by Kernels::matmul_int.
+//    and W4A8 (int4 in groups), against int8 activations; multiplied by Kernels::matmul_int;
+//  - a checkpoint's packed codes (AWQ, GPTQ, compressed-tensors pack-quantized: int4 / int8 in
+//    groups with zero points, GPTQ's act-order column permutation), decoded by
+//    loader/packed_linear.h; multiplied by Kernels::matmul_int, with the activations quantized to
+//    int8 per token as vLLM's CPU path (IPEX, lowp_mode INT8) computes these checkpoints.
 // A Linear owns the memory of what it converted or packed; weights it took as they were stay
 // owned by the ModelSource (a mapping). Move-only; apply() is const and thread-compatible.
 #pragma once
@@ -14,9 +18,31 @@
 
 #include "backend/kernels.h"
 #include "base/status.h"
+#include "loader/packed_linear.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
+
+// Calibration (pagoda quantize --calibration-file): an observer installed on a thread sees the
+// input of every Linear::apply made on that thread, before any column reordering, with the
+// Linear's name.
+class LinearInputObserver {
+ public:
+  virtual ~LinearInputObserver() = default;
+  virtual void observe(const std::string& name, const float* x, int64_t m, int64_t k) = 0;
+};
+
+// Installs `observer` on this thread for its lifetime (the previous one, if any, after it).
+class ScopedLinearInputObserver {
+ public:
+  explicit ScopedLinearInputObserver(LinearInputObserver* observer);
+  ~ScopedLinearInputObserver();
+  ScopedLinearInputObserver(const ScopedLinearInputObserver&) = delete;
+  ScopedLinearInputObserver& operator=(const ScopedLinearInputObserver&) = delete;
+
+ private:
+  LinearInputObserver* previous_;
+};
 
 class Linear {
  public:
@@ -39,6 +65,9 @@ class Linear {
   // == out), and the activations' static scale (0: per token).
   static Linear int8_codes(const Kernels& kernels, const Tensor& codes, std::vector<float> scales, float input_scale);
 
+  // A projection a checkpoint stores packed (loader/packed_linear.h), packed for `kernels`.
+  static Linear int_codes(const Kernels& kernels, IntCodes codes);
+
   // y[m, out] = x[m, in] W^T.
   void apply(const Kernels& kernels, const float* x, int64_t m, float* y) const;
 
@@ -49,6 +78,9 @@ class Linear {
   // "q4_k", "bf16", "w8a8", "w4a8 g128", ...
   std::string type_name() const;
   bool is_int() const { return is_int_; }
+  // The weight's tensor name ("blk.0.attn_q.weight"), as the model set it: what observers see.
+  void set_name(std::string name) { name_ = std::move(name); }
+  const std::string& name() const { return name_; }
   DType dense_type() const { return dense_.dtype; }
   const Tensor& dense_weight() const { return dense_; }
 
@@ -56,6 +88,9 @@ class Linear {
   bool is_int_ = false;
   Tensor dense_;
   IntWeight int_;
+  std::vector<int32_t> perm_;  // int_codes: empty, or the input column of each code column
+  std::string label_;          // int_codes: the checkpoint's method, for type_name
+  std::string name_;
   std::vector<Buffer> storage_;
 };
 

@@ -85,11 +85,13 @@ void matmul_int(const float* x, int64_t m, const IntWeight& w, float* y) {
       }
       float acc = 0;
       for (int64_t g = 0; g < groups; ++g) {
-        int32_t dot = 0;
+        int64_t dot = 0, xsum = 0;  // the exact bracket (it fits int32)
         for (int64_t t = g * w.group_size; t < (g + 1) * w.group_size; ++t) {
-          dot += int32_t{xq[static_cast<size_t>(t)]} * row[static_cast<size_t>(t)];
+          dot += int64_t{xq[static_cast<size_t>(t)]} * row[static_cast<size_t>(t)];
+          xsum += xq[static_cast<size_t>(t)];
         }
-        acc = acc + static_cast<float>(dot) * (w.scales[j * groups + g] * s_x);
+        if (w.zero_points != nullptr) dot -= int64_t{w.zero_points[j * groups + g]} * xsum;
+        acc = acc + static_cast<float>(static_cast<int32_t>(dot)) * (w.scales[j * groups + g] * s_x);
       }
       y[i * w.n + j] = acc;
     }

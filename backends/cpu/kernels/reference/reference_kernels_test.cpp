@@ -112,6 +112,7 @@ TEST(Matmul, AllWeightTypesMatchDoubleReference) {
 
 // matmul_int against the float64 product of the dequantized codes with the activations as
 // quantized per token (|error| only from f32 rounding): int8 per channel and int4 in groups of 32,
+// without and with zero points (the weight scale * (code - zero)),
 // with a case worked by hand first.
 TEST(MatmulInt, MatchesDoubleReferenceOfItsDefinition) {
   const Kernels& kern = reference_kernels();
@@ -136,7 +137,8 @@ TEST(MatmulInt, MatchesDoubleReferenceOfItsDefinition) {
     EXPECT_FLOAT_EQ(y, 0.01f * 0.5f * (100 - 254 + 508));
   }
   std::mt19937 rng(8);
-  for (int bits : {8, 4}) {
+  for (int pass = 0; pass < 4; ++pass) {  // int8, int4, then both with zero points
+    const int bits = pass % 2 == 0 ? 8 : 4;
     const int64_t m = 3, n = 5, k = 96, group = bits == 8 ? k : 32, groups = k / group;
     std::vector<uint8_t> codes(static_cast<size_t>(n * (bits == 8 ? k : k / 2)));
     for (auto& c : codes) c = static_cast<uint8_t>(rng());
@@ -150,6 +152,11 @@ TEST(MatmulInt, MatchesDoubleReferenceOfItsDefinition) {
     w.k = k;
     w.group_size = group;
     w.scales = scales.data();
+    std::vector<int32_t> zeros(static_cast<size_t>(n * groups), 0);
+    if (pass >= 2) {
+      for (auto& z : zeros) z = static_cast<int32_t>(rng() % 17) - 8;
+      w.zero_points = zeros.data();
+    }
     std::vector<float> y(static_cast<size_t>(m * n));
     kern.matmul_int(x.data(), m, w, y.data());
     for (int64_t i = 0; i < m; ++i) {
@@ -161,7 +168,8 @@ TEST(MatmulInt, MatchesDoubleReferenceOfItsDefinition) {
           const double xq = std::nearbyint(double{x[static_cast<size_t>(i * k + t)]} * static_cast<double>(127.0f / static_cast<float>(amax)));
           const uint8_t* row = codes.data() + j * (bits == 8 ? k : k / 2);
           const int code = bits == 8 ? static_cast<int8_t>(row[t]) : int4_code(row, t);
-          const double term = static_cast<double>(amax / 127) * xq * code * scales[static_cast<size_t>(j * groups + t / group)];
+          const size_t g = static_cast<size_t>(j * groups + t / group);
+          const double term = static_cast<double>(amax / 127) * xq * (code - zeros[g]) * scales[g];
           want += term;
           mag += std::fabs(term);
         }

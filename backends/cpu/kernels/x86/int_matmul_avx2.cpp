@@ -30,9 +30,21 @@ PAGODA_INLINE void dot4(__m256i w, const int32_t (&x4)[R], __m256i (&dot)[R]) {
 }
 
 // R input rows (xq rows kp apart, their scales s_x) against one panel: y[r, c] for c < valid.
+// dot[r] -= zero * (row r's sum of xq over the group), for a weight with zero points.
+template <int R>
+PAGODA_INLINE void subtract_zeros(const int32_t* zeros, const int32_t* xsum, int64_t groups, int64_t g,
+                                  __m256i (&dot)[R]) {
+  if (zeros == nullptr) return;
+  const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zeros + g * kPanelRows));
+  unroll<R>([&](auto r) {
+    dot[r.value] = _mm256_sub_epi32(dot[r.value], _mm256_mullo_epi32(z, _mm256_set1_epi32(xsum[r.value * groups + g])));
+  });
+}
+
 template <int R, int kBits>
-PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, int64_t kp, int64_t group, const uint8_t* panel,
-                            const float* scales, float* y, int64_t ldy, int64_t valid, bool stream) {
+PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t kp, int64_t group,
+                            const uint8_t* panel, const float* scales, const int32_t* zeros, float* y, int64_t ldy,
+                            int64_t valid, bool stream) {
   __m256 acc[R];
   unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
   const __m256i low4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
@@ -67,6 +79,7 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, int64_t kp, int6
         dot4<R>(hi, x_hi, dot);
       }
     }
+    subtract_zeros<R>(zeros, xsum, groups, g, dot);
     const __m256 sw = _mm256_loadu_ps(scales + g * kPanelRows);
     unroll<R>([&](auto r) {
       const __m256 scale = _mm256_mul_ps(sw, _mm256_set1_ps(s_x[r.value]));
@@ -79,9 +92,9 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, int64_t kp, int6
 // Decode (one input row): P panels at once, each through all of kp: P weight streams in flight
 // and P independent chains, the same operations per panel as int_tile<1>.
 template <int P, int kBits>
-PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, int64_t kp, int64_t group, const uint8_t* panels,
-                                     int64_t panel_bytes, const float* scales, int64_t panel_scales, float* y,
-                                     int64_t valid) {
+PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t* xsum, int64_t kp, int64_t group,
+                                     const uint8_t* panels, int64_t panel_bytes, const float* scales,
+                                     const int32_t* zeros, int64_t panel_scales, float* y, int64_t valid) {
   __m256 acc[P];
   unroll<P>([&](auto p) { acc[p.value] = _mm256_setzero_ps(); });
   const __m256i low4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
@@ -115,6 +128,7 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, int64_t kp, in
       }
     }
     unroll<P>([&](auto p) {
+      subtract_zeros<1>(zeros == nullptr ? nullptr : zeros + p.value * panel_scales, xsum, 0, g, dot[p.value]);
       const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(scales + p.value * panel_scales + g * kPanelRows), v_sx);
       acc[p.value] = _mm256_add_ps(acc[p.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[p.value][0]), scale));
     });
@@ -126,38 +140,42 @@ constexpr int kIntRows = 4;  // input rows per tile
 constexpr int kIntDecodePanels = 4;
 
 template <int kBits>
-PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group,
-                                       const uint8_t* codes, const float* scales, int64_t n, float* y, int64_t ldy,
-                                       int64_t p0, int64_t p1) {
+PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
+                             int64_t group, const uint8_t* codes, const float* scales, const int32_t* zeros,
+                             int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = kPanelRows * kp * kBits / 8;
-  const int64_t panel_scales = kPanelRows * (kp / group);
+  const int64_t groups = kp / group, panel_scales = kPanelRows * groups;
+  auto zeros_of = [&](int64_t p) { return zeros == nullptr ? nullptr : zeros + p * panel_scales; };
   if (m == 1) {
     int64_t p = p0;
     for (; p + kIntDecodePanels <= p1; p += kIntDecodePanels) {
-      int_decode_panels<kIntDecodePanels, kBits>(xq, s_x[0], kp, group, codes + p * panel_bytes, panel_bytes,
-                                                 scales + p * panel_scales, panel_scales, y + p * kPanelRows,
-                                                 n - p * kPanelRows);
+      int_decode_panels<kIntDecodePanels, kBits>(xq, s_x[0], xsum, kp, group, codes + p * panel_bytes, panel_bytes,
+                                                 scales + p * panel_scales, zeros_of(p), panel_scales,
+                                                 y + p * kPanelRows, n - p * kPanelRows);
     }
     for (; p < p1; ++p) {
-      int_decode_panels<1, kBits>(xq, s_x[0], kp, group, codes + p * panel_bytes, panel_bytes,
-                                  scales + p * panel_scales, panel_scales, y + p * kPanelRows, n - p * kPanelRows);
+      int_decode_panels<1, kBits>(xq, s_x[0], xsum, kp, group, codes + p * panel_bytes, panel_bytes,
+                                  scales + p * panel_scales, zeros_of(p), panel_scales, y + p * kPanelRows,
+                                  n - p * kPanelRows);
     }
     return;
   }
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* panel = codes + p * panel_bytes;
     const float* sc = scales + p * panel_scales;
+    const int32_t* zp = zeros_of(p);
     const int64_t valid = n - p * kPanelRows;
     for (int64_t i = 0; i < m; i += kIntRows) {
       const int8_t* xi = xq + i * kp;
+      const int32_t* si = xsum == nullptr ? nullptr : xsum + i * groups;
       float* yi = y + i * ldy + p * kPanelRows;
       const int64_t rows = m - i < kIntRows ? m - i : kIntRows;
       const bool stream = m == 1;
       switch (rows) {
-        case 1: int_tile<1, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
-        case 2: int_tile<2, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
-        case 3: int_tile<3, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
-        default: int_tile<4, kBits>(xi, s_x + i, kp, group, panel, sc, yi, ldy, valid, stream); break;
+        case 1: int_tile<1, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
+        case 2: int_tile<2, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
+        case 3: int_tile<3, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
+        default: int_tile<4, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
       }
     }
   }
@@ -165,14 +183,14 @@ PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, int64_t m, int6
 
 }  // namespace
 
-void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group, int bits,
-                            const void* codes, const float* scales, int64_t n, float* y, int64_t ldy,
-                            int64_t panel_begin, int64_t panel_end) {
+void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
+                            int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
+                            int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   const auto* c = static_cast<const uint8_t*>(codes);
   if (bits == 8) {
-    int_rows<8>(xq, s_x, m, kp, group, c, scales, n, y, ldy, panel_begin, panel_end);
+    int_rows<8>(xq, s_x, xsum, m, kp, group, c, scales, zeros, n, y, ldy, panel_begin, panel_end);
   } else {
-    int_rows<4>(xq, s_x, m, kp, group, c, scales, n, y, ldy, panel_begin, panel_end);
+    int_rows<4>(xq, s_x, xsum, m, kp, group, c, scales, zeros, n, y, ldy, panel_begin, panel_end);
   }
 }
 

@@ -159,13 +159,23 @@ void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float
   // named inside the lambdas would be each worker's own).
   thread_local std::vector<int8_t> xq_buffer;
   thread_local std::vector<float> s_x_buffer;
+  thread_local std::vector<int32_t> xsum_buffer;
+  const int64_t groups = kp / group;
   xq_buffer.resize(static_cast<size_t>(m * kp));
   s_x_buffer.resize(static_cast<size_t>(m));
+  if (w.zero_points != nullptr) xsum_buffer.resize(static_cast<size_t>(m * groups));
   int8_t* xq = xq_buffer.data();
   float* s_x = s_x_buffer.data();
+  int32_t* xsum = w.zero_points != nullptr ? xsum_buffer.data() : nullptr;
   auto quantize = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       s_x[i] = quantize_activation_row_int8_avx2(x + i * w.k, w.k, kp, w.input_scale, xq + i * kp);
+      if (xsum == nullptr) continue;
+      for (int64_t g = 0; g < groups; ++g) {  // a weight with zero points: each group's sum of xq
+        int32_t sum = 0;
+        for (int64_t t = g * group; t < (g + 1) * group; ++t) sum += xq[i * kp + t];
+        xsum[i * groups + g] = sum;
+      }
     }
   };
   if (parallel && m >= 2 * pool->num_threads()) {
@@ -174,7 +184,8 @@ void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float
     quantize(0, m);
   }
   auto leaf = [&](int64_t p0, int64_t p1) {
-    matmul_int_packed_avx2(xq, s_x, m, kp, group, w.bits, w.codes, w.scales, w.n, y, w.n, p0, p1);
+    matmul_int_packed_avx2(xq, s_x, xsum, m, kp, group, w.bits, w.codes, w.scales, w.zero_points, w.n, y, w.n, p0,
+                           p1);
   };
   if (!parallel) return leaf(0, num_panels);
   pool->parallel_for(num_chunks, [&](int64_t begin, int64_t end) {

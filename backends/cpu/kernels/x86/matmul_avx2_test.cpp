@@ -299,14 +299,17 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, QuantizedActivationErrorWithinRoundingBound
 struct IntProblem {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
+  std::vector<int32_t> zeros;
   IntWeight w;
   Buffer packed_storage;
   IntWeight packed;
   std::vector<float> x;
 };
 
+// zeros: zero points across their whole range ([-8, 8] for int4 codes, [-128, 128] for int8: GPTQ's
+// v1 zeros reach the top one).
 IntProblem make_int_problem(int bits, int64_t m, int64_t k, int64_t n, int64_t group, float input_scale,
-                            uint32_t seed) {
+                            uint32_t seed, bool zeros = false) {
   std::mt19937 rng(seed);
   IntProblem p;
   const int64_t row_bytes = bits == 8 ? k : k / 2;
@@ -322,6 +325,12 @@ IntProblem make_int_problem(int bits, int64_t m, int64_t k, int64_t n, int64_t g
   p.w.group_size = group;
   p.w.scales = p.scales.data();
   p.w.input_scale = input_scale;
+  if (zeros) {
+    const int top = bits == 8 ? 128 : 8;
+    p.zeros.resize(p.scales.size());
+    for (auto& z : p.zeros) z = static_cast<int32_t>(rng() % (2 * top + 1)) - top;
+    p.w.zero_points = p.zeros.data();
+  }
   p.packed = pack_int_weight_avx2(p.w, &p.packed_storage);
   p.x.resize(static_cast<size_t>(m * k));
   for (auto& v : p.x) v = xdist(rng);
@@ -332,8 +341,9 @@ IntProblem make_int_problem(int bits, int64_t m, int64_t k, int64_t n, int64_t g
 }
 
 // Bit for bit the reference, for both code widths, per channel (odd k: padded columns) and in
-// groups, per-token and static activation scales (a static scale small enough to saturate),
-// row counts around the tiles, output counts around the panels, threaded or not.
+// groups, per-token and static activation scales (a static scale small enough to saturate), with
+// and without zero points, row counts around the tiles, output counts around the panels, threaded
+// or not.
 PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matmul_int pack_int_weight") {
   ThreadPool pool(3);
   uint32_t seed = 1;
@@ -342,16 +352,17 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matm
       if (bits == 4 && k % 2 != 0) continue;
       for (int64_t group : {k, int64_t{32}, int64_t{64}}) {
         if (group != k && k % group != 0) continue;
-        for (float input_scale : {0.0f, 0.02f, 0.004f}) {
+        for (float input_scale : {0.0f, 0.02f, 0.004f, -1.0f}) {
+          const bool zeros = input_scale < 0;  // the last pass: per-token scales, zero points
           for (int64_t m : {1, 3, 4, 9}) {
             for (int64_t n : {1, 8, 13, 67}) {
-              IntProblem p = make_int_problem(bits, m, k, n, group, input_scale, seed++);
+              IntProblem p = make_int_problem(bits, m, k, n, group, zeros ? 0.0f : input_scale, seed++, zeros);
               std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), NAN), threaded(want.size(), NAN);
               reference_kernels().matmul_int(p.x.data(), m, p.w, want.data());
               matmul_int_avx2_pooled(p.x.data(), m, p.packed, got.data(), nullptr);
               matmul_int_avx2_pooled(p.x.data(), m, p.packed, threaded.data(), &pool);
               ASSERT_EQ(got, want) << "bits " << bits << " k " << k << " group " << group << " input_scale "
-                                   << input_scale << " m " << m << " n " << n;
+                                   << input_scale << " zeros " << zeros << " m " << m << " n " << n;
               ASSERT_EQ(threaded, want) << "threaded, bits " << bits << " k " << k << " m " << m << " n " << n;
             }
           }
@@ -363,9 +374,9 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matm
 
 // A row alone and in batches of other sizes: the same bits (exact int32 dots per group).
 PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul_int") {
-  for (int bits : {8, 4}) {
+  for (int bits : {8, 4, -4}) {  // -4: int4 with zero points
     const int64_t m = 23, k = 512, n = 45;
-    IntProblem p = make_int_problem(bits, m, k, n, bits == 8 ? k : 128, 0, 99);
+    IntProblem p = make_int_problem(bits < 0 ? 4 : bits, m, k, n, bits == 8 ? k : 128, 0, 99, bits < 0);
     std::vector<float> alone(static_cast<size_t>(m * n)), batched(alone.size());
     for (int64_t i = 0; i < m; ++i) matmul_int_avx2(p.x.data() + i * k, 1, p.packed, alone.data() + i * n);
     for (int64_t i = 0; i < m; i += 5) {

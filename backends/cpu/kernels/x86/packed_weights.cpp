@@ -121,9 +121,11 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
   const int64_t panel_bytes = kPanelRows * kp * w.bits / 8;
   const int64_t code_bytes = num_panels * panel_bytes;
   const int64_t scale_floats = num_panels * kPanelRows * groups;
-  *storage = Buffer(static_cast<size_t>(code_bytes + scale_floats * 4));  // zero: padding
+  const int64_t zero_ints = w.zero_points != nullptr ? scale_floats : 0;
+  *storage = Buffer(static_cast<size_t>(code_bytes + (scale_floats + zero_ints) * 4));  // zero: padding
   auto* codes = storage->as<uint8_t>();
   auto* scales = reinterpret_cast<float*>(codes + code_bytes);
+  auto* zeros = zero_ints > 0 ? reinterpret_cast<int32_t*>(scales + scale_floats) : nullptr;
   const auto* src = static_cast<const uint8_t*>(w.codes);
   cpu_thread_pool().parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
@@ -141,12 +143,16 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
           }
         }
         for (int64_t g = 0; g < groups; ++g) scales[(p * groups + g) * kPanelRows + c] = w.scales[j * groups + g];
+        if (zeros != nullptr) {
+          for (int64_t g = 0; g < groups; ++g) zeros[(p * groups + g) * kPanelRows + c] = w.zero_points[j * groups + g];
+        }
       }
     }
   });
   IntWeight out = w;
   out.codes = codes;
   out.scales = scales;
+  out.zero_points = zeros;
   out.layout = TensorLayout::kBackendPacked;
   return out;
 }

@@ -104,7 +104,8 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
 //  - int8: per 4 columns [4u, 4u + 4): 32 bytes, rows 0..7's 4 codes;
 //  - int4: per 8 columns [8u, 8u + 8): 32 bytes, row c's 4 bytes at 4c, byte j holding column
 //    8u + j (low nibble) and 8u + 4 + j (high nibble).
-// The scales follow all the panels: panel p's at p * 8 * groups floats, group g's 8 rows at g * 8.
+// The scales follow all the panels: panel p's at p * 8 * groups floats, group g's 8 rows at g * 8;
+// the zero points (where the weight has them) follow the scales, int32, laid out as they are.
 // A per-channel weight (group_size == k) has one group of kp columns.
 IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage);
 
@@ -113,11 +114,12 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage);
 float quantize_activation_row_int8_avx2(const float* x, int64_t k, int64_t kp, float static_scale, int8_t* q);
 
 // AVX2. y[i, 8p + c] for i < m, the rows of panels [panel_begin, panel_end) that exist (< n):
-// xq [m, kp] int8 with per-row scales s_x, against packed codes and scales (groups of `group`
-// columns, kp / group of them). Bit for bit the reference's matmul_int.
-void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, int64_t m, int64_t kp, int64_t group, int bits,
-                            const void* codes, const float* scales, int64_t n, float* y, int64_t ldy,
-                            int64_t panel_begin, int64_t panel_end);
+// xq [m, kp] int8 with per-row scales s_x, against packed codes, scales and zero points (groups
+// of `group` columns, kp / group of them; zeros nullptr: none, else xsum [m, kp / group] holds
+// each row's sum of xq over each group). Bit for bit the reference's matmul_int.
+void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
+                            int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
+                            int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
 // The Kernels::matmul_int entry: activations quantized per row, panels split over
 // cpu_thread_pool() (the pooled form takes the pool, nullptr: the calling thread).
