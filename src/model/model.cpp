@@ -1,16 +1,16 @@
 #include "model/model.h"
 
-#include "model/arch/llama.h"
+#include "model/arch/decoder.h"
+#include "model/arch/registry.h"
 
 namespace pagoda {
 
 Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend) {
   const std::string& arch = source.config.architecture;
-  if (arch == "llama" || arch == "qwen2" || arch == "qwen3") {
-    return create_llama_model(std::move(source), backend);
-  }
-  return unimplemented(source.path + ": unsupported architecture '" + arch +
-                       "' (supported: llama, mistral, qwen2, qwen3)");
+  if (const ArchitectureSpec* spec = find_architecture(arch)) return create_decoder_model(std::move(source), backend, *spec);
+  std::string names;
+  for (const ArchitectureSpec& a : architectures()) names += (names.empty() ? "" : ", ") + std::string(a.name);
+  return unimplemented(source.path + ": unsupported architecture '" + arch + "' (supported: " + names + ")");
 }
 
 }  // namespace pagoda

@@ -1,7 +1,8 @@
 // Model: a decoder-only transformer's forward pass over a ForwardBatch, computed with a
 // backend's kernels on weights from a ModelSource.
 //
-// One implementation per architecture family lives in model/arch/. A Model keeps its weights
+// Architectures are assembled from the blocks of model/layers (attention, feed-forward) as the
+// table in model/arch/registry.h says. A Model keeps its weights
 // (and the mappings behind them) alive and owns a scratch workspace, so it is used by one thread
 // at a time (the engine thread).
 #pragma once
@@ -38,8 +39,8 @@ class Model {
                               float* logits) = 0;
 };
 
-// Builds the model for source.config.architecture ("llama", "qwen2", "qwen3"), taking over the
-// weights. The model copies the backend's kernel table, so `backend` need not outlive it. Fails naming the source for an unknown architecture, a missing tensor, a shape
+// Builds the model for source.config.architecture (an entry of model/arch/registry.h: "llama",
+// "qwen2", "qwen3"), taking over the weights. The model copies the backend's kernel table, so `backend` need not outlive it. Fails naming the source for an unknown architecture, a missing tensor, a shape
 // mismatch, or a weight type the backend cannot compute on.
 Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend);
 

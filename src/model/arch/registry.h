@@ -1,0 +1,31 @@
+// The architectures Pagoda runs, as a table: each names the model family it covers and how its
+// decoder layers are assembled from the blocks of model/layers (the attention block, and the
+// feed-forward block its layers use: the dense gated MLP so far; the sparse mixture-of-experts
+// block plugs in here as another loader). The attention variants within a family (Q/K/V biases,
+// per-head q/k norms, sliding windows) come from the config, which the config parsers fill per
+// architecture. create_model (model/model.h) looks the config's architecture up here.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "model/layers/mlp.h"
+#include "model/layers/weight_loader.h"
+
+namespace pagoda {
+
+using FeedForwardLoader = Result<std::unique_ptr<FeedForward>> (*)(WeightLoader& weights, const std::string& prefix,
+                                                                   const ModelConfig& cfg);
+
+struct ArchitectureSpec {
+  std::string_view name;    // ModelConfig::architecture
+  std::string_view models;  // the checkpoints it covers, for messages
+  FeedForwardLoader feed_forward;
+};
+
+std::span<const ArchitectureSpec> architectures();
+const ArchitectureSpec* find_architecture(std::string_view name);  // nullptr when unknown
+
+}  // namespace pagoda
