@@ -26,7 +26,7 @@ int run_quantize(const QuantizeFlags& f) {
     return fail(invalid_argument("--type " + f.type + " is not supported; supported: w8a8, w4a8 (a compressed-tensors "
                                  "folder), " + names + " (GGUF)"));
   }
-  if (!f.calibration_file.empty() || f.smooth_alpha >= 0) {
+  if (!f.calibration_file.empty() || f.smooth_alpha != -1) {
     return fail(invalid_argument("--calibration-file and --smooth-alpha apply to --type w8a8 / w4a8"));
   }
   if (!starts_with_gguf_magic(f.input)) {

@@ -2,7 +2,8 @@
 // a compressed-tensors "int-quantized" folder, as llm-compressor writes W8A8 / W4A8 checkpoints
 // (shared/docs/quantization-formats.md 4.1-4.3), which Pagoda and vLLM load:
 //  - every layer projection as int8 codes ("weight", I8; int4 values one per byte for w4a8) with
-//    f32 "weight_scale" per output channel ([out, 1]) or per group of 128 ([out, in / 128]), the
+//    f32 "weight_scale" per output channel ([out, 1]) or, for w4a8, per group of 128 ([out,
+//    in / 128]; per channel where 128 does not divide the row), the
 //    codes and scales of tensor/convert.h's quantize_weight_row_symmetric, so OUT computes what
 //    IN computes with --quantization w8a8 / w4a8 at load (without calibration: to the last bit);
 //  - --calibration-file texts.jsonl: the float model runs over the texts and each projection gets
@@ -227,10 +228,12 @@ std::vector<uint8_t> bytes_of(const float* v, size_t n) {
 int run_quantize_compressed(const QuantizeFlags& f) {
   const std::optional<QuantMix> mix = int_codes_mix(f.type);
   if (!mix) return fail(invalid_argument("--type " + f.type + " does not write a compressed-tensors folder"));
+  if (f.smooth_alpha != -1 && !(f.smooth_alpha >= 0 && f.smooth_alpha <= 1)) {  // -1: not given
+    return fail(invalid_argument("--smooth-alpha must be in [0, 1]"));
+  }
   if (f.smooth_alpha >= 0 && f.calibration_file.empty()) {
     return fail(invalid_argument("--smooth-alpha needs --calibration-file (the activations' channel ranges)"));
   }
-  if (f.smooth_alpha > 1) return fail(invalid_argument("--smooth-alpha must be in [0, 1]"));
   auto loaded = load_model(f.input, LoadOptions{});
   if (!loaded.ok()) return fail(loaded.status());
   const ModelSource& src = *loaded;

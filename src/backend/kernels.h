@@ -109,9 +109,9 @@ struct Kernels {
   // max|x_i| per token) rounded to nearest even and saturated to [-127, 127] (an all-zero row stays
   // zero). Then y[i, j] = sum over groups g, in order, from 0, of
   // float(sum_{t in g} xq[i, t] * code(j, t) - zero(j, g) * sum_{t in g} xq[i, t]) *
-  // (scale(j, g) * s_i): exact int32 dots (the whole bracket fits int32: callers keep
-  // group_size * 255 * 127 below 2^31), one multiply and one add per group, so a row's result
-  // never depends on m. x: [m, k] f32; y: [m, n] f32.
+  // (scale(j, g) * s_i): exact int32 dots (the whole bracket fits int32: |code - zero| <= 256,
+  // and callers keep group_size <= 65536), one multiply and one add per group, so a row's
+  // result never depends on m. x: [m, k] f32; y: [m, n] f32.
   void (*matmul_int)(const float* x, int64_t m, const IntWeight& w, float* y);
 
   // Optional (nullptr: matmul_int reads row-major codes). As pack_matmul_weight, for IntWeight:

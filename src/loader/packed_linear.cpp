@@ -102,19 +102,34 @@ Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string&
   }
   const int64_t groups = k / g_size;
 
-  // u(j, t): the unsigned code; z(j, g): the unsigned zero point; scale(j, g); group(t).
-  std::vector<uint8_t> u(static_cast<size_t>(n * k));
-  std::vector<int32_t> z(static_cast<size_t>(n * groups), static_cast<int32_t>(half));
-  std::vector<float> scales(static_cast<size_t>(n * groups));
+  // The kernels' exact int32 bracket, sum over a group of (code - zero) * x with |x| <= 127,
+  // needs group * 256 * 127 < 2^31 (|code - zero| <= 256: a GPTQ v1 8-bit zero of 128 against
+  // the code -128).
+  if (g_size > 65536) {
+    return r.fail(r.name(names.codes), "has groups of " + std::to_string(g_size) + " inputs (at most 65536 are supported)");
+  }
+  // u(j, t): the unsigned code; z(j, g): the unsigned zero point; scale(j, g); group(t). Sized
+  // once the packed tensors' shapes have been checked against [n, k] (alloc below), so a config
+  // that disagrees with the file fails with an error, not an allocation of its size.
+  std::vector<uint8_t> u;
+  std::vector<int32_t> z;
+  std::vector<float> scales;
+  auto alloc = [&] {
+    u.assign(static_cast<size_t>(n * k), 0);
+    z.assign(static_cast<size_t>(n * groups), static_cast<int32_t>(half));
+    scales.assign(static_cast<size_t>(n * groups), 0.0f);
+  };
   Tensor scale_tensor;
   bool scales_by_group_first = true;  // AWQ / GPTQ: [groups, n]; compressed-tensors: [n, groups]
   if (q.method == "awq") {
     // qweight [k, n / 8]: word (t, p) holds outputs 8p..8p+7, output 8p + c in slot kRev[c].
+    if (b != 4) return r.fail(r.name(names.codes), "holds " + std::to_string(b) + "-bit codes; AWQ's GEMM packing is 4-bit");
     if (n % 8 != 0) return r.fail(r.name(names.codes), "packs " + std::to_string(n) + " outputs, not a multiple of 8");
     static constexpr int kRev[8] = {0, 4, 1, 5, 2, 6, 3, 7};
     PAGODA_ASSIGN_OR_RETURN(Tensor qw, r.get(names.codes, {DType::kI32}, {k, n / 8}));
     PAGODA_ASSIGN_OR_RETURN(Tensor qz, r.get(names.zeros, {DType::kI32}, {groups, n / 8}));
     PAGODA_ASSIGN_OR_RETURN(scale_tensor, r.get(names.scales, kFloatTypes, {groups, n}));
+    alloc();
     for (int64_t t = 0; t < k; ++t) {
       for (int64_t j = 0; j < n; ++j) {
         u[static_cast<size_t>(j * k + t)] = static_cast<uint8_t>((word(qw, t * (n / 8) + j / 8) >> (4 * kRev[j % 8])) & 15);
@@ -131,6 +146,7 @@ Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string&
     if (n % per_word != 0) return r.fail(r.name(names.zeros), "packs " + std::to_string(n) + " outputs, not a multiple of " + std::to_string(per_word));
     PAGODA_ASSIGN_OR_RETURN(Tensor qw, r.get(names.codes, {DType::kI32}, {k / per_word, n}));
     PAGODA_ASSIGN_OR_RETURN(scale_tensor, r.get(names.scales, kFloatTypes, {groups, n}));
+    alloc();
     for (int64_t t = 0; t < k; ++t) {
       for (int64_t j = 0; j < n; ++j) {
         u[static_cast<size_t>(j * k + t)] = static_cast<uint8_t>((word(qw, (t / per_word) * n + j) >> (b * (t % per_word))) & mask);
@@ -161,14 +177,15 @@ Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string&
     }
     PAGODA_ASSIGN_OR_RETURN(scale_tensor, r.get(names.scales, kFloatTypes, {n, groups}));
     scales_by_group_first = false;
+    alloc();
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t t = 0; t < k; ++t) {
         u[static_cast<size_t>(j * k + t)] = static_cast<uint8_t>((word(qw, j * (k / per_word) + t / per_word) >> (b * (t % per_word))) & mask);
       }
     }
     if (!q.symmetric) {
-      // weight_zero_point: packed along the outputs, [ceil(n / P), groups] int32, or one int8 per
-      // (output, group); either way the signed zero, stored packed with the codes' offset.
+      // weight_zero_point: the signed zero per (output, group), either packed along the outputs
+      // with the codes' offset ([ceil(n / P), groups] int32) or as it is, one int8 each ([n, groups]).
       const Tensor* zp = r.find(names.zeros);
       if (zp != nullptr && zp->dtype == DType::kI8) {
         PAGODA_ASSIGN_OR_RETURN(Tensor zt, r.get(names.zeros, {DType::kI8}, {n, groups}));
@@ -257,15 +274,7 @@ Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string&
     v -= static_cast<int32_t>(half);  // signed, as the codes
     any_zero = any_zero || v != 0;
   }
-  if (any_zero) {
-    // The kernels' exact int32 bracket (code - zero) * xq summed over a group needs
-    // group * 255 * 127 < 2^31.
-    if (g_size > 65536) {
-      return r.fail(r.name(names.codes), "has zero points over groups of " + std::to_string(g_size) +
-                                             " inputs (at most 65536 are supported)");
-    }
-    out.zero_points = std::move(z);
-  }
+  if (any_zero) out.zero_points = std::move(z);
   out.perm = std::move(perm);
   return out;
 }

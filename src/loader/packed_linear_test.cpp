@@ -222,6 +222,16 @@ TEST_F(PackedLinear, CompressedTensorsPackQuantized) {
     return j == 0 ? static_cast<float>(-1 - t - 1) * 2 : -2.0f;
   });
 
+  // The same zero points as int8 values, one per (output, group), unpacked and without offset.
+  std::vector<uint8_t> zp_i8 = {1, 0, 2, 0};  // [2, 2]: row 0 group 0: 1; row 1 group 0: 2
+  weights_.add("blk.0.ffn_down.weight_zero_point", Tensor(zp_i8.data(), DType::kI8, {2, 2}));
+  c = read("blk.0.ffn_down.weight", 2, 16);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  expect_weights(*c, [&](int64_t j, int64_t t) {
+    if (t >= 8) return sym(j, t);
+    return j == 0 ? static_cast<float>(-1 - t - 1) * 2 : -2.0f;
+  });
+
   i64("blk.0.ffn_down.weight_shape", {2, 32});
   expect_error("blk.0.ffn_down.weight", 2, 16, "weight_shape (compressed-tensors projection blk.0.ffn_down.weight) says [2, 32], expected [2, 16]");
   i64("blk.0.ffn_down.weight_shape", {2, 16});

@@ -96,10 +96,7 @@ bool quant_mix_int_codes(const QuantMix& mix, const WeightSlot& slot) {
 }
 
 int64_t quant_mix_int_group(const QuantMix& mix, int64_t row_len) {
-  for (int64_t g = mix.int_group_size; g >= 32; g /= 2) {
-    if (row_len % g == 0) return g;
-  }
-  return row_len;
+  return mix.int_group_size > 0 && row_len % mix.int_group_size == 0 ? mix.int_group_size : row_len;
 }
 
 DType shape_fallback(DType t, int64_t row_len) {

@@ -66,8 +66,8 @@ DType shape_fallback(DType t, int64_t row_len);
 
 // Under a kIntCodes mix: whether the matrix `slot` becomes integer codes (the blk.N.
 // projections), and the group size its rows of row_len get: the mix's where it divides row_len,
-// else the largest of its halves down to 32 that does, else row_len (one scale per output
-// channel).
+// else row_len (one scale per output channel), the two shapes a compressed-tensors config with
+// one group_size describes (pagoda quantize writes the same).
 bool quant_mix_int_codes(const QuantMix& mix, const WeightSlot& slot);
 int64_t quant_mix_int_group(const QuantMix& mix, int64_t row_len);
 

@@ -106,7 +106,8 @@ TEST(QuantMix, IntCodesTakeTheLayersProjectionsOnly) {
   EXPECT_EQ(quant_mix_int_group(*w4, 896), 128);  // 7 x 128
   EXPECT_EQ(quant_mix_int_group(*w4, 4864), 128);
   EXPECT_EQ(quant_mix_int_group(*w4, 64), 64);
-  EXPECT_EQ(quant_mix_int_group(*w4, 96), 32);
+  EXPECT_EQ(quant_mix_int_group(*w4, 96), 96);    // not a multiple of 128: per channel
+  EXPECT_EQ(quant_mix_int_group(*w4, 576), 576);
   EXPECT_EQ(quant_mix_int_group(*w4, 172), 172);
 }
 

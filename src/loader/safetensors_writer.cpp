@@ -19,7 +19,7 @@ const char* safetensors_dtype(DType t) {
     case DType::kI64: return "I64";
     default: break;
   }
-  PAGODA_CHECK(false && "safetensors holds only f32, f16, bf16 and i8");
+  PAGODA_CHECK(false && "safetensors holds only f32, f16, bf16, i8, i32 and i64");
   return "";
 }
 }  // namespace

@@ -143,7 +143,8 @@ Linear Linear::int_codes(const Kernels& kernels, IntCodes codes) {
 void Linear::apply(const Kernels& kernels, const float* x, int64_t m, float* y) const {
   if (t_observer != nullptr) t_observer->observe(name_, x, m, in_features());
   if (is_int_ && !perm_.empty()) {
-    // Columns reordered at load (act-order): the activations gathered the same way.
+    // Columns reordered at load (act-order): the activations gathered the same way, into a
+    // buffer of this thread that keeps the largest batch's size (m * k floats).
     thread_local std::vector<float> gathered;
     const int64_t k = int_.k;
     gathered.resize(static_cast<size_t>(m * k));

@@ -10,6 +10,12 @@
 #include "tensor/convert.h"
 
 namespace pagoda {
+namespace {
+
+// The most columns one integer scale may cover (Kernels::matmul_int's exact int32 bracket).
+constexpr int64_t kMaxIntGroup = 65536;
+
+}  // namespace
 
 Result<Tensor> WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols) {
   PAGODA_ASSIGN_OR_RETURN(Tensor t, source_.weights.get(name, {rows, cols}));
@@ -57,6 +63,10 @@ Result<Linear> WeightLoader::int8_linear(const std::string& name, const Tensor& 
     return data_loss(source_.path + ": tensor " + name + " holds int8 codes but " + scale_name + " is missing");
   }
   const int64_t rows = codes.num_rows(), cols = codes.row_len();
+  if (cols > kMaxIntGroup) {  // per channel: one group of the whole row (kernels.h's int32 bound)
+    return unimplemented(source_.path + ": tensor " + name + " has rows of " + std::to_string(cols) +
+                         " int8 codes; at most " + std::to_string(kMaxIntGroup) + " per scale are supported");
+  }
   const int bits = cfg_.quantization.bits == 4 ? 4 : 8;
   const int64_t group = cfg_.quantization.group_size > 0 ? cfg_.quantization.group_size : cols;
   const int64_t groups = cols % group == 0 ? cols / group : 0;
@@ -151,6 +161,10 @@ Result<Linear> WeightLoader::linear(const std::string& name, int64_t rows, int64
     int bits = source_.weight_mix->int_bits;
     const int64_t group = quant_mix_int_group(*source_.weight_mix, cols);
     if (bits == 4 && cols % 2 != 0) bits = 8;  // no whole int4 pairs: int8 per channel
+    if ((bits == 8 || group == cols) && cols > kMaxIntGroup) {
+      return unimplemented(source_.path + ": tensor " + name + " has rows of " + std::to_string(cols) + " values; " +
+                           source_.weight_mix->name + " takes at most " + std::to_string(kMaxIntGroup) + " per scale");
+    }
     Linear l = Linear::quantize_int(k_, t, bits, bits == 8 && group != cols ? cols : group);
     ++int_types_[l.type_name()];
     l.set_name(name);

@@ -4,9 +4,11 @@
 // -mf16c -ffp-contract=off; read x86_kernels.h before adding an #include here.
 //
 // The 8 lanes of a vector are 8 output rows. Per 4 columns, the 8 rows' codes are one 32-byte
-// vector and the input's 4 codes one broadcast int32: vpmaddubsw (|w| unsigned against x with w's
-// sign: pairs at most 2 x 128 x 127) then vpmaddwd into int32 lanes, summed over a group exactly;
-// then acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
+// vector and the input's 4 codes one broadcast int32: vpmaddubsw (int8: |w| unsigned against x
+// with w's sign, pairs at most 2 x 128 x 127; int4: the stored code + 8, already unsigned, against
+// x, pairs at most 2 x 15 x 127) then vpmaddwd into int32 lanes, summed over a group exactly; less
+// zero * (the group's sum of x) where there are zero points (every int4 weight: its + 8); then
+// acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/x86/math_avx2.h"
@@ -29,6 +31,16 @@ PAGODA_INLINE void dot4(__m256i w, const int32_t (&x4)[R], __m256i (&dot)[R]) {
   });
 }
 
+// As dot4, for unsigned codes u in [0, 15] (int4 + 8): no sign juggling.
+template <int R>
+PAGODA_INLINE void dot4u(__m256i u, const int32_t (&x4)[R], __m256i (&dot)[R]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  unroll<R>([&](auto r) {
+    const __m256i pairs = _mm256_maddubs_epi16(u, _mm256_set1_epi32(x4[r.value]));
+    dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
+  });
+}
+
 // R input rows (xq rows kp apart, their scales s_x) against one panel: y[r, c] for c < valid.
 // dot[r] -= zero * (row r's sum of xq over the group), for a weight with zero points.
 template <int R>
@@ -47,7 +59,7 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* x
                             int64_t valid, bool stream) {
   __m256 acc[R];
   unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
-  const __m256i low4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
   const int64_t groups = kp / group;
   for (int64_t g = 0; g < groups; ++g) {
     __m256i dot[R];
@@ -66,17 +78,15 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* x
         const uint8_t* p = panel + t * kPanelRows / 2;  // 32 bytes per 8 columns
         if (stream && (t & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
         const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-        // Nibbles to int8: (n xor 8) - 8 sign-extends a two's-complement int4.
-        const __m256i lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(bytes, low4), eight), eight);
-        const __m256i hi = _mm256_sub_epi8(
-            _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), eight), eight);
+        const __m256i lo = _mm256_and_si256(bytes, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
         int32_t x_lo[R], x_hi[R];
         unroll<R>([&](auto r) {
           x_lo[r.value] = load_i32(xq + r.value * kp + t);
           x_hi[r.value] = load_i32(xq + r.value * kp + t + 4);
         });
-        dot4<R>(lo, x_lo, dot);
-        dot4<R>(hi, x_hi, dot);
+        dot4u<R>(lo, x_lo, dot);
+        dot4u<R>(hi, x_hi, dot);
       }
     }
     subtract_zeros<R>(zeros, xsum, groups, g, dot);
@@ -97,7 +107,7 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t*
                                      const int32_t* zeros, int64_t panel_scales, float* y, int64_t valid) {
   __m256 acc[P];
   unroll<P>([&](auto p) { acc[p.value] = _mm256_setzero_ps(); });
-  const __m256i low4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256 v_sx = _mm256_set1_ps(s_x);
   for (int64_t g = 0; g < kp / group; ++g) {
     __m256i dot[P][1];
@@ -119,11 +129,8 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t*
           const uint8_t* w = panels + p.value * panel_bytes + t * kPanelRows / 2;
           if ((t & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchAhead), _MM_HINT_T0);
           const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-          const __m256i lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(bytes, low4), eight), eight);
-          const __m256i hi = _mm256_sub_epi8(
-              _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), eight), eight);
-          dot4<1>(lo, x_lo, dot[p.value]);
-          dot4<1>(hi, x_hi, dot[p.value]);
+          dot4u<1>(_mm256_and_si256(bytes, low4), x_lo, dot[p.value]);
+          dot4u<1>(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), x_hi, dot[p.value]);
         });
       }
     }

@@ -431,19 +431,7 @@ PAGODA_INLINE float load_fp16(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles): sub-block s's
-// (scale, min) as tensor/gguf_blocks.cpp reads them.
-PAGODA_INLINE void q4_k_scale_min(const uint8_t* b, int s, int* sc, int* mn) {
-  if (s < 4) {
-    *sc = b[s] & 63;
-    *mn = b[s + 4] & 63;
-  } else {
-    *sc = (b[s + 4] & 0xF) | (b[s - 4] >> 6) << 4;
-    *mn = (b[s + 4] >> 4) | (b[s] >> 6) << 4;
-  }
-}
-
-constexpr int64_t kQ4KBytes = 144, kQ6KBytes = 210;
+constexpr int64_t kQ6KBytes = 210;
 
 // The decoders read a panel's blocks front to back, 8 rows' blocks (1.1 / 1.6 KiB) at a time;
 // they ask for the blocks kDecodeAheadBlocks ahead (the q8_0 / q4_0 loops' reason, same effect).
@@ -458,29 +446,27 @@ PAGODA_FLATTEN void decode_panel_q4_k_avx2(const uint8_t* panel, int64_t b0, int
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   for (int64_t b = b0; b < b1; ++b) {
     PanelChunk* pc = out + (b - b0) * 8;
-    const uint8_t* blocks = panel + b * kPanelRows * kQ4KBytes;
-    prefetch_block_rows(blocks, kPanelRows * kQ4KBytes);
-    for (int p = 0; p < 4; ++p) {  // qs bytes [32p, 32p + 32): sub-blocks 2p (low), 2p + 1 (high)
-      __m256i lo[8], hi[8];
-      for (int c = 0; c < 8; ++c) {
-        const __m256i v = load256(blocks + c * kQ4KBytes + 16 + 32 * p);
-        lo[c] = _mm256_and_si256(v, low4);
-        hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    const uint8_t* block = panel + b * kQ4KPanelBlockBytes;
+    prefetch_block_rows(block, kQ4KPanelBlockBytes);
+    for (int p = 0; p < 4; ++p) {  // chunks 2p (low nibbles) and 2p + 1 (high), already in lane order
+      for (int g = 0; g < 8; ++g) {
+        const __m256i v = load256(block + 256 * p + 32 * g);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[2 * p].q + 32 * g), _mm256_and_si256(v, low4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[2 * p + 1].q + 32 * g),
+                            _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
       }
-      store_transposed(lo, pc[2 * p].q);
-      store_transposed(hi, pc[2 * p + 1].q);
     }
-    for (int c = 0; c < 8; ++c) {
-      const uint8_t* blk = blocks + c * kQ4KBytes;
-      const float d = load_fp16(blk), dmin = load_fp16(blk + 2);
-      for (int s = 0; s < 8; ++s) {
-        int sc = 0, mn = 0;
-        q4_k_scale_min(blk + 4, s, &sc, &mn);
-        pc[s].sc0[c] = pc[s].sc1[c] = sc;
-        pc[s].mn0[c] = pc[s].mn1[c] = mn;
-        pc[s].d[c] = d;
-        pc[s].dmin[c] = dmin;
-      }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1152)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1168)));
+    for (int s = 0; s < 8; ++s) {
+      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1024 + 8 * s)));
+      const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1088 + 8 * s)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc0), sc);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc1), sc);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn0), mn);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn1), mn);
+      _mm256_storeu_ps(pc[s].d, d);
+      _mm256_storeu_ps(pc[s].dmin, dmin);
     }
   }
 }

@@ -103,7 +103,8 @@ BENCHMARK(BM_MatmulAvx2)
     ->Apply(avx2_args)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();
-// IntWeight (W8A8 / W4A8). Args: bits, m, n, k, group (0: per channel), threaded.
+// IntWeight (W8A8 / W4A8; zeros: with zero points, as AWQ / GPTQ checkpoints decode). Args: bits,
+// m, n, k, group (0: per channel), threaded, zeros.
 void BM_MatmulIntAvx2(benchmark::State& state) {
   const CpuFeatures& f = cpu_features();
   if (!(f.avx2 && f.fma && f.f16c)) {
@@ -113,7 +114,7 @@ void BM_MatmulIntAvx2(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   const int64_t group = state.range(4) > 0 ? state.range(4) : k;
-  const bool threaded = state.range(5) != 0;
+  const bool threaded = state.range(5) != 0, with_zeros = state.range(6) != 0;
   std::mt19937 rng(1);
   std::vector<uint8_t> codes(static_cast<size_t>(n * k * bits / 8));
   for (auto& c : codes) c = static_cast<uint8_t>(rng());
@@ -125,6 +126,9 @@ void BM_MatmulIntAvx2(benchmark::State& state) {
   w.k = k;
   w.group_size = group;
   w.scales = scales.data();
+  std::vector<int32_t> zeros(scales.size());
+  for (auto& z : zeros) z = static_cast<int32_t>(rng() % 17) - 8;
+  if (with_zeros) w.zero_points = zeros.data();
   // Decode streams the weights: enough copies to leave the caches (64 MiB).
   const int64_t bytes = static_cast<int64_t>(codes.size());
   const int64_t copies = m == 1 ? ((int64_t{64} << 20) + bytes - 1) / bytes : 1;
@@ -142,21 +146,25 @@ void BM_MatmulIntAvx2(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * m * n * k);
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.SetLabel(std::string(bits == 8 ? "w8a8" : "w4a8") + (threaded ? " threads" : " 1 thread"));
+  state.SetLabel(std::string(bits == 8 ? "w8a8" : "w4a8") + (with_zeros ? " zeros" : "") +
+                 (threaded ? " threads" : " 1 thread"));
 }
 
 void int_args(benchmark::internal::Benchmark* b) {
   for (int bits : {8, 4}) {
     for (int64_t m : {1, 8, 64, 256}) {
       for (int threaded : {0, 1}) {
-        b->Args({bits, m, 2048, 2048, bits == 8 ? 0 : 128, threaded});
-        b->Args({bits, m, 5632, 2048, bits == 8 ? 0 : 128, threaded});
+        for (int zeros : {0, 1}) {
+          if (zeros && bits == 8) continue;  // int4 with zero points: AWQ / GPTQ
+          b->Args({bits, m, 2048, 2048, bits == 8 ? 0 : 128, threaded, zeros});
+          b->Args({bits, m, 5632, 2048, bits == 8 ? 0 : 128, threaded, zeros});
+        }
       }
     }
   }
 }
 
-BENCHMARK(BM_MatmulIntAvx2)->Apply(int_args)->ArgNames({"bits", "m", "n", "k", "group", "threaded"})->UseRealTime();
+BENCHMARK(BM_MatmulIntAvx2)->Apply(int_args)->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})->UseRealTime();
 
 BENCHMARK(BM_MatmulReference)
     ->Args({static_cast<int64_t>(DType::kBF16), 1, 2048, 2048, 0})

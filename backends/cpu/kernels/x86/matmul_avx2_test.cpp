@@ -19,6 +19,7 @@
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 #include "tensor/convert.h"
+#include "tensor/gguf_blocks.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/tensor.h"
 
@@ -183,7 +184,7 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     EXPECT_EQ(p.packed.layout, TensorLayout::kBackendPacked);
     EXPECT_EQ(p.packed.dtype, t);
     EXPECT_EQ(p.packed.shape_string(), "[13, " + std::to_string(k) + "]");
-    const bool interleaved = is_quantized(t) && t != DType::kQ8_0 && t != DType::kQ4_0;
+    const bool interleaved = is_quantized(t) && t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_K;
     EXPECT_EQ(p.packed_storage.size(), static_cast<size_t>(2 * packed_panel_bytes(t, k)));
     const auto* packed = p.packed_storage.as<uint8_t>();
     for (int64_t j = 0; j < n; ++j) {
@@ -194,6 +195,27 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
         const int64_t e = block_bytes(t);
         for (int64_t col = 0; col < k; ++col)
           ASSERT_EQ(std::memcmp(panel + (col * 8 + c) * e, row + col * e, e), 0) << dtype_name(t);
+        continue;
+      }
+      if (t == DType::kQ4_K) {  // x86_kernels.h: nibbles in lane order, then unpacked scales, d, dmin
+        for (int64_t b = 0; b < k / 256; ++b) {
+          const uint8_t* pb = panel + b * kQ4KPanelBlockBytes;
+          const uint8_t* src = row + b * 144;
+          QuantChunk chunks[8];
+          decode_chunks_q4_k(src, chunks);
+          for (int p4 = 0; p4 < 4; ++p4) {
+            for (int g = 0; g < 8; ++g) {
+              ASSERT_EQ(std::memcmp(pb + 256 * p4 + 32 * g + 4 * c, src + 16 + 32 * p4 + 4 * g, 4), 0)
+                  << "q4_k row " << j << " pair " << p4 << " group " << g;
+            }
+          }
+          for (int sb = 0; sb < 8; ++sb) {
+            EXPECT_EQ(pb[1024 + 8 * sb + c], chunks[sb].sc[0]) << "q4_k scale " << sb;
+            EXPECT_EQ(pb[1088 + 8 * sb + c], chunks[sb].mn[0]) << "q4_k min " << sb;
+          }
+          ASSERT_EQ(std::memcmp(pb + 1152 + 2 * c, src, 2), 0) << "q4_k d";
+          ASSERT_EQ(std::memcmp(pb + 1168 + 2 * c, src + 2, 2), 0) << "q4_k dmin";
+        }
         continue;
       }
       if (interleaved) {  // block b of row c at (b * 8 + c) * block_bytes
@@ -213,6 +235,10 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     }
     // Rows 13..15 (panel rows 5..7) of the last panel are padding: all zero.
     auto panel_row_of_byte = [&](int64_t i) -> int64_t {
+      if (t == DType::kQ4_K) {
+        const int64_t in_block = i % kQ4KPanelBlockBytes;
+        return in_block < 1024 ? in_block % 32 / 4 : in_block < 1152 ? in_block % 8 : (in_block - 1152) % 16 / 2;
+      }
       if (!is_quantized(t) || interleaved) return i / block_bytes(t) % 8;
       const int64_t in_block = i % (8 * block_bytes(t));
       return in_block < 16 ? in_block / 2 : (in_block - 16) % 32 / 4;
@@ -352,11 +378,13 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matm
       if (bits == 4 && k % 2 != 0) continue;
       for (int64_t group : {k, int64_t{32}, int64_t{64}}) {
         if (group != k && k % group != 0) continue;
-        for (float input_scale : {0.0f, 0.02f, 0.004f, -1.0f}) {
-          const bool zeros = input_scale < 0;  // the last pass: per-token scales, zero points
+        for (float input_scale : {0.0f, 0.02f, 0.004f, -1.0f, -2.0f}) {
+          // The last two passes with zero points: per-token scales (-1), the static 0.02 (-2).
+          const bool zeros = input_scale < 0;
+          const float scale = input_scale == -2.0f ? 0.02f : (zeros ? 0.0f : input_scale);
           for (int64_t m : {1, 3, 4, 9}) {
             for (int64_t n : {1, 8, 13, 67}) {
-              IntProblem p = make_int_problem(bits, m, k, n, group, zeros ? 0.0f : input_scale, seed++, zeros);
+              IntProblem p = make_int_problem(bits, m, k, n, group, scale, seed++, zeros);
               std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), NAN), threaded(want.size(), NAN);
               reference_kernels().matmul_int(p.x.data(), m, p.w, want.data());
               matmul_int_avx2_pooled(p.x.data(), m, p.packed, got.data(), nullptr);

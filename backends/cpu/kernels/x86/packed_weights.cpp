@@ -38,6 +38,26 @@ void pack_plain_row(const uint8_t* src, int64_t k, int64_t elem_bytes, int64_t c
   }
 }
 
+// Row c of a q4_k panel (x86_kernels.h): nibbles in lane order, 6-bit scales and mins unpacked.
+void pack_q4_k_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ4_K blk;
+    std::memcpy(&blk, src + b * static_cast<int64_t>(sizeof blk), sizeof blk);
+    uint8_t* dst = panel + b * kQ4KPanelBlockBytes;
+    for (int p = 0; p < 4; ++p) {
+      for (int g = 0; g < 8; ++g) std::memcpy(dst + 256 * p + 32 * g + 4 * c, blk.qs + 32 * p + 4 * g, 4);
+    }
+    QuantChunk chunks[8];  // the table's decoder: its sub-block scales and mins (6 bits each)
+    decode_chunks_q4_k(&blk, chunks);
+    for (int s = 0; s < 8; ++s) {
+      dst[1024 + 8 * s + c] = static_cast<uint8_t>(chunks[s].sc[0]);
+      dst[1088 + 8 * s + c] = static_cast<uint8_t>(chunks[s].mn[0]);
+    }
+    std::memcpy(dst + 1152 + 2 * c, &blk.d, 2);
+    std::memcpy(dst + 1168 + 2 * c, &blk.dmin, 2);
+  }
+}
+
 // Row c of a block-interleaved panel: its blocks, 8 blocks apart.
 void pack_block_row(const uint8_t* src, int64_t nb, int64_t block_bytes, int64_t c, uint8_t* panel) {
   for (int64_t b = 0; b < nb; ++b) {
@@ -71,6 +91,7 @@ void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b
 }
 
 int64_t packed_panel_bytes(DType type, int64_t k) {
+  if (type == DType::kQ4_K) return (k / block_elems(type)) * kQ4KPanelBlockBytes;
   return kPanelRows * (k / block_elems(type)) * block_bytes(type);
 }
 
@@ -98,6 +119,9 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
           case DType::kQ4_0:
             pack_quant_row<BlockQ4_0, 4>(src, k / kQuantBlock, c, panel);
             break;
+          case DType::kQ4_K:
+            pack_q4_k_row(src, k / block_elems(type), c, panel);
+            break;
           default:
             if (is_quantized(type)) {
               pack_block_row(src, k / block_elems(type), block_bytes(type), c, panel);
@@ -121,7 +145,10 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
   const int64_t panel_bytes = kPanelRows * kp * w.bits / 8;
   const int64_t code_bytes = num_panels * panel_bytes;
   const int64_t scale_floats = num_panels * kPanelRows * groups;
-  const int64_t zero_ints = w.zero_points != nullptr ? scale_floats : 0;
+  // int4 codes are stored offset by 8 (unsigned, for vpmaddubsw) with zero points + 8 to match,
+  // so every int4 weight has zero points here; int8 ones only where the weight has them.
+  const bool zeros_here = w.zero_points != nullptr || w.bits == 4;
+  const int64_t zero_ints = zeros_here ? scale_floats : 0;
   *storage = Buffer(static_cast<size_t>(code_bytes + (scale_floats + zero_ints) * 4));  // zero: padding
   auto* codes = storage->as<uint8_t>();
   auto* scales = reinterpret_cast<float*>(codes + code_bytes);
@@ -137,14 +164,18 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
           for (int64_t t = 0; t < k; ++t) panel[(t / 4) * 32 + 4 * c + t % 4] = row[t];
         } else {
           for (int64_t t = 0; t < k; ++t) {
-            const uint8_t nibble = (row[t / 2] >> (4 * (t % 2))) & 0xF;
+            const uint8_t nibble = ((row[t / 2] >> (4 * (t % 2))) & 0xF) ^ 0x8;  // code + 8
             const int64_t u = t / 8, in = t % 8;
             panel[u * 32 + 4 * c + in % 4] |= static_cast<uint8_t>(nibble << (in < 4 ? 0 : 4));
           }
         }
         for (int64_t g = 0; g < groups; ++g) scales[(p * groups + g) * kPanelRows + c] = w.scales[j * groups + g];
         if (zeros != nullptr) {
-          for (int64_t g = 0; g < groups; ++g) zeros[(p * groups + g) * kPanelRows + c] = w.zero_points[j * groups + g];
+          const int32_t offset = w.bits == 4 ? 8 : 0;
+          for (int64_t g = 0; g < groups; ++g) {
+            const int32_t z = w.zero_points != nullptr ? w.zero_points[j * groups + g] : 0;
+            zeros[(p * groups + g) * kPanelRows + c] = z + offset;
+          }
         }
       }
     }

@@ -43,11 +43,19 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 //    (16 bytes), then their weights in groups of 4 bytes per row: q8_0: 8 x 32 bytes, group g =
 //    rows 0..7's int8 weights [4g, 4g + 4); q4_0: 4 x 32 bytes, group h = rows 0..7's q4_0
 //    bytes [4h, 4h + 4) (nibbles of elements 4h.. low, 16 + 4h.. high).
-//  - every other block type (q4_1, q5_0, q5_1, the K-quants): the panel's blocks one after
+//  - q4_k: the panel's super-blocks one after another, each kQ4KPanelBlockBytes (1184, for 8 x
+//    144 stored): the nibbles in lane order, chunk pair p (chunks 2p, 2p + 1) at 256 p, group g
+//    (columns [4g, 4g + 4) of both chunks) at 32 g, row c's 4 bytes at 4 c, each byte the
+//    stored qs byte (chunk 2p's code in the low nibble, 2p + 1's in the high one); then the
+//    8 chunks' 6-bit scales (uint8, chunk s row c at 1024 + 8 s + c) and mins (at 1088 + ...),
+//    then the rows' d and dmin (fp16, at 1152 + 2 c and 1168 + 2 c): the 6-bit unpacking and
+//    the transposes done once at load, so decoding to PanelChunks is loads and masks.
+//  - every other block type (q4_1, q5_0, q5_1, the other K-quants): the panel's blocks one after
 //    another, each the 8 rows' block b as stored (8 x block_bytes); the matmul decodes them to
 //    PanelChunks a slice at a time.
-// Same bytes per row as the stored types; only the order changes.
+// Same bytes per row as the stored types (q4_k: 148 for 144); only the order changes.
 inline constexpr int64_t kPanelRows = 8;
+inline constexpr int64_t kQ4KPanelBlockBytes = 1184;
 int64_t packed_panel_bytes(DType type, int64_t k);
 
 // The Kernels::pack_matmul_weight entry of the AVX2 table: every type packs (w must be
@@ -82,7 +90,7 @@ struct PanelChunk {
 // panel + b * 8 * block_bytes) into (b1 - b0) * block_elems / 32 PanelChunks, in order.
 void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
 
-// AVX2. decode_panel_chunks for q4_k and q6_k panels.
+// AVX2. decode_panel_chunks for q4_k panels (their own layout, above) and q6_k panels.
 void decode_panel_q4_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
 void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
 
@@ -103,7 +111,9 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
 // rows (the last padded with zero rows), panel p at codes + p * 8 * kp * bits / 8:
 //  - int8: per 4 columns [4u, 4u + 4): 32 bytes, rows 0..7's 4 codes;
 //  - int4: per 8 columns [8u, 8u + 8): 32 bytes, row c's 4 bytes at 4c, byte j holding column
-//    8u + j (low nibble) and 8u + 4 + j (high nibble).
+//    8u + j (low nibble) and 8u + 4 + j (high nibble), each the code + 8 (0..15, unsigned: the
+//    first operand of vpmaddubsw as it is), with the zero points + 8 to match (so every packed
+//    int4 weight has zero points: code - zero is unchanged).
 // The scales follow all the panels: panel p's at p * 8 * groups floats, group g's 8 rows at g * 8;
 // the zero points (where the weight has them) follow the scales, int32, laid out as they are.
 // A per-channel weight (group_size == k) has one group of kp columns.
