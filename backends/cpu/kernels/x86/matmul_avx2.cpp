@@ -401,39 +401,11 @@ PAGODA_INLINE void chunk_tile(const BlockQ8Act* x, const int32_t* x_half_sums, i
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
-// ---- AVX2 decoders of block-interleaved panels into PanelChunks (q4_k, q6_k) ----
-
-// rows[c] holds 32 codes of panel row c (8 int32 groups); writes them in PanelChunk order, group
-// g = the rows' group g: an 8 x 8 transpose of 32-bit elements.
-PAGODA_INLINE void store_transposed(const __m256i (&rows)[8], int8_t* q) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);      // groups 0 1 | 4 5
-    t[2 * i + 1] = _mm256_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);  // groups 2 3 | 6 7
-  }
-  for (int i = 0; i < 2; ++i) {
-    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);      // 4 rows: group 0 | 4
-    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);      // 1 | 5
-    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);  // 2 | 6
-    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);  // 3 | 7
-  }
-  for (int g = 0; g < 4; ++g) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * g), _mm256_permute2x128_si256(u[g], u[4 + g], 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * (g + 4)), _mm256_permute2x128_si256(u[g], u[4 + g], 0x31));
-  }
-}
+// ---- AVX2 decoders of the q4_k and q6_k panels (laid out at load, x86_kernels.h) into PanelChunks ----
 
 PAGODA_INLINE __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-PAGODA_INLINE float load_fp16(const uint8_t* p) {
-  uint16_t h;
-  __builtin_memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-constexpr int64_t kQ6KBytes = 210;
-
-// The decoders read a panel's blocks front to back, 8 rows' blocks (1.1 / 1.6 KiB) at a time;
+// The decoders read a panel's blocks front to back, 8 rows' blocks (1.2 / 1.6 KiB) at a time;
 // they ask for the blocks kDecodeAheadBlocks ahead (the q8_0 / q4_0 loops' reason, same effect).
 constexpr int64_t kDecodeAheadBlocks = 2;
 PAGODA_INLINE void prefetch_block_rows(const uint8_t* blocks, int64_t bytes) {
@@ -475,36 +447,36 @@ PAGODA_FLATTEN void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
   for (int64_t b = b0; b < b1; ++b) {
     PanelChunk* pc = out + (b - b0) * 8;
-    const uint8_t* blocks = panel + b * kPanelRows * kQ6KBytes;
-    prefetch_block_rows(blocks, kPanelRows * kQ6KBytes);
-    for (int h = 0; h < 2; ++h) {  // chunks 4h .. 4h + 3
-      __m256i q[4][8];
-      for (int c = 0; c < 8; ++c) {
-        const uint8_t* blk = blocks + c * kQ6KBytes;
-        const __m256i l0 = load256(blk + 64 * h), l1 = load256(blk + 64 * h + 32);
-        const __m256i hb = load256(blk + 128 + 32 * h);
+    const uint8_t* block = panel + b * kQ6KPanelBlockBytes;
+    prefetch_block_rows(block, kQ6KPanelBlockBytes);
+    for (int h = 0; h < 2; ++h) {  // chunks 4h .. 4h + 3, their bytes already in lane order
+      for (int g = 0; g < 8; ++g) {
+        const uint8_t* at = block + 768 * h + 32 * g;
+        const __m256i l0 = load256(at), l1 = load256(at + 256), hb = load256(at + 512);
         // Chunk 4h + t: low 4 bits from l0 / l1 (low nibble for t < 2), high 2 bits from bits 2t
         // of hb, moved to bits 4-5.
-        q[0][c] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
-        q[1][c] = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
-        q[2][c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, bits45));
-        q[3][c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                  _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
-        for (int t = 0; t < 4; ++t) q[t][c] = _mm256_sub_epi8(q[t][c], bias);
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45)),
+            _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, bits45)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45))};
+        for (int t = 0; t < 4; ++t) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[4 * h + t].q + 32 * g), _mm256_sub_epi8(q[t], bias));
+        }
       }
-      for (int t = 0; t < 4; ++t) store_transposed(q[t], pc[4 * h + t].q);
     }
-    for (int c = 0; c < 8; ++c) {
-      const uint8_t* blk = blocks + c * kQ6KBytes;
-      const float d = load_fp16(blk + 208);
-      const auto* scales = reinterpret_cast<const int8_t*>(blk + 192);
-      for (int s = 0; s < 8; ++s) {
-        pc[s].sc0[c] = scales[2 * s];
-        pc[s].sc1[c] = scales[2 * s + 1];
-        pc[s].mn0[c] = pc[s].mn1[c] = 0;
-        pc[s].d[c] = d;
-        pc[s].dmin[c] = 0;
-      }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1664)));
+    const __m256i zero = _mm256_setzero_si256();
+    for (int s = 0; s < 8; ++s) {
+      const __m256i sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1536 + 16 * s)));
+      const __m256i sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1544 + 16 * s)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc0), sc0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc1), sc1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn0), zero);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn1), zero);
+      _mm256_storeu_ps(pc[s].d, d);
+      _mm256_storeu_ps(pc[s].dmin, _mm256_setzero_ps());
     }
   }
 }

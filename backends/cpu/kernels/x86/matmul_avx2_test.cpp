@@ -184,7 +184,8 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     EXPECT_EQ(p.packed.layout, TensorLayout::kBackendPacked);
     EXPECT_EQ(p.packed.dtype, t);
     EXPECT_EQ(p.packed.shape_string(), "[13, " + std::to_string(k) + "]");
-    const bool interleaved = is_quantized(t) && t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_K;
+    const bool interleaved =
+        is_quantized(t) && t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_K && t != DType::kQ6_K;
     EXPECT_EQ(p.packed_storage.size(), static_cast<size_t>(2 * packed_panel_bytes(t, k)));
     const auto* packed = p.packed_storage.as<uint8_t>();
     for (int64_t j = 0; j < n; ++j) {
@@ -218,6 +219,24 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
         }
         continue;
       }
+      if (t == DType::kQ6_K) {  // x86_kernels.h: ql / qh runs in lane order, then scales, d
+        for (int64_t b = 0; b < k / 256; ++b) {
+          const uint8_t* pb = panel + b * kQ6KPanelBlockBytes;
+          const uint8_t* src = row + b * 210;  // ql[128], qh[64], scales[16], d
+          for (int h = 0; h < 2; ++h) {
+            const int64_t runs[3] = {64 * h, 64 * h + 32, 128 + 32 * h};
+            for (int a = 0; a < 3; ++a) {
+              for (int g = 0; g < 8; ++g) {
+                ASSERT_EQ(std::memcmp(pb + 768 * h + 256 * a + 32 * g + 4 * c, src + runs[a] + 4 * g, 4), 0)
+                    << "q6_k row " << j << " half " << h << " run " << a << " group " << g;
+              }
+            }
+          }
+          for (int i = 0; i < 16; ++i) EXPECT_EQ(pb[1536 + 8 * i + c], src[192 + i]) << "q6_k scale " << i;
+          ASSERT_EQ(std::memcmp(pb + 1664 + 2 * c, src + 208, 2), 0) << "q6_k d";
+        }
+        continue;
+      }
       if (interleaved) {  // block b of row c at (b * 8 + c) * block_bytes
         const int64_t e = block_bytes(t);
         for (int64_t b = 0; b < k / block_elems(t); ++b)
@@ -238,6 +257,10 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
       if (t == DType::kQ4_K) {
         const int64_t in_block = i % kQ4KPanelBlockBytes;
         return in_block < 1024 ? in_block % 32 / 4 : in_block < 1152 ? in_block % 8 : (in_block - 1152) % 16 / 2;
+      }
+      if (t == DType::kQ6_K) {
+        const int64_t in_block = i % kQ6KPanelBlockBytes;
+        return in_block < 1536 ? in_block % 32 / 4 : in_block < 1664 ? in_block % 8 : (in_block - 1664) / 2;
       }
       if (!is_quantized(t) || interleaved) return i / block_bytes(t) % 8;
       const int64_t in_block = i % (8 * block_bytes(t));

@@ -58,6 +58,23 @@ void pack_q4_k_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
   }
 }
 
+// Row c of a q6_k panel (x86_kernels.h): the code bytes in lane order, the scales per row.
+void pack_q6_k_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ6_K blk;
+    std::memcpy(&blk, src + b * static_cast<int64_t>(sizeof blk), sizeof blk);
+    uint8_t* dst = panel + b * kQ6KPanelBlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* runs[3] = {blk.ql + 64 * h, blk.ql + 64 * h + 32, blk.qh + 32 * h};
+      for (int a = 0; a < 3; ++a) {
+        for (int g = 0; g < 8; ++g) std::memcpy(dst + 768 * h + 256 * a + 32 * g + 4 * c, runs[a] + 4 * g, 4);
+      }
+    }
+    for (int i = 0; i < 16; ++i) dst[1536 + 8 * i + c] = static_cast<uint8_t>(blk.scales[i]);
+    std::memcpy(dst + 1664 + 2 * c, &blk.d, 2);
+  }
+}
+
 // Row c of a block-interleaved panel: its blocks, 8 blocks apart.
 void pack_block_row(const uint8_t* src, int64_t nb, int64_t block_bytes, int64_t c, uint8_t* panel) {
   for (int64_t b = 0; b < nb; ++b) {
@@ -121,6 +138,9 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
             break;
           case DType::kQ4_K:
             pack_q4_k_row(src, k / block_elems(type), c, panel);
+            break;
+          case DType::kQ6_K:
+            pack_q6_k_row(src, k / block_elems(type), c, panel);
             break;
           default:
             if (is_quantized(type)) {

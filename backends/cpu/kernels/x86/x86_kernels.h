@@ -50,10 +50,16 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 //    8 chunks' 6-bit scales (uint8, chunk s row c at 1024 + 8 s + c) and mins (at 1088 + ...),
 //    then the rows' d and dmin (fp16, at 1152 + 2 c and 1168 + 2 c): the 6-bit unpacking and
 //    the transposes done once at load, so decoding to PanelChunks is loads and masks.
-//  - every other block type (q4_1, q5_0, q5_1, the other K-quants): the panel's blocks one after
+//  - q6_k: the panel's super-blocks one after another, each 8 x 210 bytes: for each half h (768
+//    bytes at 768 h) the three 32-byte runs the half's codes come from (ql [64h, 64h + 32),
+//    ql [64h + 32, 64h + 64), qh [32h, 32h + 32)), 256 bytes each, in lane order (group g at 32 g,
+//    row c's 4 bytes at 4 c); then the 16 int8 scales (scale i of row c at 1536 + 8 i + c) and
+//    the rows' d (fp16 at 1664 + 2 c).
+//  - every other block type (q4_1, q5_0, q5_1, q2_k, q3_k, q5_k): the panel's blocks one after
 //    another, each the 8 rows' block b as stored (8 x block_bytes); the matmul decodes them to
 //    PanelChunks a slice at a time.
 // Same bytes per row as the stored types (q4_k: 148 for 144); only the order changes.
+inline constexpr int64_t kQ6KPanelBlockBytes = 1680;
 inline constexpr int64_t kPanelRows = 8;
 inline constexpr int64_t kQ4KPanelBlockBytes = 1184;
 int64_t packed_panel_bytes(DType type, int64_t k);
