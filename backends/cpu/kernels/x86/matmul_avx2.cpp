@@ -401,85 +401,125 @@ PAGODA_INLINE void chunk_tile(const BlockQ8Act* x, const int32_t* x_half_sums, i
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
-// ---- AVX2 decoders of the q4_k and q6_k panels (laid out at load, x86_kernels.h) into PanelChunks ----
-
-PAGODA_INLINE __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// The decoders read a panel's blocks front to back, 8 rows' blocks (1.2 / 1.6 KiB) at a time;
-// they ask for the blocks kDecodeAheadBlocks ahead (the q8_0 / q4_0 loops' reason, same effect).
-constexpr int64_t kDecodeAheadBlocks = 2;
-PAGODA_INLINE void prefetch_block_rows(const uint8_t* blocks, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) prefetch(blocks + kDecodeAheadBlocks * bytes + o);
-}
-
-}  // namespace
-
-PAGODA_FLATTEN void decode_panel_q4_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  for (int64_t b = b0; b < b1; ++b) {
-    PanelChunk* pc = out + (b - b0) * 8;
+// ---- q4_k panels multiplied as they lie (x86_kernels.h), no PanelChunk in between ----
+//
+// The codes are unsigned nibbles, so vpmaddubsw takes them against the input as they are. Per
+// chunk (sub-block) s of a super-block: D = the rows' integer dots, I = sc * D, M = mn * (the
+// input block's sum); acc + float(I) * (d * d_x), then acc - float(M) * (dmin * d_x): with
+// sc0 = sc1 and mn0 = mn1 (q4_k's 32-element sub-blocks) exactly chunk_tile's integers and
+// order, so bit for bit the reference.
+template <int R>
+PAGODA_INLINE void q4_k_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* panel,
+                             int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
+  __m256 acc[R];
+  unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
+  const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block = panel + b * kQ4KPanelBlockBytes;
-    prefetch_block_rows(block, kQ4KPanelBlockBytes);
-    for (int p = 0; p < 4; ++p) {  // chunks 2p (low nibbles) and 2p + 1 (high), already in lane order
-      for (int g = 0; g < 8; ++g) {
-        const __m256i v = load256(block + 256 * p + 32 * g);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[2 * p].q + 32 * g), _mm256_and_si256(v, low4));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[2 * p + 1].q + 32 * g),
-                            _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
-      }
+    if constexpr (R == 1) {
+      for (int64_t o = 0; o < kQ4KPanelBlockBytes; o += 64) prefetch(block + 2 * kQ4KPanelBlockBytes + o);
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1152)));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1168)));
-    for (int s = 0; s < 8; ++s) {
-      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1024 + 8 * s)));
-      const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1088 + 8 * s)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc0), sc);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc1), sc);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn0), mn);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn1), mn);
-      _mm256_storeu_ps(pc[s].d, d);
-      _mm256_storeu_ps(pc[s].dmin, dmin);
+    for (int p = 0; p < 4; ++p) {  // chunks 2p (low nibbles) and 2p + 1 (high)
+      __m256i dot[2][R];
+      unroll<R>([&](auto r) {
+        dot[0][r.value] = _mm256_setzero_si256();
+        dot[1][r.value] = _mm256_setzero_si256();
+      });
+      const int64_t c0 = 8 * b + 2 * p;  // the input block of chunk 2p
+      unroll<8>([&](auto g) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 256 * p + 32 * g.value));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        unroll<R>([&](auto r) {
+          const __m256i xl = _mm256_set1_epi32(load_i32(x[r.value * nb + c0].qs + 4 * g.value));
+          const __m256i xh = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + 1].qs + 4 * g.value));
+          dot[0][r.value] = _mm256_add_epi32(dot[0][r.value], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), ones));
+          dot[1][r.value] = _mm256_add_epi32(dot[1][r.value], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), ones));
+        });
+      });
+      unroll<2>([&](auto h) {
+        const int s = 2 * p + h.value;
+        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1024 + 8 * s)));
+        const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1088 + 8 * s)));
+        unroll<R>([&](auto r) {
+          const int64_t c = c0 + h.value;
+          const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
+          const __m256i ints = _mm256_mullo_epi32(sc, dot[h.value][r.value]);
+          acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_mul_ps(d, d_x)));
+          const __m256i mins = _mm256_mullo_epi32(mn, _mm256_set1_epi32(x_sums[r.value * nb + c]));
+          acc[r.value] = _mm256_sub_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, d_x)));
+        });
+      });
     }
   }
+  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
-PAGODA_FLATTEN void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-  for (int64_t b = b0; b < b1; ++b) {
-    PanelChunk* pc = out + (b - b0) * 8;
+// The same for q6_k panels: the 6-bit codes assembled from their runs are q + 32, unsigned, so
+// vpmaddubsw takes them as they are; each 16-element half's dot is then D = dot(q + 32, x) -
+// 32 * (the half's input sum), exactly chunk_tile's, and I = sc0 * D0 + sc1 * D1 (no mins).
+template <int R>
+PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panel,
+                             int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
+  __m256 acc[R];
+  unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block = panel + b * kQ6KPanelBlockBytes;
-    prefetch_block_rows(block, kQ6KPanelBlockBytes);
-    for (int h = 0; h < 2; ++h) {  // chunks 4h .. 4h + 3, their bytes already in lane order
-      for (int g = 0; g < 8; ++g) {
-        const uint8_t* at = block + 768 * h + 32 * g;
-        const __m256i l0 = load256(at), l1 = load256(at + 256), hb = load256(at + 512);
-        // Chunk 4h + t: low 4 bits from l0 / l1 (low nibble for t < 2), high 2 bits from bits 2t
-        // of hb, moved to bits 4-5.
+    if constexpr (R == 1) {
+      for (int64_t o = 0; o < kQ6KPanelBlockBytes; o += 64) prefetch(block + 2 * kQ6KPanelBlockBytes + o);
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1664)));
+    for (int h = 0; h < 2; ++h) {  // chunks 4h + t, t < 4
+      __m256i dot[4][2][R];       // [t][half of the chunk][row]
+      unroll<4>([&](auto t) {
+        unroll<R>([&](auto r) {
+          dot[t.value][0][r.value] = _mm256_setzero_si256();
+          dot[t.value][1][r.value] = _mm256_setzero_si256();
+        });
+      });
+      const int64_t c0 = 8 * b + 4 * h;  // the input block of chunk 4h
+      unroll<8>([&](auto g) {
+        const uint8_t* at = block + 768 * h + 32 * g.value;
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 256));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 512));
         const __m256i q[4] = {
             _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45)),
             _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45)),
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, bits45)),
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45))};
-        for (int t = 0; t < 4; ++t) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[4 * h + t].q + 32 * g), _mm256_sub_epi8(q[t], bias));
-        }
-      }
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1664)));
-    const __m256i zero = _mm256_setzero_si256();
-    for (int s = 0; s < 8; ++s) {
-      const __m256i sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1536 + 16 * s)));
-      const __m256i sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1544 + 16 * s)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc0), sc0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].sc1), sc1);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn0), zero);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc[s].mn1), zero);
-      _mm256_storeu_ps(pc[s].d, d);
-      _mm256_storeu_ps(pc[s].dmin, _mm256_setzero_ps());
+        constexpr int half = g.value / 4;
+        unroll<4>([&](auto t) {
+          unroll<R>([&](auto r) {
+            const __m256i xv = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + t.value].qs + 4 * g.value));
+            __m256i& acc_dot = dot[t.value][half][r.value];
+            acc_dot = _mm256_add_epi32(acc_dot, _mm256_madd_epi16(_mm256_maddubs_epi16(q[t.value], xv), ones));
+          });
+        });
+      });
+      unroll<4>([&](auto t) {
+        const int s = 4 * h + t.value;
+        const __m256i sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1536 + 16 * s)));
+        const __m256i sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1544 + 16 * s)));
+        unroll<R>([&](auto r) {
+          const int64_t c = c0 + t.value;
+          const int32_t* hs = x_half_sums + 2 * (r.value * nb + c);
+          const __m256i d0 = _mm256_sub_epi32(dot[t.value][0][r.value], _mm256_set1_epi32(32 * hs[0]));
+          const __m256i d1 = _mm256_sub_epi32(dot[t.value][1][r.value], _mm256_set1_epi32(32 * hs[1]));
+          const __m256i ints = _mm256_add_epi32(_mm256_mullo_epi32(sc0, d0), _mm256_mullo_epi32(sc1, d1));
+          const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
+          acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_mul_ps(d, d_x)));
+        });
+      });
     }
   }
+  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
+
+}  // namespace
 
 void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
                              const void* panels, int64_t n, float* y, int64_t ldy,
@@ -556,6 +596,50 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
     sums[b] = _mm_cvtsi128_si32(s4);
+  }
+}
+
+PAGODA_FLATTEN void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
+                                             const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                             int64_t panel_end) {
+  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;  // 256-element super-blocks
+  const auto* w = static_cast<const uint8_t*>(panels);
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    const uint8_t* panel = w + p * num_blocks * kQ4KPanelBlockBytes;
+    const int64_t valid = n - p * kPanelRows;
+    for (int64_t i = 0; i < m; i += kQuantRows) {
+      const BlockQ8Act* xi = x + i * nb;
+      const int32_t* si = x_sums + i * nb;
+      float* yi = y + i * ldy + p * kPanelRows;
+      switch (min64(m - i, kQuantRows)) {
+        case 1: q4_k_tile<1>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        case 2: q4_k_tile<2>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        case 3: q4_k_tile<3>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        default: q4_k_tile<4>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+      }
+    }
+  }
+}
+
+PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+                                             const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                             int64_t panel_end) {
+  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;  // 256-element super-blocks
+  const auto* w = static_cast<const uint8_t*>(panels);
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    const uint8_t* panel = w + p * num_blocks * kQ6KPanelBlockBytes;
+    const int64_t valid = n - p * kPanelRows;
+    for (int64_t i = 0; i < m; i += kQuantRows) {
+      const BlockQ8Act* xi = x + i * nb;
+      const int32_t* si = x_half_sums + 2 * i * nb;
+      float* yi = y + i * ldy + p * kPanelRows;
+      switch (min64(m - i, kQuantRows)) {
+        case 1: q6_k_tile<1>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        case 2: q6_k_tile<2>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        case 3: q6_k_tile<3>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        default: q6_k_tile<4>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+      }
+    }
   }
 }
 

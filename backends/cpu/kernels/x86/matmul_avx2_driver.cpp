@@ -93,11 +93,21 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
     });
     return;
   }
-  const QuantizedInput xq = quantize_input(x, m, k, w.dtype == DType::kQ4_0, parallel, pool);
+  const bool with_sums = w.dtype == DType::kQ4_0 || w.dtype == DType::kQ4_K;
+  const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
   if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) {
     split([&](int64_t p0, int64_t p1) {
       matmul_packed_q8act_avx2(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
     });
+    return;
+  }
+  if (w.dtype == DType::kQ4_K) {
+    split([&](int64_t p0, int64_t p1) { matmul_q4_k_panels_avx2(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
+    return;
+  }
+  if (w.dtype == DType::kQ6_K) {
+    const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
+    split([&](int64_t p0, int64_t p1) { matmul_q6_k_panels_avx2(xq.blocks, half_sums, m, k, w.data, n, y, n, p0, p1); });
     return;
   }
   // The other block types: each worker decodes a slice of a panel's blocks (16 chunks, 7 KiB)
@@ -110,13 +120,6 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
   const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
   const int32_t* half_sums = activation_half_sums(xq.blocks, m * nb);
   const DType type = w.dtype;
-  auto decode = [type](const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
-    switch (type) {
-      case DType::kQ4_K: return decode_panel_q4_k_avx2(panel, b0, b1, out);
-      case DType::kQ6_K: return decode_panel_q6_k_avx2(panel, b0, b1, out);
-      default: return decode_panel_chunks(type, panel, b0, b1, out);
-    }
-  };
   split([&](int64_t p0, int64_t p1) {
     thread_local std::vector<PanelChunk> slice;
     slice.resize(static_cast<size_t>(blocks_per_slice * chunks_per_block));
@@ -124,7 +127,7 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
       const auto* panel = static_cast<const uint8_t*>(w.data) + p * panel_bytes;
       for (int64_t b0 = 0; b0 < num_blocks; b0 += blocks_per_slice) {
         const int64_t b1 = std::min(num_blocks, b0 + blocks_per_slice);
-        decode(panel, b0, b1, slice.data());
+        decode_panel_chunks(type, panel, b0, b1, slice.data());
         matmul_panel_chunks_avx2(xq.blocks, half_sums, m, nb, slice.data(), b0 * chunks_per_block,
                                  b1 * chunks_per_block, traits.has_mins, b0 > 0, y + p * kPanelRows, n,
                                  n - p * kPanelRows);

@@ -49,12 +49,13 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 //    stored qs byte (chunk 2p's code in the low nibble, 2p + 1's in the high one); then the
 //    8 chunks' 6-bit scales (uint8, chunk s row c at 1024 + 8 s + c) and mins (at 1088 + ...),
 //    then the rows' d and dmin (fp16, at 1152 + 2 c and 1168 + 2 c): the 6-bit unpacking and
-//    the transposes done once at load, so decoding to PanelChunks is loads and masks.
+//    the transposes done once at load; matmul_q4_k_panels_avx2 multiplies them as they lie.
 //  - q6_k: the panel's super-blocks one after another, each 8 x 210 bytes: for each half h (768
 //    bytes at 768 h) the three 32-byte runs the half's codes come from (ql [64h, 64h + 32),
 //    ql [64h + 32, 64h + 64), qh [32h, 32h + 32)), 256 bytes each, in lane order (group g at 32 g,
 //    row c's 4 bytes at 4 c); then the 16 int8 scales (scale i of row c at 1536 + 8 i + c) and
 //    the rows' d (fp16 at 1664 + 2 c).
+//    matmul_q6_k_panels_avx2 multiplies them as they lie.
 //  - every other block type (q4_1, q5_0, q5_1, q2_k, q3_k, q5_k): the panel's blocks one after
 //    another, each the 8 rows' block b as stored (8 x block_bytes); the matmul decodes them to
 //    PanelChunks a slice at a time.
@@ -96,9 +97,6 @@ struct PanelChunk {
 // panel + b * 8 * block_bytes) into (b1 - b0) * block_elems / 32 PanelChunks, in order.
 void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
 
-// AVX2. decode_panel_chunks for q4_k panels (their own layout, above) and q6_k panels.
-void decode_panel_q4_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
-void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
 
 // AVX2. y[i, c] (+)= the QuantChunk products of chunks [c0, c1) (chunks[c - c0] is chunk c) with
 // input rows i < m (row i's blocks at x + i * nb; the sums of each block's two halves of qs at
@@ -107,6 +105,15 @@ void decode_panel_q6_k_avx2(const uint8_t* panel, int64_t b0, int64_t b1, PanelC
 void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t nb,
                               const PanelChunk* chunks, int64_t c0, int64_t c1, bool has_mins,
                               bool accumulate, float* y, int64_t ldy, int64_t valid);
+
+// AVX2. The same for q4_k panels, multiplied as they lie (no PanelChunks): x as for
+// matmul_packed_q8act_avx2, with each block's sum (x_sums). Bit for bit the reference.
+void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+// AVX2. The same for q6_k panels, with the sums of each block's two 16-element halves
+// (x_half_sums + 2 * block).
+void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
 // AVX2. sums[b] = the sum of x[b].qs, for b < num_blocks.
 void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t* sums);
