@@ -599,48 +599,46 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
   }
 }
 
-PAGODA_FLATTEN void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
-                                             const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
-                                             int64_t panel_end) {
-  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;  // 256-element super-blocks
-  const auto* w = static_cast<const uint8_t*>(panels);
-  for (int64_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w + p * num_blocks * kQ4KPanelBlockBytes;
-    const int64_t valid = n - p * kPanelRows;
+namespace {
+
+// tile(rows, i, p) for input rows [i, i + rows) (tiles of up to kQuantRows, rows a compile-time
+// constant) and every panel p of [p0, p1).
+template <class Tile>
+PAGODA_INLINE void over_row_tiles(int64_t m, int64_t p0, int64_t p1, Tile&& tile) {
+  for (int64_t p = p0; p < p1; ++p) {
     for (int64_t i = 0; i < m; i += kQuantRows) {
-      const BlockQ8Act* xi = x + i * nb;
-      const int32_t* si = x_sums + i * nb;
-      float* yi = y + i * ldy + p * kPanelRows;
       switch (min64(m - i, kQuantRows)) {
-        case 1: q4_k_tile<1>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-        case 2: q4_k_tile<2>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-        case 3: q4_k_tile<3>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-        default: q4_k_tile<4>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
+        case 1: tile(Idx<1>{}, i, p); break;
+        case 2: tile(Idx<2>{}, i, p); break;
+        case 3: tile(Idx<3>{}, i, p); break;
+        default: tile(Idx<4>{}, i, p); break;
       }
     }
   }
 }
 
-PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+}  // namespace
+
+PAGODA_FLATTEN void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
                                              const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
                                              int64_t panel_end) {
   const int64_t nb = k / kQuantBlock, num_blocks = k / 256;  // 256-element super-blocks
   const auto* w = static_cast<const uint8_t*>(panels);
-  for (int64_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w + p * num_blocks * kQ6KPanelBlockBytes;
-    const int64_t valid = n - p * kPanelRows;
-    for (int64_t i = 0; i < m; i += kQuantRows) {
-      const BlockQ8Act* xi = x + i * nb;
-      const int32_t* si = x_half_sums + 2 * i * nb;
-      float* yi = y + i * ldy + p * kPanelRows;
-      switch (min64(m - i, kQuantRows)) {
-        case 1: q6_k_tile<1>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-        case 2: q6_k_tile<2>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-        case 3: q6_k_tile<3>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-        default: q6_k_tile<4>(xi, si, nb, panel, num_blocks, yi, ldy, valid); break;
-      }
-    }
-  }
+  over_row_tiles(m, panel_begin, panel_end, [&](auto rows, int64_t i, int64_t p) {
+    q4_k_tile<decltype(rows)::value>(x + i * nb, x_sums + i * nb, nb, w + p * num_blocks * kQ4KPanelBlockBytes,
+                                     num_blocks, y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
+  });
+}
+
+PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+                                             const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                             int64_t panel_end) {
+  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;
+  const auto* w = static_cast<const uint8_t*>(panels);
+  over_row_tiles(m, panel_begin, panel_end, [&](auto rows, int64_t i, int64_t p) {
+    q6_k_tile<decltype(rows)::value>(x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * num_blocks * kQ6KPanelBlockBytes,
+                                     num_blocks, y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
+  });
 }
 
 PAGODA_FLATTEN void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m,
