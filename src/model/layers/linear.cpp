@@ -74,29 +74,6 @@ Linear Linear::quantize_int(const Kernels& kernels, const Tensor& w, int bits, i
   return l;
 }
 
-Linear Linear::int8_codes(const Kernels& kernels, const Tensor& codes, std::vector<float> scales, float input_scale) {
-  PAGODA_CHECK(codes.dtype == DType::kI8 && static_cast<int64_t>(scales.size()) == codes.num_rows());
-  Linear l;
-  l.is_int_ = true;
-  Buffer scale_buffer(scales.size() * sizeof(float));
-  std::copy(scales.begin(), scales.end(), scale_buffer.as<float>());
-  l.int_.codes = codes.data;
-  l.int_.bits = 8;
-  l.int_.n = codes.num_rows();
-  l.int_.k = codes.row_len();
-  l.int_.group_size = codes.row_len();
-  l.int_.scales = scale_buffer.as<float>();
-  l.int_.input_scale = input_scale;
-  if (kernels.pack_int_weight != nullptr) {
-    Buffer packed;
-    l.int_ = kernels.pack_int_weight(l.int_, &packed);
-    l.storage_.push_back(std::move(packed));
-  } else {
-    l.storage_.push_back(std::move(scale_buffer));
-  }
-  return l;
-}
-
 Linear Linear::int_codes(const Kernels& kernels, IntCodes codes) {
   PAGODA_CHECK((codes.bits == 8 || codes.bits == 4) && codes.group_size > 0 && codes.k % codes.group_size == 0);
   const int64_t row_bytes = codes.bits == 8 ? codes.k : codes.k / 2;

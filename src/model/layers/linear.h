@@ -60,12 +60,8 @@ class Linear {
   // multiple of 8 where it is not in. Activations are quantized per token at run time.
   static Linear quantize_int(const Kernels& kernels, const Tensor& w, int bits, int64_t group_size);
 
-  // A W8A8 projection as a checkpoint stores it: int8 codes ([out, in] i8, borrowed: they must
-  // outlive the Linear unless the kernels pack them), one scale per output channel (scales.size()
-  // == out), and the activations' static scale (0: per token).
-  static Linear int8_codes(const Kernels& kernels, const Tensor& codes, std::vector<float> scales, float input_scale);
-
-  // A projection a checkpoint stores packed (loader/packed_linear.h), packed for `kernels`.
+  // A projection a checkpoint stores as integer codes (W8A8 / W4A8, or packed AWQ / GPTQ / ...:
+  // loader/packed_linear.h), packed for `kernels`.
   static Linear int_codes(const Kernels& kernels, IntCodes codes);
 
   // y[m, out] = x[m, in] W^T.

@@ -102,12 +102,8 @@ Result<Linear> WeightLoader::int8_linear(const std::string& name, const Tensor& 
     return data_loss(source_.path + ": the checkpoint declares static activation scales but " + input_name +
                      " is missing");
   }
-  if (bits == 8 && !per_group) {
-    ++int_types_["w8a8 (checkpoint)"];
-    return Linear::int8_codes(k_, codes, std::move(values), input_scale);
-  }
-  // int4 codes one per byte (W4A8, as compressed-tensors' int-quantized format stores them), in
-  // groups: packed two per byte for the int4 kernel.
+  // The codes one per byte, as compressed-tensors' int-quantized format stores them (int4 ones
+  // too): copied, the int4 ones two per byte for the int4 kernel.
   if (bits == 4 && (cols % 2 != 0 || (group != cols && group % 8 != 0))) {
     return data_loss(source_.path + ": tensor " + name + " " + codes.shape_string() + " has rows that are not whole " +
                      "int4 pairs and groups of " + std::to_string(group));
@@ -116,7 +112,7 @@ Result<Linear> WeightLoader::int8_linear(const std::string& name, const Tensor& 
   c.bits = bits;
   c.n = rows;
   c.k = cols;
-  c.group_size = per_channel ? cols : group;
+  c.group_size = per_group ? group : cols;
   c.method = bits == 4 ? "w4a8" : "w8a8";
   c.input_scale = input_scale;
   c.scales = std::move(values);

@@ -97,7 +97,6 @@ struct PanelChunk {
 // panel + b * 8 * block_bytes) into (b1 - b0) * block_elems / 32 PanelChunks, in order.
 void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
 
-
 // AVX2. y[i, c] (+)= the QuantChunk products of chunks [c0, c1) (chunks[c - c0] is chunk c) with
 // input rows i < m (row i's blocks at x + i * nb; the sums of each block's two halves of qs at
 // x_half_sums + 2 * (i * nb + c)); `valid` outputs of the panel exist; has_mins: the type's
