@@ -10,7 +10,29 @@ namespace {
 thread_local const ThreadPool* t_running_pool = nullptr;
 
 constexpr uint64_t kIndexMask = 0xffffffffu;
+
+// One polling step: tells the core this is a spin loop (frees the sibling hardware thread's
+// resources and avoids the memory-order flush on exit).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 }  // namespace
+
+template <typename Done>
+bool ThreadPool::spin_until(const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinFor;
+  for (uint32_t i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return done();
+      // On an oversubscribed machine the thread this one waits for may need its core.
+      if (i % 1024 == 0) std::this_thread::yield();
+    }
+  }
+}
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -23,6 +45,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    published_.store(generation_ + 1, std::memory_order_release);  // wakes spinning workers too
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -46,11 +69,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     num_ranges_ = num_ranges;
     pending_.store(num_ranges, std::memory_order_relaxed);
     next_claim_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
+    published_.store(generation, std::memory_order_release);
   }
-  work_cv_.notify_all();
+  work_cv_.notify_all();  // (no system call when every worker is spinning, not waiting)
   // The caller claims ranges like any worker, so a worker slow to wake never holds it up: its
   // range is simply taken by whoever gets there first.
   run_ranges(generation, &fn, n, num_ranges);
+  if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
 }
@@ -61,7 +86,9 @@ void ThreadPool::worker_loop() {
     uint32_t generation;
     const std::function<void(int64_t, int64_t)>* fn;
     int64_t n, num_ranges;
+    spin_until([&] { return published_.load(std::memory_order_acquire) != seen; });
     {
+      // The job is read under the mutex whether it was seen spinning or after a wait.
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;

@@ -2,12 +2,17 @@
 //
 // Built for compute kernels called from one engine thread: parallel_for splits [0, n) into one
 // contiguous range per thread (the caller is one of them), runs them, and returns when all are
-// done. Workers sleep on a condition variable between calls. Thread-safe: concurrent callers are
+// done. Between calls a worker first spins on the job counter for a short while (kSpinFor) and
+// then sleeps on a condition variable; the caller likewise spins before it sleeps waiting for the
+// last range. A decode step issues hundreds of short loops back to back, and a sleeping thread
+// can take as long to wake (tens to hundreds of microseconds, more in a VM) as one of them takes
+// to run: then the caller ran every range itself. Thread-safe: concurrent callers are
 // served one after another (call_mutex_); a parallel_for issued from inside a running range (by a
 // worker or the caller) runs inline instead of deadlocking.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -19,6 +24,9 @@ namespace pagoda {
 
 class ThreadPool {
  public:
+  // How long an idle worker, or a caller waiting for the last range, polls before it sleeps.
+  static constexpr std::chrono::microseconds kSpinFor{200};
+
   // A pool of `num_threads` threads counting the caller, so it starts num_threads - 1 workers.
   // num_threads <= 0 means std::thread::hardware_concurrency() (at least 1).
   explicit ThreadPool(int num_threads = 0);
@@ -38,6 +46,10 @@ class ThreadPool {
 
  private:
   void worker_loop();
+  // Polls until done() or kSpinFor has passed (pausing, and yielding the core now and then so a
+  // thread it would hold up can run). Returns done().
+  template <typename Done>
+  static bool spin_until(const Done& done);
   // Claims and runs ranges of job `generation` until none is left. Returns when this thread can
   // claim no more (others may still be running theirs).
   void run_ranges(uint32_t generation, const std::function<void(int64_t, int64_t)>* fn, int64_t n,
@@ -49,6 +61,7 @@ class ThreadPool {
   std::condition_variable work_cv_;                            // a new job was published (or stop_)
   std::condition_variable done_cv_;                            // pending_ dropped to 0
   uint32_t generation_ = 0;                                    // bumped per job
+  std::atomic<uint32_t> published_{0};  // generation_, for workers polling without the mutex
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;  // borrowed from the caller
   int64_t n_ = 0;
   int64_t num_ranges_ = 0;
