@@ -8,10 +8,10 @@
 // input value or group feeds a whole panel. A register tile holds R input rows x P panels.
 //  - f32 / f16 / bf16: per k element, the panel's 8 weights converted to f32 and one FMA per
 //    input row and panel.
-//  - q8_0 / q4_0: per 32-element block, the exact integer dot of each of the 8 rows with the
-//    input's BlockQ8Act (vpmaddubsw on groups of 4 bytes, input bytes broadcast), then
-//    acc += float(dot) * (d_w * d_x) as a multiply and an add, in the reference kernel's order
-//    and rounding: bit for bit the reference's result.
+//  - quantized types: per 32-element block (or sub-block), the exact integer dot of each of the 8
+//    rows with the input's BlockQ8Act (vpmaddubsw on groups of 4 bytes, input bytes broadcast),
+//    then acc += float(dot) * (d_w * d_x) as a multiply and an add (and the mins' term where the
+//    type has one), in the reference kernel's order and rounding: bit for bit its result.
 // An output's sum is the same sequence of operations for every m, tile shape, k slicing (the
 // running sum is stored to y and loaded back between slices) and split over threads.
 #include <immintrin.h>
@@ -190,7 +190,7 @@ PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8
   }
 }
 
-// ---- q8_0 / q4_0 panels: per 32-element block, 8 fp16 scales (row order), then the weights ----
+// ---- q8_0 and the nibble types: per 32-element block, 8 fp16 scales (row order), then the weights ----
 //
 // q8_0: 8 groups g of 32 bytes, each the 4 int8 weights [4g, 4g + 4) of rows 0..7.
 // vpmaddubsw multiplies unsigned by signed bytes, so the weights go in as |w| and the inputs as
@@ -198,6 +198,8 @@ PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8
 // widens each group's pairs to int32 before they are summed.
 struct Q8Panel {
   static constexpr int64_t kBlockBytes = 16 + 8 * kQuantBlock;
+  static constexpr int64_t kMinAt = 0;
+  static constexpr bool kHasMin = false;
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb, const int32_t*,
                                  __m256i (&dot)[R]) {
@@ -215,22 +217,53 @@ struct Q8Panel {
   }
 };
 
-// q4_0: 4 groups h of 32 bytes, byte (h, c, j) holding row c's nibbles n[4h + j] (low) and
-// n[16 + 4h + j] (high): q4_0's own byte 4h + j. The nibbles go in unsigned: sum n * x, pairs at
-// most 2 x 15 x 127, and all eight of a block summed in int16 (at most 30480) before widening;
-// the offset is taken off after: sum (n - 8) * x = sum n * x - 8 * sum x.
-struct Q4Panel {
-  static constexpr int64_t kBlockBytes = 16 + 4 * kQuantBlock;
+// Shifts each byte of v so that its bit `from` lands on bit `to` (other bits: masked off by the
+// caller). 16-bit shifts: with |from - to| <= 4 and to = 4 no bit crosses into the kept one from
+// the neighbouring byte.
+template <int kFrom, int kTo>
+PAGODA_INLINE __m256i move_bit(__m256i v) {
+  if constexpr (kFrom < kTo) return _mm256_slli_epi16(v, kTo - kFrom);
+  else if constexpr (kFrom > kTo) return _mm256_srli_epi16(v, kFrom - kTo);
+  else return v;
+}
+
+// q4_0 / q4_1 / q5_0 / q5_1 ("nibble panels"): per block, the 8 rows' fp16 d (16 bytes), for
+// q4_1 / q5_1 their fp16 m (16 bytes), for q5_0 / q5_1 their fifth bits (32 bytes, row c's 4
+// bytes at 4c, see below), then 4 groups h of 32 bytes, byte (h, c, j) holding row c's nibbles
+// n[4h + j] (low) and n[16 + 4h + j] (high): the type's own qs byte 4h + j. The codes v (the
+// nibble, plus 16 x the fifth bit) go in unsigned: sum v * x, pairs at most 2 x 31 x 127; q4's
+// eight pair sums of a block add in int16 (at most 30480) before widening, q5's four at a time.
+// The offset is taken off after: sum (v - off) * x = sum v * x - off * sum x (q4_0: 8, q5_0: 16);
+// q4_1 / q5_1 (w = d * v + m) instead take m * (the block's input sum) as QuantChunk's mins.
+// Fifth bits: byte j of row c's word holds, at bit 2h, element 4h + j's bit and, at bit 2h + 1,
+// element 16 + 4h + j's, so group h's two fifth-bit vectors are one shift and mask each.
+template <bool kMin, bool kFifth, int kOffset>
+struct NibblePanel {
+  static constexpr int64_t kMinAt = 16;
+  static constexpr int64_t kFifthAt = kMinAt + (kMin ? 16 : 0);
+  static constexpr int64_t kCodesAt = kFifthAt + (kFifth ? 32 : 0);
+  static constexpr int64_t kBlockBytes = kCodesAt + 4 * kQuantBlock;
+  static constexpr bool kHasMin = kMin;
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb,
                                  const int32_t* x_sums, __m256i (&dot)[R]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256i fifth = _mm256_setzero_si256();
+    if constexpr (kFifth) fifth = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kFifthAt));
     __m256i sum16[R];
-    unroll<R>([&](auto r) { sum16[r.value] = _mm256_setzero_si256(); });
+    unroll<R>([&](auto r) {
+      sum16[r.value] = _mm256_setzero_si256();
+      dot[r.value] = _mm256_setzero_si256();
+    });
     unroll<4>([&](auto h) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * h.value));
-      const __m256i lo = _mm256_and_si256(bytes, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodesAt + 32 * h.value));
+      __m256i lo = _mm256_and_si256(bytes, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      if constexpr (kFifth) {
+        const __m256i bit4 = _mm256_set1_epi8(0x10);
+        lo = _mm256_or_si256(lo, _mm256_and_si256(move_bit<2 * h.value, 4>(fifth), bit4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(move_bit<2 * h.value + 1, 4>(fifth), bit4));
+      }
       unroll<R>([&](auto r) {
         const __m256i x_lo = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * h.value));
         const __m256i x_hi = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 16 + 4 * h.value));
@@ -238,14 +271,41 @@ struct Q4Panel {
             sum16[r.value],
             _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)));
       });
+      if constexpr (kFifth && h.value % 2 == 1) {  // widen every two groups: 4 x 7874 fits int16
+        unroll<R>([&](auto r) {
+          dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(sum16[r.value], ones));
+          sum16[r.value] = _mm256_setzero_si256();
+        });
+      }
     });
-    const __m256i ones = _mm256_set1_epi16(1);
     unroll<R>([&](auto r) {
-      dot[r.value] = _mm256_sub_epi32(_mm256_madd_epi16(sum16[r.value], ones),
-                                      _mm256_set1_epi32(8 * x_sums[r.value]));
+      if constexpr (!kFifth) dot[r.value] = _mm256_madd_epi16(sum16[r.value], ones);
+      if constexpr (kOffset != 0) {
+        dot[r.value] = _mm256_sub_epi32(dot[r.value], _mm256_set1_epi32(kOffset * x_sums[r.value]));
+      }
     });
   }
 };
+using Q4Panel = NibblePanel<false, false, 8>;
+using Q41Panel = NibblePanel<true, false, 0>;
+using Q50Panel = NibblePanel<false, true, 16>;
+using Q51Panel = NibblePanel<true, true, 0>;
+
+// The block's step of an output's running sum, QuantChunk's order: acc + float(dot) * (d_w * d_x),
+// then for the types with an offset m, acc - float(X) * (dmin * d_x) with dmin = -m and X the
+// block's input sum, written as acc + float(X) * (m * d_x) (the same rounding: IEEE negation is
+// exact).
+template <class W>
+PAGODA_INLINE __m256 block_step(const uint8_t* blk, __m256 acc, __m256i dot, float d_x, int32_t x_sum) {
+  const __m256 dx = _mm256_set1_ps(d_x);
+  const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+  acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d_w, dx)));
+  if constexpr (W::kHasMin) {
+    const __m256 m_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + W::kMinAt)));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_set1_epi32(x_sum)), _mm256_mul_ps(m_w, dx)));
+  }
+  return acc;
+}
 
 // y[r, c] (+)= sum over blocks [b0, b1) of float(dot) * (d_w * d_x) for R input rows (row r's
 // blocks at x + r * nb, block sums at x_sums + r * nb) and one panel (valid outputs).
@@ -267,10 +327,8 @@ PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_
     });
     __m256i dot[R];
     W::template dots<R>(blk, xb, sums, dot);
-    const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
     unroll<R>([&](auto r) {
-      const __m256 scale = _mm256_mul_ps(d_w, _mm256_set1_ps(xb[r.value]->d));
-      acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[r.value]), scale));
+      acc[r.value] = block_step<W>(blk, acc[r.value], dot[r.value], xb[r.value]->d, sums[r.value]);
     });
   }
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
@@ -287,15 +345,12 @@ PAGODA_INLINE void quant_decode_panels(const BlockQ8Act* x, const int32_t* x_sum
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ8Act* xb[1] = {x + b};
     const int32_t sums[1] = {x_sums == nullptr ? 0 : x_sums[b]};
-    const __m256 d_x = _mm256_set1_ps(x[b].d);
     unroll<P>([&](auto p) {
       const uint8_t* blk = panels + p.value * panel_bytes + b * W::kBlockBytes;
       for (int64_t o = 0; o < W::kBlockBytes; o += 64) prefetch(blk + kPrefetchAhead + o);
       __m256i dot[1];
       W::template dots<1>(blk, xb, sums, dot);
-      const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-      const __m256 scale = _mm256_mul_ps(d_w, d_x);
-      acc[p.value] = _mm256_add_ps(acc[p.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[0]), scale));
+      acc[p.value] = block_step<W>(blk, acc[p.value], dot[0], x[b].d, sums[0]);
     });
   }
   unroll<P>([&](auto p) {
@@ -547,11 +602,15 @@ void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_
   if (w_type == DType::kQ8_0) {
     return quant_rows<Q8Panel>(x, nullptr, m, nb, w, n, y, ldy, panel_begin, panel_end);
   }
-  if (w_type == DType::kQ4_0) {
-    PAGODA_CHECK(x_sums != nullptr);
-    return quant_rows<Q4Panel>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+  PAGODA_CHECK(x_sums != nullptr);
+  switch (w_type) {
+    case DType::kQ4_0: return quant_rows<Q4Panel>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ4_1: return quant_rows<Q41Panel>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ5_0: return quant_rows<Q50Panel>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ5_1: return quant_rows<Q51Panel>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    default: break;
   }
-  PAGODA_CHECK(false && "matmul_packed_q8act_avx2 takes q8_0 or q4_0 panels");
+  PAGODA_CHECK(false && "matmul_packed_q8act_avx2 takes q8_0, q4_0, q4_1, q5_0 or q5_1 panels");
 }
 
 PAGODA_FLATTEN void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8Act* out) {

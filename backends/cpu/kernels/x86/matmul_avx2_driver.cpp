@@ -93,9 +93,11 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
     });
     return;
   }
-  const bool with_sums = w.dtype == DType::kQ4_0 || w.dtype == DType::kQ4_K;
+  const DType type = w.dtype;
+  const bool nibbles = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1;
+  const bool with_sums = nibbles || type == DType::kQ4_K;
   const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
-  if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) {
+  if (type == DType::kQ8_0 || nibbles) {
     split([&](int64_t p0, int64_t p1) {
       matmul_packed_q8act_avx2(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
     });
@@ -119,7 +121,6 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
   const int64_t num_blocks = k / traits.block_elems;
   const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
   const int32_t* half_sums = activation_half_sums(xq.blocks, m * nb);
-  const DType type = w.dtype;
   split([&](int64_t p0, int64_t p1) {
     thread_local std::vector<PanelChunk> slice;
     slice.resize(static_cast<size_t>(blocks_per_slice * chunks_per_block));

@@ -184,8 +184,14 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     EXPECT_EQ(p.packed.layout, TensorLayout::kBackendPacked);
     EXPECT_EQ(p.packed.dtype, t);
     EXPECT_EQ(p.packed.shape_string(), "[13, " + std::to_string(k) + "]");
-    const bool interleaved =
-        is_quantized(t) && t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_K && t != DType::kQ6_K;
+    const bool legacy = t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 ||
+                        t == DType::kQ5_1;
+    const bool interleaved = is_quantized(t) && !legacy && t != DType::kQ4_K && t != DType::kQ6_K;
+    // Legacy types (x86_kernels.h): per block the 8 rows' d, m (q4_1 / q5_1), fifth bits (q5_0 /
+    // q5_1), then the code groups; where each sits in the stored block.
+    const bool has_m = t == DType::kQ4_1 || t == DType::kQ5_1, has_qh = t == DType::kQ5_0 || t == DType::kQ5_1;
+    const int64_t fifth_at = 16 + (has_m ? 16 : 0), codes_at = fifth_at + (has_qh ? 32 : 0);
+    const int64_t src_qh = has_m ? 4 : 2, src_qs = 2 + (has_m ? 2 : 0) + (has_qh ? 4 : 0);
     EXPECT_EQ(p.packed_storage.size(), static_cast<size_t>(2 * packed_panel_bytes(t, k)));
     const auto* packed = p.packed_storage.as<uint8_t>();
     for (int64_t j = 0; j < n; ++j) {
@@ -246,9 +252,18 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
       const int64_t blk = block_bytes(t), groups = t == DType::kQ8_0 ? 8 : 4;
       for (int64_t b = 0; b < k / 32; ++b) {
         const uint8_t* pb = panel + b * 8 * blk;
-        ASSERT_EQ(std::memcmp(pb + 2 * c, row + b * blk, 2), 0) << dtype_name(t) << " scale";
+        const uint8_t* src = row + b * blk;
+        ASSERT_EQ(std::memcmp(pb + 2 * c, src, 2), 0) << dtype_name(t) << " scale";
+        if (has_m) {
+          ASSERT_EQ(std::memcmp(pb + 16 + 2 * c, src + 2, 2), 0) << dtype_name(t) << " m";
+        }
+        for (int e = 0; has_qh && e < 32; ++e) {  // element e's fifth bit: byte e % 4 of row c's word,
+          const int h = e % 16 / 4, bit = 2 * h + (e < 16 ? 0 : 1);  // bit 2h (e < 16) or 2h + 1
+          EXPECT_EQ((pb[fifth_at + 4 * c + e % 4] >> bit) & 1, (src[src_qh + e / 8] >> (e % 8)) & 1)
+              << dtype_name(t) << " row " << j << " block " << b << " fifth bit of element " << e;
+        }
         for (int64_t g = 0; g < groups; ++g)
-          ASSERT_EQ(std::memcmp(pb + 16 + 32 * g + 4 * c, row + b * blk + 2 + 4 * g, 4), 0)
+          ASSERT_EQ(std::memcmp(pb + codes_at + 32 * g + 4 * c, src + src_qs + 4 * g, 4), 0)
               << dtype_name(t) << " row " << j << " block " << b << " group " << g;
       }
     }
@@ -264,7 +279,8 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
       }
       if (!is_quantized(t) || interleaved) return i / block_bytes(t) % 8;
       const int64_t in_block = i % (8 * block_bytes(t));
-      return in_block < 16 ? in_block / 2 : (in_block - 16) % 32 / 4;
+      if (in_block < fifth_at) return in_block % 16 / 2;  // d, m: 2 bytes per row
+      return (in_block - fifth_at) % 32 / 4;              // fifth bits, codes: 4 bytes per row
     };
     const uint8_t* last = packed + packed_panel_bytes(t, k);
     for (int64_t i = 0; i < packed_panel_bytes(t, k); ++i) {

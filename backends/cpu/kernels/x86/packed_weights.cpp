@@ -30,6 +30,35 @@ void pack_quant_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
   }
 }
 
+// Row c of a q4_1 / q5_0 / q5_1 panel (x86_kernels.h): d, then m and the fifth bits where the
+// type has them (the bits regrouped so that byte j of the row's word holds, at bit 2h, element
+// 4h + j's and, at bit 2h + 1, element 16 + 4h + j's), then the qs bytes as q4_0's.
+template <class Block, bool kMin, bool kFifth>
+void pack_nibble_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+  constexpr int64_t kPanelBlockBytes = kPanelRows * static_cast<int64_t>(sizeof(Block));
+  constexpr int64_t kFifthAt = 16 + (kMin ? 16 : 0), kCodesAt = kFifthAt + (kFifth ? 32 : 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    Block blk;
+    std::memcpy(&blk, src + b * static_cast<int64_t>(sizeof(Block)), sizeof blk);
+    uint8_t* dst = panel + b * kPanelBlockBytes;
+    std::memcpy(dst + 2 * c, &blk.d, 2);
+    if constexpr (kMin) std::memcpy(dst + 16 + 2 * c, &blk.m, 2);
+    if constexpr (kFifth) {
+      const uint32_t qh = static_cast<uint32_t>(blk.qh[0]) | static_cast<uint32_t>(blk.qh[1]) << 8 |
+                          static_cast<uint32_t>(blk.qh[2]) << 16 | static_cast<uint32_t>(blk.qh[3]) << 24;
+      for (int j = 0; j < 4; ++j) {
+        uint8_t byte = 0;
+        for (int h = 0; h < 4; ++h) {
+          byte = static_cast<uint8_t>(byte | ((qh >> (4 * h + j)) & 1) << (2 * h) |
+                                      ((qh >> (16 + 4 * h + j)) & 1) << (2 * h + 1));
+        }
+        dst[kFifthAt + 4 * c + j] = byte;
+      }
+    }
+    for (int g = 0; g < 4; ++g) std::memcpy(dst + kCodesAt + 32 * g + 4 * c, blk.qs + 4 * g, 4);
+  }
+}
+
 // Row c of a panel of a plain type: its k elements of elem_bytes, 8 elements apart.
 void pack_plain_row(const uint8_t* src, int64_t k, int64_t elem_bytes, int64_t c, uint8_t* panel) {
   for (int64_t t = 0; t < k; ++t) {
@@ -135,6 +164,15 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
             break;
           case DType::kQ4_0:
             pack_quant_row<BlockQ4_0, 4>(src, k / kQuantBlock, c, panel);
+            break;
+          case DType::kQ4_1:
+            pack_nibble_row<BlockQ4_1, true, false>(src, k / kQuantBlock, c, panel);
+            break;
+          case DType::kQ5_0:
+            pack_nibble_row<BlockQ5_0, false, true>(src, k / kQuantBlock, c, panel);
+            break;
+          case DType::kQ5_1:
+            pack_nibble_row<BlockQ5_1, true, true>(src, k / kQuantBlock, c, panel);
             break;
           case DType::kQ4_K:
             pack_q4_k_row(src, k / block_elems(type), c, panel);

@@ -39,10 +39,13 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 // vector are 8 outputs:
 //  - f32 / f16 / bf16: column-major within the panel: element (row c, column t) at index
 //    t * 8 + c, in the weight's own type.
-//  - q8_0 / q4_0: the panel's k / 32 blocks one after another, each: the 8 rows' fp16 scales
-//    (16 bytes), then their weights in groups of 4 bytes per row: q8_0: 8 x 32 bytes, group g =
-//    rows 0..7's int8 weights [4g, 4g + 4); q4_0: 4 x 32 bytes, group h = rows 0..7's q4_0
-//    bytes [4h, 4h + 4) (nibbles of elements 4h.. low, 16 + 4h.. high).
+//  - q8_0 / q4_0 / q4_1 / q5_0 / q5_1: the panel's k / 32 blocks one after another, each: the 8
+//    rows' fp16 d (16 bytes), for q4_1 / q5_1 their fp16 m (16 bytes), for q5_0 / q5_1 their
+//    fifth bits (32 bytes: row c's 4 bytes at 4c, byte j holding element 4h + j's bit at bit 2h
+//    and element 16 + 4h + j's at bit 2h + 1, h < 4), then their weights in groups of 4 bytes per
+//    row: q8_0: 8 x 32 bytes, group g = rows 0..7's int8 weights [4g, 4g + 4); the others: 4 x 32
+//    bytes, group h = rows 0..7's qs bytes [4h, 4h + 4) (nibbles of elements 4h.. low, 16 + 4h..
+//    high).
 //  - q4_k: the panel's super-blocks one after another, each kQ4KPanelBlockBytes (1184, for 8 x
 //    144 stored): the nibbles in lane order, chunk pair p (chunks 2p, 2p + 1) at 256 p, group g
 //    (columns [4g, 4g + 4) of both chunks) at 32 g, row c's 4 bytes at 4 c, each byte the
@@ -56,7 +59,7 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 //    row c's 4 bytes at 4 c); then the 16 int8 scales (scale i of row c at 1536 + 8 i + c) and
 //    the rows' d (fp16 at 1664 + 2 c).
 //    matmul_q6_k_panels_avx2 multiplies them as they lie.
-//  - every other block type (q4_1, q5_0, q5_1, q2_k, q3_k, q5_k): the panel's blocks one after
+//  - every other block type (q2_k, q3_k, q5_k): the panel's blocks one after
 //    another, each the 8 rows' block b as stored (8 x block_bytes); the matmul decodes them to
 //    PanelChunks a slice at a time.
 // Same bytes per row as the stored types (q4_k: 148 for 144); only the order changes.
@@ -76,10 +79,10 @@ void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
                              const void* panels, int64_t n, float* y, int64_t ldy,
                              int64_t panel_begin, int64_t panel_end);
 
-// AVX2 + F16C. The same for q8_0 / q4_0 panels against activations quantized by
-// quantize_activation_rows_avx2 (row i at x + i * k / 32); q4_0 also takes each block's sum of
-// quantized values (activation_block_sums_avx2, same indexing; unused for q8_0). Bit for bit the
-// reference kernel's result.
+// AVX2 + F16C. The same for q8_0 / q4_0 / q4_1 / q5_0 / q5_1 panels against activations
+// quantized by quantize_activation_rows_avx2 (row i at x + i * k / 32); all but q8_0 also take
+// each block's sum of quantized values (activation_block_sums_avx2, same indexing; unused for
+// q8_0). Bit for bit the reference kernel's result.
 void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
                               DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
                               int64_t panel_begin, int64_t panel_end);
