@@ -399,121 +399,127 @@ PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64
   }
 }
 
-// ---- Decoded chunks (PanelChunk) of the other block types ----
+// ---- q4_k / q5_k panels multiplied as they lie (x86_kernels.h) ----
 //
-// Per chunk: the two halves' integer dots of each row (q8_0's sign trick: |q| unsigned against
-// x with q's sign), I = sc0 * D0 + sc1 * D1 and, with mins, M = mn0 * X0 + mn1 * X1 from the
-// input's half sums; then acc + float(I) * (d * d_x) and acc - float(M) * (dmin * d_x), the
-// reference's order.
-template <int R>
-PAGODA_INLINE void chunk_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb,
-                              const PanelChunk* chunks, int64_t c0, int64_t c1, bool has_mins,
-                              bool accumulate, float* y, int64_t ldy, int64_t valid) {
-  __m256 acc[R];
-  unroll<R>([&](auto r) {
-    acc[r.value] = accumulate ? load_out(y + r.value * ldy, valid) : _mm256_setzero_ps();
-  });
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t c = c0; c < c1; ++c) {
-    const PanelChunk& pc = chunks[c - c0];
-    __m256i dot[2][R];
-    unroll<R>([&](auto r) {
-      dot[0][r.value] = _mm256_setzero_si256();
-      dot[1][r.value] = _mm256_setzero_si256();
-    });
-    unroll<8>([&](auto g) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.q + 32 * g.value));
-      const __m256i abs_w = _mm256_abs_epi8(w);
-      unroll<R>([&](auto r) {
-        const __m256i xv = _mm256_set1_epi32(load_i32(x[r.value * nb + c].qs + 4 * g.value));
-        const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
-        __m256i& d = dot[g.value / 4][r.value];
-        d = _mm256_add_epi32(d, _mm256_madd_epi16(pairs, ones));
-      });
-    });
-    const __m256i sc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.sc0));
-    const __m256i sc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.sc1));
-    const __m256 d_w = _mm256_loadu_ps(pc.d);
-    unroll<R>([&](auto r) {
-      const __m256i ints = _mm256_add_epi32(_mm256_mullo_epi32(sc0, dot[0][r.value]),
-                                            _mm256_mullo_epi32(sc1, dot[1][r.value]));
-      const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
-      acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_mul_ps(d_w, d_x)));
-    });
-    if (has_mins) {
-      const __m256i mn0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.mn0));
-      const __m256i mn1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc.mn1));
-      const __m256 dmin = _mm256_loadu_ps(pc.dmin);
-      unroll<R>([&](auto r) {
-        const int32_t* hs = x_half_sums + 2 * (r.value * nb + c);
-        const __m256i mins = _mm256_add_epi32(_mm256_mullo_epi32(mn0, _mm256_set1_epi32(hs[0])),
-                                              _mm256_mullo_epi32(mn1, _mm256_set1_epi32(hs[1])));
-        const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
-        acc[r.value] = _mm256_sub_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, d_x)));
-      });
-    }
-  }
-  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+// The codes are unsigned (q4_k's nibbles; q5_k's with the fifth bit from the qh run, 0..31), so
+// vpmaddubsw takes them against the input as they are. Per chunk (sub-block) s of a super-block
+// and row: D = the integer dot, summed in int16 across the chunk's groups (q4_k: 8 x 3810 fits;
+// q5_k: widened after 4 groups, 4 x 7874), then widened by vpmaddwd against the chunk's scale in
+// both int16 halves of the lane, which gives I = sc * D directly; M = mn * (the input block's
+// sum), also one vpmaddwd (the sum, at most 32 x 127, fits int16). Then acc + float(I) * (d *
+// d_x) and acc - float(M) * (dmin * d_x): with sc0 = sc1 and mn0 = mn1 (32-element sub-blocks)
+// exactly QuantChunk's integers and order, so bit for bit the reference. A tile is R input rows x
+// P panels (decode: one row, P panels streamed side by side).
+// Super-blocks ahead that the decode loop prefetches.
+constexpr int64_t kK4PrefetchBlocks = 2;
+
+template <bool kFifth>
+struct K4Layout {
+  static constexpr int64_t kQhAt = 1024;
+  static constexpr int64_t kScalesAt = 1024 + (kFifth ? 256 : 0);
+  static constexpr int64_t kMinsAt = kScalesAt + 64, kDAt = kScalesAt + 128, kDminAt = kScalesAt + 144;
+  static constexpr int64_t kBlockBytes = kScalesAt + 160;
+};
+static_assert(K4Layout<false>::kBlockBytes == kQ4KPanelBlockBytes && K4Layout<true>::kBlockBytes == kQ5KPanelBlockBytes);
+
+// The 8 rows' uint8 scales at p as int16 pairs (s_c, s_c), lane c: vpmaddwd's second operand.
+PAGODA_INLINE __m256i scale_pairs_u8(const uint8_t* p) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
 }
 
-// ---- q4_k panels multiplied as they lie (x86_kernels.h), no PanelChunk in between ----
-//
-// The codes are unsigned nibbles, so vpmaddubsw takes them against the input as they are. Per
-// chunk (sub-block) s of a super-block: D = the rows' integer dots, I = sc * D, M = mn * (the
-// input block's sum); acc + float(I) * (d * d_x), then acc - float(M) * (dmin * d_x): with
-// sc0 = sc1 and mn0 = mn1 (q4_k's 32-element sub-blocks) exactly chunk_tile's integers and
-// order, so bit for bit the reference.
-template <int R>
-PAGODA_INLINE void q4_k_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* panel,
-                             int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
-  __m256 acc[R];
-  unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
-  const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+template <int R, int P, bool kFifth>
+PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* panels,
+                           int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
+  using L = K4Layout<kFifth>;
+  __m256 acc[P][R];
+  unroll<P>([&](auto p) { unroll<R>([&](auto r) { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
   for (int64_t b = 0; b < num_blocks; ++b) {
-    const uint8_t* block = panel + b * kQ4KPanelBlockBytes;
-    if constexpr (R == 1) {
-      for (int64_t o = 0; o < kQ4KPanelBlockBytes; o += 64) prefetch(block + 2 * kQ4KPanelBlockBytes + o);
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1152)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1168)));
-    for (int p = 0; p < 4; ++p) {  // chunks 2p (low nibbles) and 2p + 1 (high)
-      __m256i dot[2][R];
-      unroll<R>([&](auto r) {
-        dot[0][r.value] = _mm256_setzero_si256();
-        dot[1][r.value] = _mm256_setzero_si256();
+    const uint8_t* block[P];
+    unroll<P>([&](auto p) { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
+    unroll<4>([&](auto pair) {  // chunks 2 pair (low nibbles) and 2 pair + 1 (high)
+      const int64_t c0 = 8 * b + 2 * pair.value;  // the input block of chunk 2 pair
+      if constexpr (R == 1 && kK4PrefetchBlocks > 0) {
+        // Decode streams the panels: ask for this pair's lines (and, with the last pair, the
+        // scales') of the block kK4PrefetchBlocks ahead, a few at a time.
+        unroll<P>([&](auto p) {
+          const uint8_t* ahead = block[p.value] + kK4PrefetchBlocks * L::kBlockBytes;
+          unroll<4>([&](auto line) { prefetch(ahead + 256 * pair.value + 64 * line.value); });
+          if constexpr (pair.value == 3) {
+            for (int64_t o = 1024; o < L::kBlockBytes; o += 64) prefetch(ahead + o);
+          }
+        });
+      }
+      __m256i sum16[P][2][R], dot[P][2][R];
+      unroll<P>([&](auto p) {
+        unroll<R>([&](auto r) {
+          unroll<2>([&](auto h) { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); });
+        });
       });
-      const int64_t c0 = 8 * b + 2 * p;  // the input block of chunk 2p
+      // sum16 -> dot (first: set, else add), scaled: vpmaddwd against each chunk's scale pairs.
+      auto widen = [&](auto first) __attribute__((always_inline)) {
+        unroll<P>([&](auto p) {
+          unroll<2>([&](auto h) {
+            const __m256i sc = scale_pairs_u8(block[p.value] + L::kScalesAt + 8 * (2 * pair.value + h.value));
+            unroll<R>([&](auto r) {
+              __m256i& s16 = sum16[p.value][h.value][r.value];
+              __m256i& d = dot[p.value][h.value][r.value];
+              d = first.value ? _mm256_madd_epi16(s16, sc) : _mm256_add_epi32(d, _mm256_madd_epi16(s16, sc));
+              s16 = _mm256_setzero_si256();
+            });
+          });
+        });
+      };
       unroll<8>([&](auto g) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 256 * p + 32 * g.value));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        __m256i xl[R], xh[R];
         unroll<R>([&](auto r) {
-          const __m256i xl = _mm256_set1_epi32(load_i32(x[r.value * nb + c0].qs + 4 * g.value));
-          const __m256i xh = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + 1].qs + 4 * g.value));
-          dot[0][r.value] = _mm256_add_epi32(dot[0][r.value], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), ones));
-          dot[1][r.value] = _mm256_add_epi32(dot[1][r.value], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), ones));
+          xl[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0].qs + 4 * g.value));
+          xh[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + 1].qs + 4 * g.value));
+        });
+        unroll<P>([&](auto p) {
+          const __m256i v =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + 256 * pair.value + 32 * g.value));
+          __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+          if constexpr (kFifth) {  // chunk s's fifth bit is bit s of the qh byte
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + L::kQhAt + 32 * g.value));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(move_bit<2 * pair.value, 4>(qh), bit4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(move_bit<2 * pair.value + 1, 4>(qh), bit4));
+          }
+          unroll<R>([&](auto r) {
+            sum16[p.value][0][r.value] = _mm256_add_epi16(sum16[p.value][0][r.value], _mm256_maddubs_epi16(lo, xl[r.value]));
+            sum16[p.value][1][r.value] = _mm256_add_epi16(sum16[p.value][1][r.value], _mm256_maddubs_epi16(hi, xh[r.value]));
+          });
+        });
+        if constexpr (kFifth && g.value == 3) widen(Idx<1>{});
+      });
+      widen(Idx<kFifth ? 0 : 1>{});
+      unroll<P>([&](auto p) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDminAt)));
+        unroll<2>([&](auto h) {
+          const int s = 2 * pair.value + h.value;
+          const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block[p.value] + L::kMinsAt + 8 * s)));
+          unroll<R>([&](auto r) {
+            const int64_t c = c0 + h.value;
+            const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
+            __m256& a = acc[p.value][r.value];
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(dot[p.value][h.value][r.value]), _mm256_mul_ps(d, d_x)));
+            const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(x_sums[r.value * nb + c] & 0xffff));
+            a = _mm256_sub_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, d_x)));
+          });
         });
       });
-      unroll<2>([&](auto h) {
-        const int s = 2 * p + h.value;
-        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1024 + 8 * s)));
-        const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1088 + 8 * s)));
-        unroll<R>([&](auto r) {
-          const int64_t c = c0 + h.value;
-          const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
-          const __m256i ints = _mm256_mullo_epi32(sc, dot[h.value][r.value]);
-          acc[r.value] = _mm256_add_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_mul_ps(d, d_x)));
-          const __m256i mins = _mm256_mullo_epi32(mn, _mm256_set1_epi32(x_sums[r.value * nb + c]));
-          acc[r.value] = _mm256_sub_ps(acc[r.value], _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, d_x)));
-        });
-      });
-    }
+    });
   }
-  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+  unroll<P>([&](auto p) {
+    unroll<R>([&](auto r) { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
+  });
 }
 
 // The same for q6_k panels: the 6-bit codes assembled from their runs are q + 32, unsigned, so
 // vpmaddubsw takes them as they are; each 16-element half's dot is then D = dot(q + 32, x) -
-// 32 * (the half's input sum), exactly chunk_tile's, and I = sc0 * D0 + sc1 * D1 (no mins).
+// 32 * (the half's input sum), exactly QuantChunk's, and I = sc0 * D0 + sc1 * D1 (no mins).
 template <int R>
 PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panel,
                              int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
@@ -572,6 +578,108 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
     }
   }
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+}
+
+// ---- q2_k / q3_k panels multiplied as they lie (x86_kernels.h) ----
+//
+// Chunk c (32 elements) of a super-block takes its 2-bit codes from code run c / 4 at shift
+// 2 (c % 4); q3_k adds 4 x bit c of the hmask byte, so the codes u go in unsigned (q2_k's q in
+// 0..3; q3_k's u = q + 4 in 0..7). Each 16-element half (sub-block) sums in int16 over its 4
+// groups (at most 4 x 1778), widened by vpmaddwd against the sub-block's scale: I = sc0 * D0 +
+// sc1 * D1 with q3_k's offset taken off as 4 (sc0 X0 + sc1 X1) (X: the halves' input sums), and
+// q2_k's M = mn0 X0 + mn1 X1, each one vpmaddwd of (s0, s1) pairs against (X0, X1). Then
+// QuantChunk's steps in its order (tensor/quant_blocks.h): bit for bit the reference.
+template <bool kQ3>
+struct K16Layout {
+  static constexpr int64_t kHmaskAt = 512;                  // q3_k
+  static constexpr int64_t kScalesAt = kQ3 ? 768 : 512;     // sub-block j of row c at + 8 j + c
+  static constexpr int64_t kDAt = kQ3 ? 896 : 640, kDminAt = 656;
+  static constexpr int64_t kBlockBytes = kQ3 ? 912 : 672;
+};
+static_assert(K16Layout<false>::kBlockBytes == kQ2KPanelBlockBytes && K16Layout<true>::kBlockBytes == kQ3KPanelBlockBytes);
+
+PAGODA_INLINE __m128i load8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+
+template <int R, int P, bool kQ3>
+PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panels,
+                            int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
+  using L = K16Layout<kQ3>;
+  __m256 acc[P][R];
+  unroll<P>([&](auto p) { unroll<R>([&](auto r) { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
+  const __m256i low2 = _mm256_set1_epi8(0x03), bit2 = _mm256_set1_epi8(0x04);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const uint8_t* block[P];
+    unroll<P>([&](auto p) { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
+    unroll<8>([&](auto c) {
+      constexpr int a = c.value / 4, t = c.value % 4;
+      if constexpr (R == 1) {  // decode: this chunk's share of the block two ahead
+        unroll<P>([&](auto p) {
+          const uint8_t* ahead = block[p.value] + 2 * L::kBlockBytes + 128 * c.value;
+          prefetch(ahead);
+          if (128 * c.value + 64 < L::kBlockBytes) prefetch(ahead + 64);
+        });
+      }
+      const int64_t xc = 8 * b + c.value;  // the input block of chunk c
+      __m256i sum16[P][2][R];
+      unroll<P>([&](auto p) {
+        unroll<2>([&](auto h) { unroll<R>([&](auto r) { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
+      });
+      unroll<8>([&](auto g) {
+        __m256i xv[R];
+        unroll<R>([&](auto r) { xv[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + xc].qs + 4 * g.value)); });
+        unroll<P>([&](auto p) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + 256 * a + 32 * g.value));
+          __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * t), low2);
+          if constexpr (kQ3) {
+            const __m256i hm =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + L::kHmaskAt + 32 * g.value));
+            u = _mm256_or_si256(u, _mm256_and_si256(move_bit<c.value, 2>(hm), bit2));
+          }
+          unroll<R>([&](auto r) {
+            __m256i& s16 = sum16[p.value][g.value / 4][r.value];
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, xv[r.value]));
+          });
+        });
+      });
+      unroll<P>([&](auto p) {
+        const uint8_t* scales = block[p.value] + L::kScalesAt + 8 * (2 * c.value);
+        __m128i s0 = load8(scales), s1 = load8(scales + 8), m0 = s0, m1 = s1;
+        if constexpr (!kQ3) {  // q2_k: scale in the low nibble, min in the high one
+          s0 = _mm_and_si128(s0, low4);
+          s1 = _mm_and_si128(s1, low4);
+          m0 = _mm_and_si128(_mm_srli_epi16(m0, 4), low4);
+          m1 = _mm_and_si128(_mm_srli_epi16(m1, 4), low4);
+        }
+        // (s, s) and (s0, s1) int16 pairs per lane; q3_k's scales are signed.
+        auto widen = [](__m128i v) __attribute__((always_inline)) {
+          return kQ3 ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+        };
+        const __m256i sc0 = widen(_mm_unpacklo_epi8(s0, s0)), sc1 = widen(_mm_unpacklo_epi8(s1, s1));
+        const __m256i pairs = widen(_mm_unpacklo_epi8(m0, m1));  // q2_k: (mn0, mn1); q3_k: (sc0, sc1)
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
+        unroll<R>([&](auto r) {
+          const int32_t* hs = x_half_sums + 2 * (r.value * nb + xc);
+          const __m256i x_pair = _mm256_set1_epi32((hs[0] & 0xffff) | static_cast<int32_t>(static_cast<uint32_t>(hs[1]) << 16));
+          __m256i ints = _mm256_add_epi32(_mm256_madd_epi16(sum16[p.value][0][r.value], sc0),
+                                          _mm256_madd_epi16(sum16[p.value][1][r.value], sc1));
+          if constexpr (kQ3) ints = _mm256_sub_epi32(ints, _mm256_slli_epi32(_mm256_madd_epi16(pairs, x_pair), 2));
+          const __m256 d_x = _mm256_set1_ps(x[r.value * nb + xc].d);
+          __m256& out = acc[p.value][r.value];
+          out = _mm256_add_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(ints), _mm256_mul_ps(d, d_x)));
+          if constexpr (!kQ3) {
+            const __m256 dmin =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDminAt)));
+            const __m256i mins = _mm256_madd_epi16(pairs, x_pair);
+            out = _mm256_sub_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, d_x)));
+          }
+        });
+      });
+    });
+  }
+  unroll<P>([&](auto p) {
+    unroll<R>([&](auto r) { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
+  });
 }
 
 }  // namespace
@@ -662,31 +770,71 @@ namespace {
 
 // tile(rows, i, p) for input rows [i, i + rows) (tiles of up to kQuantRows, rows a compile-time
 // constant) and every panel p of [p0, p1).
-template <class Tile>
+template <int kMaxRows = kQuantRows, class Tile>
 PAGODA_INLINE void over_row_tiles(int64_t m, int64_t p0, int64_t p1, Tile&& tile) {
+  static_assert(kMaxRows == 2 || kMaxRows == 4);
   for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t i = 0; i < m; i += kQuantRows) {
-      switch (min64(m - i, kQuantRows)) {
+    for (int64_t i = 0; i < m; i += kMaxRows) {
+      switch (min64(m - i, kMaxRows)) {
         case 1: tile(Idx<1>{}, i, p); break;
         case 2: tile(Idx<2>{}, i, p); break;
-        case 3: tile(Idx<3>{}, i, p); break;
-        default: tile(Idx<4>{}, i, p); break;
+        case 3: if constexpr (kMaxRows == 4) tile(Idx<3>{}, i, p); break;
+        default: if constexpr (kMaxRows == 4) tile(Idx<4>{}, i, p); break;
       }
     }
   }
 }
 
+constexpr int kK4DecodePanels = 2;
+
+// tile(rows, panels, i, p) over the super-block panels [panel_begin, panel_end): decode (m = 1)
+// streams kK4DecodePanels panels side by side, the rest goes by input-row tiles of up to kMaxRows.
+template <int kMaxRows, class Tile>
+PAGODA_INLINE void over_super_block_tiles(int64_t m, int64_t panel_begin, int64_t panel_end, Tile&& tile) {
+  int64_t p0 = panel_begin;
+  if (m == 1) {
+    for (; p0 + kK4DecodePanels <= panel_end; p0 += kK4DecodePanels) tile(Idx<1>{}, Idx<kK4DecodePanels>{}, 0, p0);
+  }
+  over_row_tiles<kMaxRows>(m, p0, panel_end, [&](auto rows, int64_t i, int64_t p) { tile(rows, Idx<1>{}, i, p); });
+}
+
+template <bool kFifth>
+PAGODA_FLATTEN void k4_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                            int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;  // 256-element super-blocks
+  const int64_t panel_bytes = num_blocks * K4Layout<kFifth>::kBlockBytes;
+  const auto* w = static_cast<const uint8_t*>(panels);
+  // q5_k's tile holds its widened sums besides the int16 ones: 2 rows keep it in registers.
+  over_super_block_tiles<kFifth ? 2 : 4>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) {
+    k4_tile<decltype(rows)::value, decltype(tile_panels)::value, kFifth>(
+        x + i * nb, x_sums + i * nb, nb, w + p * panel_bytes, panel_bytes, num_blocks, y + i * ldy + p * kPanelRows, ldy,
+        n - p * kPanelRows);
+  });
+}
+
+template <bool kQ3>
+PAGODA_FLATTEN void k16_rows(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;
+  const int64_t panel_bytes = num_blocks * K16Layout<kQ3>::kBlockBytes;
+  const auto* w = static_cast<const uint8_t*>(panels);
+  over_super_block_tiles<2>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) {
+    k16_tile<decltype(rows)::value, decltype(tile_panels)::value, kQ3>(
+        x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * panel_bytes, panel_bytes, num_blocks,
+        y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
+  });
+}
+
 }  // namespace
 
-PAGODA_FLATTEN void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
-                                             const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
-                                             int64_t panel_end) {
-  const int64_t nb = k / kQuantBlock, num_blocks = k / 256;  // 256-element super-blocks
-  const auto* w = static_cast<const uint8_t*>(panels);
-  over_row_tiles(m, panel_begin, panel_end, [&](auto rows, int64_t i, int64_t p) {
-    q4_k_tile<decltype(rows)::value>(x + i * nb, x_sums + i * nb, nb, w + p * num_blocks * kQ4KPanelBlockBytes,
-                                     num_blocks, y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
-  });
+void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  k4_rows<false>(x, x_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
+}
+
+void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  k4_rows<true>(x, x_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
 
 PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
@@ -700,21 +848,14 @@ PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* 
   });
 }
 
-PAGODA_FLATTEN void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m,
-                                              int64_t nb, const PanelChunk* chunks, int64_t c0, int64_t c1,
-                                              bool has_mins, bool accumulate, float* y, int64_t ldy,
-                                              int64_t valid) {
-  for (int64_t i = 0; i < m; i += kQuantRows) {
-    const BlockQ8Act* xi = x + i * nb;
-    const int32_t* si = x_half_sums + 2 * i * nb;
-    float* yi = y + i * ldy;
-    switch (min64(m - i, kQuantRows)) {
-      case 1: chunk_tile<1>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
-      case 2: chunk_tile<2>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
-      case 3: chunk_tile<3>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
-      default: chunk_tile<4>(xi, si, nb, chunks, c0, c1, has_mins, accumulate, yi, ldy, valid); break;
-    }
-  }
+void matmul_q2_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  k16_rows<false>(x, x_half_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
+}
+
+void matmul_q3_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  k16_rows<true>(x, x_half_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
 
 }  // namespace pagoda::cpu

@@ -67,9 +67,6 @@ const int32_t* activation_half_sums(const BlockQ8Act* x, int64_t num_blocks) {
   return sums.data();
 }
 
-// Chunks decoded at a time by the block types without a panel layout of their own.
-constexpr int64_t kChunksPerSlice = 16;
-
 // The work is split by panels, kPanelsPerChunk (32 output rows) at a time: small enough that
 // even a 256-row projection spreads over 8 chunks.
 constexpr int64_t kPanelsPerChunk = 4;
@@ -95,7 +92,7 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
   }
   const DType type = w.dtype;
   const bool nibbles = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1;
-  const bool with_sums = nibbles || type == DType::kQ4_K;
+  const bool with_sums = nibbles || type == DType::kQ4_K || type == DType::kQ5_K;
   const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
   if (type == DType::kQ8_0 || nibbles) {
     split([&](int64_t p0, int64_t p1) {
@@ -103,38 +100,23 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
     });
     return;
   }
-  if (w.dtype == DType::kQ4_K) {
+  if (type == DType::kQ4_K) {
     split([&](int64_t p0, int64_t p1) { matmul_q4_k_panels_avx2(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
     return;
   }
-  if (w.dtype == DType::kQ6_K) {
-    const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
-    split([&](int64_t p0, int64_t p1) { matmul_q6_k_panels_avx2(xq.blocks, half_sums, m, k, w.data, n, y, n, p0, p1); });
+  if (type == DType::kQ5_K) {
+    split([&](int64_t p0, int64_t p1) { matmul_q5_k_panels_avx2(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
     return;
   }
-  // The other block types: each worker decodes a slice of a panel's blocks (16 chunks, 7 KiB)
-  // into PanelChunks once and runs every input row over it.
-  const DTypeTraits& traits = dtype_traits(w.dtype);
-  const int64_t nb = k / kQuantBlock;
-  const int64_t chunks_per_block = traits.block_elems / kQuantBlock;
-  const int64_t blocks_per_slice = std::max<int64_t>(1, kChunksPerSlice / chunks_per_block);
-  const int64_t num_blocks = k / traits.block_elems;
-  const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
-  const int32_t* half_sums = activation_half_sums(xq.blocks, m * nb);
-  split([&](int64_t p0, int64_t p1) {
-    thread_local std::vector<PanelChunk> slice;
-    slice.resize(static_cast<size_t>(blocks_per_slice * chunks_per_block));
-    for (int64_t p = p0; p < p1; ++p) {
-      const auto* panel = static_cast<const uint8_t*>(w.data) + p * panel_bytes;
-      for (int64_t b0 = 0; b0 < num_blocks; b0 += blocks_per_slice) {
-        const int64_t b1 = std::min(num_blocks, b0 + blocks_per_slice);
-        decode_panel_chunks(type, panel, b0, b1, slice.data());
-        matmul_panel_chunks_avx2(xq.blocks, half_sums, m, nb, slice.data(), b0 * chunks_per_block,
-                                 b1 * chunks_per_block, traits.has_mins, b0 > 0, y + p * kPanelRows, n,
-                                 n - p * kPanelRows);
-      }
-    }
-  });
+  if (type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ6_K) {
+    const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
+    auto* leaf = type == DType::kQ2_K   ? matmul_q2_k_panels_avx2
+                 : type == DType::kQ3_K ? matmul_q3_k_panels_avx2
+                                        : matmul_q6_k_panels_avx2;
+    split([&](int64_t p0, int64_t p1) { leaf(xq.blocks, half_sums, m, k, w.data, n, y, n, p0, p1); });
+    return;
+  }
+  PAGODA_CHECK(false && "the AVX2 matmul has no kernel for this block type");
 }
 
 }  // namespace

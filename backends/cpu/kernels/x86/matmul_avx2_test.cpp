@@ -184,9 +184,6 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     EXPECT_EQ(p.packed.layout, TensorLayout::kBackendPacked);
     EXPECT_EQ(p.packed.dtype, t);
     EXPECT_EQ(p.packed.shape_string(), "[13, " + std::to_string(k) + "]");
-    const bool legacy = t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 ||
-                        t == DType::kQ5_1;
-    const bool interleaved = is_quantized(t) && !legacy && t != DType::kQ4_K && t != DType::kQ6_K;
     // Legacy types (x86_kernels.h): per block the 8 rows' d, m (q4_1 / q5_1), fifth bits (q5_0 /
     // q5_1), then the code groups; where each sits in the stored block.
     const bool has_m = t == DType::kQ4_1 || t == DType::kQ5_1, has_qh = t == DType::kQ5_0 || t == DType::kQ5_1;
@@ -204,24 +201,31 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
           ASSERT_EQ(std::memcmp(panel + (col * 8 + c) * e, row + col * e, e), 0) << dtype_name(t);
         continue;
       }
-      if (t == DType::kQ4_K) {  // x86_kernels.h: nibbles in lane order, then unpacked scales, d, dmin
+      if (t == DType::kQ4_K || t == DType::kQ5_K) {
+        // x86_kernels.h: nibbles in lane order, q5_k's qh likewise, then unpacked scales, d, dmin
+        const bool q5 = t == DType::kQ5_K;
+        const int64_t block = q5 ? kQ5KPanelBlockBytes : kQ4KPanelBlockBytes, at = q5 ? 1280 : 1024;
+        const int64_t stored = q5 ? 176 : 144, qs_at = q5 ? 48 : 16;  // d, dmin, scales[12], (qh[32]), qs
         for (int64_t b = 0; b < k / 256; ++b) {
-          const uint8_t* pb = panel + b * kQ4KPanelBlockBytes;
-          const uint8_t* src = row + b * 144;
+          const uint8_t* pb = panel + b * block;
+          const uint8_t* src = row + b * stored;
           QuantChunk chunks[8];
-          decode_chunks_q4_k(src, chunks);
+          dtype_traits(t).decode_chunks(src, chunks);
           for (int p4 = 0; p4 < 4; ++p4) {
             for (int g = 0; g < 8; ++g) {
-              ASSERT_EQ(std::memcmp(pb + 256 * p4 + 32 * g + 4 * c, src + 16 + 32 * p4 + 4 * g, 4), 0)
-                  << "q4_k row " << j << " pair " << p4 << " group " << g;
+              ASSERT_EQ(std::memcmp(pb + 256 * p4 + 32 * g + 4 * c, src + qs_at + 32 * p4 + 4 * g, 4), 0)
+                  << dtype_name(t) << " row " << j << " pair " << p4 << " group " << g;
             }
           }
-          for (int sb = 0; sb < 8; ++sb) {
-            EXPECT_EQ(pb[1024 + 8 * sb + c], chunks[sb].sc[0]) << "q4_k scale " << sb;
-            EXPECT_EQ(pb[1088 + 8 * sb + c], chunks[sb].mn[0]) << "q4_k min " << sb;
+          for (int g = 0; q5 && g < 8; ++g) {
+            ASSERT_EQ(std::memcmp(pb + 1024 + 32 * g + 4 * c, src + 16 + 4 * g, 4), 0) << "q5_k qh group " << g;
           }
-          ASSERT_EQ(std::memcmp(pb + 1152 + 2 * c, src, 2), 0) << "q4_k d";
-          ASSERT_EQ(std::memcmp(pb + 1168 + 2 * c, src + 2, 2), 0) << "q4_k dmin";
+          for (int sb = 0; sb < 8; ++sb) {
+            EXPECT_EQ(pb[at + 8 * sb + c], chunks[sb].sc[0]) << dtype_name(t) << " scale " << sb;
+            EXPECT_EQ(pb[at + 64 + 8 * sb + c], chunks[sb].mn[0]) << dtype_name(t) << " min " << sb;
+          }
+          ASSERT_EQ(std::memcmp(pb + at + 128 + 2 * c, src, 2), 0) << dtype_name(t) << " d";
+          ASSERT_EQ(std::memcmp(pb + at + 144 + 2 * c, src + 2, 2), 0) << dtype_name(t) << " dmin";
         }
         continue;
       }
@@ -243,10 +247,37 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
         }
         continue;
       }
-      if (interleaved) {  // block b of row c at (b * 8 + c) * block_bytes
-        const int64_t e = block_bytes(t);
-        for (int64_t b = 0; b < k / block_elems(t); ++b)
-          ASSERT_EQ(std::memcmp(panel + (b * 8 + c) * e, row + b * e, e), 0) << dtype_name(t) << " block " << b;
+      if (t == DType::kQ2_K || t == DType::kQ3_K) {
+        // x86_kernels.h: qs runs (q3_k: and hmask) in lane order, then the 16 scales, d (dmin)
+        const bool q3 = t == DType::kQ3_K;
+        const int64_t block = q3 ? kQ3KPanelBlockBytes : kQ2KPanelBlockBytes, scales_at = q3 ? 768 : 512;
+        const int64_t qs_at = q3 ? 32 : 16, d_at = q3 ? 108 : 80;  // q2_k: scales[16], qs, d, dmin;
+        for (int64_t b = 0; b < k / 256; ++b) {                     // q3_k: hmask[32], qs, scales[12], d
+          const uint8_t* pb = panel + b * block;
+          const uint8_t* src = row + b * block_bytes(t);
+          for (int a = 0; a < 2; ++a) {
+            for (int g = 0; g < 8; ++g) {
+              ASSERT_EQ(std::memcmp(pb + 256 * a + 32 * g + 4 * c, src + qs_at + 32 * a + 4 * g, 4), 0)
+                  << dtype_name(t) << " row " << j << " run " << a << " group " << g;
+            }
+          }
+          QuantChunk chunks[8];
+          dtype_traits(t).decode_chunks(src, chunks);
+          for (int sb = 0; sb < 16; ++sb) {
+            if (q3) {
+              EXPECT_EQ(static_cast<int8_t>(pb[scales_at + 8 * sb + c]), chunks[sb / 2].sc[sb % 2]) << "q3_k scale " << sb;
+            } else {
+              EXPECT_EQ(pb[scales_at + 8 * sb + c], src[sb]) << "q2_k scale byte " << sb;
+            }
+          }
+          for (int g = 0; q3 && g < 8; ++g) {
+            ASSERT_EQ(std::memcmp(pb + 512 + 32 * g + 4 * c, src + 4 * g, 4), 0) << "q3_k hmask group " << g;
+          }
+          ASSERT_EQ(std::memcmp(pb + (q3 ? 896 : 640) + 2 * c, src + d_at, 2), 0) << dtype_name(t) << " d";
+          if (!q3) {
+            ASSERT_EQ(std::memcmp(pb + 656 + 2 * c, src + 82, 2), 0) << "q2_k dmin";
+          }
+        }
         continue;
       }
       const int64_t blk = block_bytes(t), groups = t == DType::kQ8_0 ? 8 : 4;
@@ -269,15 +300,21 @@ PAGODA_KERNEL_TABLE_TEST(PackMatmulWeightAvx2, RearrangesEveryRowIntoPanels, "av
     }
     // Rows 13..15 (panel rows 5..7) of the last panel are padding: all zero.
     auto panel_row_of_byte = [&](int64_t i) -> int64_t {
-      if (t == DType::kQ4_K) {
-        const int64_t in_block = i % kQ4KPanelBlockBytes;
-        return in_block < 1024 ? in_block % 32 / 4 : in_block < 1152 ? in_block % 8 : (in_block - 1152) % 16 / 2;
+      if (t == DType::kQ4_K || t == DType::kQ5_K) {
+        const int64_t at = t == DType::kQ5_K ? 1280 : 1024;
+        const int64_t in_block = i % (t == DType::kQ5_K ? kQ5KPanelBlockBytes : kQ4KPanelBlockBytes);
+        return in_block < at ? in_block % 32 / 4 : in_block < at + 128 ? in_block % 8 : (in_block - at - 128) % 16 / 2;
       }
       if (t == DType::kQ6_K) {
         const int64_t in_block = i % kQ6KPanelBlockBytes;
         return in_block < 1536 ? in_block % 32 / 4 : in_block < 1664 ? in_block % 8 : (in_block - 1664) / 2;
       }
-      if (!is_quantized(t) || interleaved) return i / block_bytes(t) % 8;
+      if (t == DType::kQ2_K || t == DType::kQ3_K) {
+        const int64_t scales_at = t == DType::kQ3_K ? 768 : 512, d_at = scales_at + 128;
+        const int64_t in_block = i % (t == DType::kQ3_K ? kQ3KPanelBlockBytes : kQ2KPanelBlockBytes);
+        return in_block < scales_at ? in_block % 32 / 4 : in_block < d_at ? in_block % 8 : (in_block - d_at) % 16 / 2;
+      }
+      if (!is_quantized(t)) return i / block_bytes(t) % 8;
       const int64_t in_block = i % (8 * block_bytes(t));
       if (in_block < fifth_at) return in_block % 16 / 2;  // d, m: 2 bytes per row
       return (in_block - fifth_at) % 32 / 4;              // fifth bits, codes: 4 bytes per row

@@ -15,6 +15,12 @@
 namespace pagoda::cpu {
 namespace {
 
+// Row c's 32-byte run `src` in lane order (x86_kernels.h): its bytes [4g, 4g + 4) at 32 g + 4 c of
+// the 256 bytes at dst.
+void lane_order_run(const uint8_t* src, int64_t c, uint8_t* dst) {
+  for (int g = 0; g < 8; ++g) std::memcpy(dst + 32 * g + 4 * c, src + 4 * g, 4);
+}
+
 // Scales and weight groups of row c of a panel, one quantized block at a time.
 template <class Block, int kGroups>
 void pack_quant_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
@@ -67,23 +73,50 @@ void pack_plain_row(const uint8_t* src, int64_t k, int64_t elem_bytes, int64_t c
   }
 }
 
-// Row c of a q4_k panel (x86_kernels.h): nibbles in lane order, 6-bit scales and mins unpacked.
-void pack_q4_k_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+// Row c of a q4_k / q5_k panel (x86_kernels.h): nibbles (and q5_k's qh) in lane order, 6-bit
+// scales and mins unpacked.
+template <class Block, bool kFifth>
+void pack_k4_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+  constexpr int64_t kBlockBytes = kFifth ? kQ5KPanelBlockBytes : kQ4KPanelBlockBytes;
+  constexpr int64_t kScalesAt = kFifth ? 1280 : 1024;
   for (int64_t b = 0; b < nb; ++b) {
-    BlockQ4_K blk;
+    Block blk;
     std::memcpy(&blk, src + b * static_cast<int64_t>(sizeof blk), sizeof blk);
-    uint8_t* dst = panel + b * kQ4KPanelBlockBytes;
-    for (int p = 0; p < 4; ++p) {
-      for (int g = 0; g < 8; ++g) std::memcpy(dst + 256 * p + 32 * g + 4 * c, blk.qs + 32 * p + 4 * g, 4);
-    }
+    uint8_t* dst = panel + b * kBlockBytes;
+    for (int p = 0; p < 4; ++p) lane_order_run(blk.qs + 32 * p, c, dst + 256 * p);
+    if constexpr (kFifth) lane_order_run(blk.qh, c, dst + 1024);
     QuantChunk chunks[8];  // the table's decoder: its sub-block scales and mins (6 bits each)
-    decode_chunks_q4_k(&blk, chunks);
+    dtype_traits(kFifth ? DType::kQ5_K : DType::kQ4_K).decode_chunks(&blk, chunks);
     for (int s = 0; s < 8; ++s) {
-      dst[1024 + 8 * s + c] = static_cast<uint8_t>(chunks[s].sc[0]);
-      dst[1088 + 8 * s + c] = static_cast<uint8_t>(chunks[s].mn[0]);
+      dst[kScalesAt + 8 * s + c] = static_cast<uint8_t>(chunks[s].sc[0]);
+      dst[kScalesAt + 64 + 8 * s + c] = static_cast<uint8_t>(chunks[s].mn[0]);
     }
-    std::memcpy(dst + 1152 + 2 * c, &blk.d, 2);
-    std::memcpy(dst + 1168 + 2 * c, &blk.dmin, 2);
+    std::memcpy(dst + kScalesAt + 128 + 2 * c, &blk.d, 2);
+    std::memcpy(dst + kScalesAt + 144 + 2 * c, &blk.dmin, 2);
+  }
+}
+
+// Row c of a q2_k / q3_k panel (x86_kernels.h): the code runs (and q3_k's hmask) in lane order,
+// then the sub-block scales (q2_k's bytes as stored; q3_k's unpacked to int8), d (and dmin).
+template <class Block, bool kQ3>
+void pack_k16_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
+  constexpr int64_t kBlockBytes = kQ3 ? kQ3KPanelBlockBytes : kQ2KPanelBlockBytes;
+  constexpr int64_t kScalesAt = kQ3 ? 768 : 512, kDAt = kQ3 ? 896 : 640;
+  for (int64_t b = 0; b < nb; ++b) {
+    Block blk;
+    std::memcpy(&blk, src + b * static_cast<int64_t>(sizeof blk), sizeof blk);
+    uint8_t* dst = panel + b * kBlockBytes;
+    for (int a = 0; a < 2; ++a) lane_order_run(blk.qs + 32 * a, c, dst + 256 * a);
+    if constexpr (kQ3) {
+      lane_order_run(blk.hmask, c, dst + 512);
+      QuantChunk chunks[8];  // the table's decoder: the 6-bit scales, signed
+      decode_chunks_q3_k(&blk, chunks);
+      for (int j = 0; j < 16; ++j) dst[kScalesAt + 8 * j + c] = static_cast<uint8_t>(static_cast<int8_t>(chunks[j / 2].sc[j % 2]));
+    } else {
+      for (int j = 0; j < 16; ++j) dst[kScalesAt + 8 * j + c] = blk.scales[j];
+      std::memcpy(dst + 656 + 2 * c, &blk.dmin, 2);
+    }
+    std::memcpy(dst + kDAt + 2 * c, &blk.d, 2);
   }
 }
 
@@ -95,49 +128,19 @@ void pack_q6_k_row(const uint8_t* src, int64_t nb, int64_t c, uint8_t* panel) {
     uint8_t* dst = panel + b * kQ6KPanelBlockBytes;
     for (int h = 0; h < 2; ++h) {
       const uint8_t* runs[3] = {blk.ql + 64 * h, blk.ql + 64 * h + 32, blk.qh + 32 * h};
-      for (int a = 0; a < 3; ++a) {
-        for (int g = 0; g < 8; ++g) std::memcpy(dst + 768 * h + 256 * a + 32 * g + 4 * c, runs[a] + 4 * g, 4);
-      }
+      for (int a = 0; a < 3; ++a) lane_order_run(runs[a], c, dst + 768 * h + 256 * a);
     }
     for (int i = 0; i < 16; ++i) dst[1536 + 8 * i + c] = static_cast<uint8_t>(blk.scales[i]);
     std::memcpy(dst + 1664 + 2 * c, &blk.d, 2);
   }
 }
 
-// Row c of a block-interleaved panel: its blocks, 8 blocks apart.
-void pack_block_row(const uint8_t* src, int64_t nb, int64_t block_bytes, int64_t c, uint8_t* panel) {
-  for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(panel + (b * kPanelRows + c) * block_bytes, src + b * block_bytes, static_cast<size_t>(block_bytes));
-  }
-}
-
 }  // namespace
-
-void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out) {
-  const DTypeTraits& traits = dtype_traits(type);
-  PAGODA_CHECK(traits.decode_chunks != nullptr);
-  const int64_t chunks_per_block = traits.block_elems / kQuantBlock;
-  QuantChunk rows[kSuperBlock / kQuantBlock];
-  for (int64_t b = b0; b < b1; ++b) {
-    for (int64_t c = 0; c < kPanelRows; ++c) {
-      traits.decode_chunks(panel + (b * kPanelRows + c) * traits.block_bytes, rows);
-      for (int64_t j = 0; j < chunks_per_block; ++j) {
-        PanelChunk& pc = out[(b - b0) * chunks_per_block + j];
-        const QuantChunk& qc = rows[j];
-        for (int g = 0; g < 8; ++g) std::memcpy(pc.q + 32 * g + 4 * c, qc.q + 4 * g, 4);
-        pc.sc0[c] = qc.sc[0];
-        pc.sc1[c] = qc.sc[1];
-        pc.mn0[c] = qc.mn[0];
-        pc.mn1[c] = qc.mn[1];
-        pc.d[c] = qc.d;
-        pc.dmin[c] = qc.dmin;
-      }
-    }
-  }
-}
 
 int64_t packed_panel_bytes(DType type, int64_t k) {
   if (type == DType::kQ4_K) return (k / block_elems(type)) * kQ4KPanelBlockBytes;
+  if (type == DType::kQ5_K) return (k / block_elems(type)) * kQ5KPanelBlockBytes;
+  if (type == DType::kQ3_K) return (k / block_elems(type)) * kQ3KPanelBlockBytes;
   return kPanelRows * (k / block_elems(type)) * block_bytes(type);
 }
 
@@ -174,18 +177,24 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
           case DType::kQ5_1:
             pack_nibble_row<BlockQ5_1, true, true>(src, k / kQuantBlock, c, panel);
             break;
+          case DType::kQ2_K:
+            pack_k16_row<BlockQ2_K, false>(src, k / block_elems(type), c, panel);
+            break;
+          case DType::kQ3_K:
+            pack_k16_row<BlockQ3_K, true>(src, k / block_elems(type), c, panel);
+            break;
           case DType::kQ4_K:
-            pack_q4_k_row(src, k / block_elems(type), c, panel);
+            pack_k4_row<BlockQ4_K, false>(src, k / block_elems(type), c, panel);
+            break;
+          case DType::kQ5_K:
+            pack_k4_row<BlockQ5_K, true>(src, k / block_elems(type), c, panel);
             break;
           case DType::kQ6_K:
             pack_q6_k_row(src, k / block_elems(type), c, panel);
             break;
           default:
-            if (is_quantized(type)) {
-              pack_block_row(src, k / block_elems(type), block_bytes(type), c, panel);
-            } else {
-              pack_plain_row(src, k, block_bytes(type), c, panel);
-            }
+            PAGODA_CHECK(!is_quantized(type) && "every block type has its panel layout above");
+            pack_plain_row(src, k, block_bytes(type), c, panel);
             break;
         }
       }

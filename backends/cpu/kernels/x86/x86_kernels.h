@@ -53,19 +53,30 @@ void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8
 //    8 chunks' 6-bit scales (uint8, chunk s row c at 1024 + 8 s + c) and mins (at 1088 + ...),
 //    then the rows' d and dmin (fp16, at 1152 + 2 c and 1168 + 2 c): the 6-bit unpacking and
 //    the transposes done once at load; matmul_q4_k_panels_avx2 multiplies them as they lie.
+//  - q5_k: as q4_k with the qh run in lane order (group g at 1024 + 32 g, row c's qh bytes
+//    [4g, 4g + 4) at 4 c) between the nibbles and the scales, which move 256 bytes on:
+//    kQ5KPanelBlockBytes (1440, for 8 x 176 stored).
 //  - q6_k: the panel's super-blocks one after another, each 8 x 210 bytes: for each half h (768
 //    bytes at 768 h) the three 32-byte runs the half's codes come from (ql [64h, 64h + 32),
 //    ql [64h + 32, 64h + 64), qh [32h, 32h + 32)), 256 bytes each, in lane order (group g at 32 g,
 //    row c's 4 bytes at 4 c); then the 16 int8 scales (scale i of row c at 1536 + 8 i + c) and
 //    the rows' d (fp16 at 1664 + 2 c).
 //    matmul_q6_k_panels_avx2 multiplies them as they lie.
-//  - every other block type (q2_k, q3_k, q5_k): the panel's blocks one after
-//    another, each the 8 rows' block b as stored (8 x block_bytes); the matmul decodes them to
-//    PanelChunks a slice at a time.
-// Same bytes per row as the stored types (q4_k: 148 for 144); only the order changes.
+//  - q2_k / q3_k: the panel's super-blocks one after another, each: the two 32-byte runs of qs in
+//    lane order (run a's group g at 256 a + 32 g, row c's bytes [32 a + 4 g, + 4) at 4 c); for
+//    q3_k the hmask likewise (group g at 512 + 32 g); then the 16 sub-block scales, sub-block j
+//    of row c at + 8 j + c: q2_k's bytes as stored (scale low nibble, min high; at 512), q3_k's
+//    6-bit scales unpacked to int8 (at 768); then the rows' fp16 d (q2_k at 640, then dmin at
+//    656; q3_k at 896). kQ2KPanelBlockBytes (672, 8 x 84 stored) and kQ3KPanelBlockBytes (912,
+//    for 8 x 110).
+// Same bytes per row as the stored types (q4_k: 148 for 144, q5_k: 180 for 176, q3_k: 114 for
+// 110); only the order changes.
 inline constexpr int64_t kQ6KPanelBlockBytes = 1680;
 inline constexpr int64_t kPanelRows = 8;
 inline constexpr int64_t kQ4KPanelBlockBytes = 1184;
+inline constexpr int64_t kQ5KPanelBlockBytes = 1440;
+inline constexpr int64_t kQ2KPanelBlockBytes = 672;
+inline constexpr int64_t kQ3KPanelBlockBytes = 912;
 int64_t packed_panel_bytes(DType type, int64_t k);
 
 // The Kernels::pack_matmul_weight entry of the AVX2 table: every type packs (w must be
@@ -87,34 +98,21 @@ void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_
                               DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
                               int64_t panel_begin, int64_t panel_end);
 
-// A 32-element chunk of the 8 rows of a panel in the integer form of QuantChunk
-// (tensor/quant_blocks.h), arranged for the lanes: q group g (32 bytes) is rows 0..7's q[4g, 4g +
-// 4), as in a q8_0 panel; the scales are per row.
-struct PanelChunk {
-  int8_t q[kPanelRows * 32];
-  int32_t sc0[kPanelRows], sc1[kPanelRows], mn0[kPanelRows], mn1[kPanelRows];
-  float d[kPanelRows], dmin[kPanelRows];
-};
-
-// Baseline. Decodes blocks [b0, b1) of a block-interleaved panel of `type` (8 rows' block b at
-// panel + b * 8 * block_bytes) into (b1 - b0) * block_elems / 32 PanelChunks, in order.
-void decode_panel_chunks(DType type, const uint8_t* panel, int64_t b0, int64_t b1, PanelChunk* out);
-
-// AVX2. y[i, c] (+)= the QuantChunk products of chunks [c0, c1) (chunks[c - c0] is chunk c) with
-// input rows i < m (row i's blocks at x + i * nb; the sums of each block's two halves of qs at
-// x_half_sums + 2 * (i * nb + c)); `valid` outputs of the panel exist; has_mins: the type's
-// chunks carry mins. accumulate: continue the running sums in y. Bit for bit the reference.
-void matmul_panel_chunks_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t nb,
-                              const PanelChunk* chunks, int64_t c0, int64_t c1, bool has_mins,
-                              bool accumulate, float* y, int64_t ldy, int64_t valid);
-
-// AVX2. The same for q4_k panels, multiplied as they lie (no PanelChunks): x as for
+// AVX2. The same for q4_k (q5_k) panels, multiplied as they lie: x as for
 // matmul_packed_q8act_avx2, with each block's sum (x_sums). Bit for bit the reference.
 void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 // AVX2. The same for q6_k panels, with the sums of each block's two 16-element halves
 // (x_half_sums + 2 * block).
 void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+
+// AVX2. The same for q2_k / q3_k panels, with the input's half sums as for q6_k.
+void matmul_q2_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+void matmul_q3_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
 // AVX2. sums[b] = the sum of x[b].qs, for b < num_blocks.
