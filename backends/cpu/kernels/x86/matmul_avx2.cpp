@@ -76,8 +76,8 @@ PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels
                               int64_t panel_bytes, int64_t len, bool accumulate, float* y,
                               int64_t ldy, int64_t valid) {
   __m256 acc[R][P];
-  unroll<R>([&](auto r) {
-    unroll<P>([&](auto p) {
+  unroll<R>([&](auto r) PAGODA_LAMBDA {
+    unroll<P>([&](auto p) PAGODA_LAMBDA {
       acc[r.value][p.value] = accumulate ? load_out(y + r.value * ldy + p.value * kPanelRows,
                                                     panel_valid(valid, p.value))
                                          : _mm256_setzero_ps();
@@ -87,20 +87,20 @@ PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels
   for (int64_t t = 0; t < len; ++t) {
     if constexpr (kStream) {
       if ((t & 3) == 0) {
-        unroll<P>([&](auto p) { prefetch(panels + p.value * panel_bytes + t * kStep + kPrefetchAhead); });
+        unroll<P>([&](auto p) PAGODA_LAMBDA { prefetch(panels + p.value * panel_bytes + t * kStep + kPrefetchAhead); });
       }
     }
     __m256 w[P];
-    unroll<P>([&](auto p) { w[p.value] = W::load(panels + p.value * panel_bytes + t * kStep); });
-    unroll<R>([&](auto r) {
+    unroll<P>([&](auto p) PAGODA_LAMBDA { w[p.value] = W::load(panels + p.value * panel_bytes + t * kStep); });
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
       const __m256 xv = _mm256_broadcast_ss(x + r.value * ldx + t);
-      unroll<P>([&](auto p) {
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
         acc[r.value][p.value] = _mm256_fmadd_ps(xv, w[p.value], acc[r.value][p.value]);
       });
     });
   }
-  unroll<R>([&](auto r) {
-    unroll<P>([&](auto p) {
+  unroll<R>([&](auto r) PAGODA_LAMBDA {
+    unroll<P>([&](auto p) PAGODA_LAMBDA {
       store_out(y + r.value * ldy + p.value * kPanelRows, acc[r.value][p.value],
                 panel_valid(valid, p.value));
     });
@@ -204,11 +204,11 @@ struct Q8Panel {
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb, const int32_t*,
                                  __m256i (&dot)[R]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    unroll<R>([&](auto r) { dot[r.value] = _mm256_setzero_si256(); });
-    unroll<8>([&](auto g) {
+    unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm256_setzero_si256(); });
+    unroll<8>([&](auto g) PAGODA_LAMBDA {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g.value));
       const __m256i abs_w = _mm256_abs_epi8(w);
-      unroll<R>([&](auto r) {
+      unroll<R>([&](auto r) PAGODA_LAMBDA {
         const __m256i xv = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * g.value));
         const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
         dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
@@ -251,11 +251,11 @@ struct NibblePanel {
     __m256i fifth = _mm256_setzero_si256();
     if constexpr (kFifth) fifth = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kFifthAt));
     __m256i sum16[R];
-    unroll<R>([&](auto r) {
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
       sum16[r.value] = _mm256_setzero_si256();
       dot[r.value] = _mm256_setzero_si256();
     });
-    unroll<4>([&](auto h) {
+    unroll<4>([&](auto h) PAGODA_LAMBDA {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodesAt + 32 * h.value));
       __m256i lo = _mm256_and_si256(bytes, low4);
       __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
@@ -264,7 +264,7 @@ struct NibblePanel {
         lo = _mm256_or_si256(lo, _mm256_and_si256(move_bit<2 * h.value, 4>(fifth), bit4));
         hi = _mm256_or_si256(hi, _mm256_and_si256(move_bit<2 * h.value + 1, 4>(fifth), bit4));
       }
-      unroll<R>([&](auto r) {
+      unroll<R>([&](auto r) PAGODA_LAMBDA {
         const __m256i x_lo = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * h.value));
         const __m256i x_hi = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 16 + 4 * h.value));
         sum16[r.value] = _mm256_add_epi16(
@@ -272,13 +272,13 @@ struct NibblePanel {
             _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)));
       });
       if constexpr (kFifth && h.value % 2 == 1) {  // widen every two groups: 4 x 7874 fits int16
-        unroll<R>([&](auto r) {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
           dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(sum16[r.value], ones));
           sum16[r.value] = _mm256_setzero_si256();
         });
       }
     });
-    unroll<R>([&](auto r) {
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
       if constexpr (!kFifth) dot[r.value] = _mm256_madd_epi16(sum16[r.value], ones);
       if constexpr (kOffset != 0) {
         dot[r.value] = _mm256_sub_epi32(dot[r.value], _mm256_set1_epi32(kOffset * x_sums[r.value]));
@@ -314,24 +314,24 @@ PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_
                               const uint8_t* panel, int64_t b0, int64_t b1, bool accumulate,
                               float* y, int64_t ldy, int64_t valid) {
   __m256 acc[R];
-  unroll<R>([&](auto r) {
+  unroll<R>([&](auto r) PAGODA_LAMBDA {
     acc[r.value] = accumulate ? load_out(y + r.value * ldy, valid) : _mm256_setzero_ps();
   });
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* blk = panel + b * W::kBlockBytes;
     const BlockQ8Act* xb[R];
     int32_t sums[R];
-    unroll<R>([&](auto r) {
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
       xb[r.value] = x + r.value * nb + b;
       sums[r.value] = x_sums == nullptr ? 0 : x_sums[r.value * nb + b];
     });
     __m256i dot[R];
     W::template dots<R>(blk, xb, sums, dot);
-    unroll<R>([&](auto r) {
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
       acc[r.value] = block_step<W>(blk, acc[r.value], dot[r.value], xb[r.value]->d, sums[r.value]);
     });
   }
-  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+  unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
 // Decode (one input row): y[c] of P panels at once, each streamed front to back through all nb
@@ -341,11 +341,11 @@ PAGODA_INLINE void quant_decode_panels(const BlockQ8Act* x, const int32_t* x_sum
                                        const uint8_t* panels, int64_t panel_bytes, float* y,
                                        int64_t valid) {
   __m256 acc[P];
-  unroll<P>([&](auto p) { acc[p.value] = _mm256_setzero_ps(); });
+  unroll<P>([&](auto p) PAGODA_LAMBDA { acc[p.value] = _mm256_setzero_ps(); });
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ8Act* xb[1] = {x + b};
     const int32_t sums[1] = {x_sums == nullptr ? 0 : x_sums[b]};
-    unroll<P>([&](auto p) {
+    unroll<P>([&](auto p) PAGODA_LAMBDA {
       const uint8_t* blk = panels + p.value * panel_bytes + b * W::kBlockBytes;
       for (int64_t o = 0; o < W::kBlockBytes; o += 64) prefetch(blk + kPrefetchAhead + o);
       __m256i dot[1];
@@ -353,7 +353,7 @@ PAGODA_INLINE void quant_decode_panels(const BlockQ8Act* x, const int32_t* x_sum
       acc[p.value] = block_step<W>(blk, acc[p.value], dot[0], x[b].d, sums[0]);
     });
   }
-  unroll<P>([&](auto p) {
+  unroll<P>([&](auto p) PAGODA_LAMBDA {
     store_out(y + p.value * kPanelRows, acc[p.value], valid - p.value * kPanelRows);
   });
 }
@@ -433,36 +433,36 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
                            int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
   using L = K4Layout<kFifth>;
   __m256 acc[P][R];
-  unroll<P>([&](auto p) { unroll<R>([&](auto r) { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
+  unroll<P>([&](auto p) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
   const __m256i low4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block[P];
-    unroll<P>([&](auto p) { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
-    unroll<4>([&](auto pair) {  // chunks 2 pair (low nibbles) and 2 pair + 1 (high)
+    unroll<P>([&](auto p) PAGODA_LAMBDA { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
+    unroll<4>([&](auto pair) PAGODA_LAMBDA {  // chunks 2 pair (low nibbles) and 2 pair + 1 (high)
       const int64_t c0 = 8 * b + 2 * pair.value;  // the input block of chunk 2 pair
       if constexpr (R == 1 && kK4PrefetchBlocks > 0) {
         // Decode streams the panels: ask for this pair's lines (and, with the last pair, the
         // scales') of the block kK4PrefetchBlocks ahead, a few at a time.
-        unroll<P>([&](auto p) {
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
           const uint8_t* ahead = block[p.value] + kK4PrefetchBlocks * L::kBlockBytes;
-          unroll<4>([&](auto line) { prefetch(ahead + 256 * pair.value + 64 * line.value); });
+          unroll<4>([&](auto line) PAGODA_LAMBDA { prefetch(ahead + 256 * pair.value + 64 * line.value); });
           if constexpr (pair.value == 3) {
             for (int64_t o = 1024; o < L::kBlockBytes; o += 64) prefetch(ahead + o);
           }
         });
       }
       __m256i sum16[P][2][R], dot[P][2][R];
-      unroll<P>([&](auto p) {
-        unroll<R>([&](auto r) {
-          unroll<2>([&](auto h) { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); });
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
+          unroll<2>([&](auto h) PAGODA_LAMBDA { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); });
         });
       });
       // sum16 -> dot (first: set, else add), scaled: vpmaddwd against each chunk's scale pairs.
-      auto widen = [&](auto first) __attribute__((always_inline)) {
-        unroll<P>([&](auto p) {
-          unroll<2>([&](auto h) {
+      auto widen = [&](auto first) PAGODA_LAMBDA {
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
+          unroll<2>([&](auto h) PAGODA_LAMBDA {
             const __m256i sc = scale_pairs_u8(block[p.value] + L::kScalesAt + 8 * (2 * pair.value + h.value));
-            unroll<R>([&](auto r) {
+            unroll<R>([&](auto r) PAGODA_LAMBDA {
               __m256i& s16 = sum16[p.value][h.value][r.value];
               __m256i& d = dot[p.value][h.value][r.value];
               d = first.value ? _mm256_madd_epi16(s16, sc) : _mm256_add_epi32(d, _mm256_madd_epi16(s16, sc));
@@ -471,13 +471,13 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
           });
         });
       };
-      unroll<8>([&](auto g) {
+      unroll<8>([&](auto g) PAGODA_LAMBDA {
         __m256i xl[R], xh[R];
-        unroll<R>([&](auto r) {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
           xl[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0].qs + 4 * g.value));
           xh[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + 1].qs + 4 * g.value));
         });
-        unroll<P>([&](auto p) {
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
           const __m256i v =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + 256 * pair.value + 32 * g.value));
           __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -486,7 +486,7 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
             lo = _mm256_or_si256(lo, _mm256_and_si256(move_bit<2 * pair.value, 4>(qh), bit4));
             hi = _mm256_or_si256(hi, _mm256_and_si256(move_bit<2 * pair.value + 1, 4>(qh), bit4));
           }
-          unroll<R>([&](auto r) {
+          unroll<R>([&](auto r) PAGODA_LAMBDA {
             sum16[p.value][0][r.value] = _mm256_add_epi16(sum16[p.value][0][r.value], _mm256_maddubs_epi16(lo, xl[r.value]));
             sum16[p.value][1][r.value] = _mm256_add_epi16(sum16[p.value][1][r.value], _mm256_maddubs_epi16(hi, xh[r.value]));
           });
@@ -494,13 +494,13 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
         if constexpr (kFifth && g.value == 3) widen(Idx<1>{});
       });
       widen(Idx<kFifth ? 0 : 1>{});
-      unroll<P>([&](auto p) {
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDminAt)));
-        unroll<2>([&](auto h) {
+        unroll<2>([&](auto h) PAGODA_LAMBDA {
           const int s = 2 * pair.value + h.value;
           const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block[p.value] + L::kMinsAt + 8 * s)));
-          unroll<R>([&](auto r) {
+          unroll<R>([&](auto r) PAGODA_LAMBDA {
             const int64_t c = c0 + h.value;
             const __m256 d_x = _mm256_set1_ps(x[r.value * nb + c].d);
             __m256& a = acc[p.value][r.value];
@@ -512,8 +512,8 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
       });
     });
   }
-  unroll<P>([&](auto p) {
-    unroll<R>([&](auto r) { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
+  unroll<P>([&](auto p) PAGODA_LAMBDA {
+    unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
   });
 }
 
@@ -524,7 +524,7 @@ template <int R>
 PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panel,
                              int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
   __m256 acc[R];
-  unroll<R>([&](auto r) { acc[r.value] = _mm256_setzero_ps(); });
+  unroll<R>([&](auto r) PAGODA_LAMBDA { acc[r.value] = _mm256_setzero_ps(); });
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block = panel + b * kQ6KPanelBlockBytes;
@@ -534,14 +534,14 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1664)));
     for (int h = 0; h < 2; ++h) {  // chunks 4h + t, t < 4
       __m256i dot[4][2][R];       // [t][half of the chunk][row]
-      unroll<4>([&](auto t) {
-        unroll<R>([&](auto r) {
+      unroll<4>([&](auto t) PAGODA_LAMBDA {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
           dot[t.value][0][r.value] = _mm256_setzero_si256();
           dot[t.value][1][r.value] = _mm256_setzero_si256();
         });
       });
       const int64_t c0 = 8 * b + 4 * h;  // the input block of chunk 4h
-      unroll<8>([&](auto g) {
+      unroll<8>([&](auto g) PAGODA_LAMBDA {
         const uint8_t* at = block + 768 * h + 32 * g.value;
         const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
         const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 256));
@@ -553,19 +553,19 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45))};
         constexpr int half = g.value / 4;
-        unroll<4>([&](auto t) {
-          unroll<R>([&](auto r) {
+        unroll<4>([&](auto t) PAGODA_LAMBDA {
+          unroll<R>([&](auto r) PAGODA_LAMBDA {
             const __m256i xv = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + t.value].qs + 4 * g.value));
             __m256i& acc_dot = dot[t.value][half][r.value];
             acc_dot = _mm256_add_epi32(acc_dot, _mm256_madd_epi16(_mm256_maddubs_epi16(q[t.value], xv), ones));
           });
         });
       });
-      unroll<4>([&](auto t) {
+      unroll<4>([&](auto t) PAGODA_LAMBDA {
         const int s = 4 * h + t.value;
         const __m256i sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1536 + 16 * s)));
         const __m256i sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 1544 + 16 * s)));
-        unroll<R>([&](auto r) {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
           const int64_t c = c0 + t.value;
           const int32_t* hs = x_half_sums + 2 * (r.value * nb + c);
           const __m256i d0 = _mm256_sub_epi32(dot[t.value][0][r.value], _mm256_set1_epi32(32 * hs[0]));
@@ -577,7 +577,7 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
       });
     }
   }
-  unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
+  unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
 // ---- q2_k / q3_k panels multiplied as they lie (x86_kernels.h) ----
@@ -605,16 +605,16 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
                             int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
   using L = K16Layout<kQ3>;
   __m256 acc[P][R];
-  unroll<P>([&](auto p) { unroll<R>([&](auto r) { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
+  unroll<P>([&](auto p) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
   const __m256i low2 = _mm256_set1_epi8(0x03), bit2 = _mm256_set1_epi8(0x04);
   const __m128i low4 = _mm_set1_epi8(0x0f);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block[P];
-    unroll<P>([&](auto p) { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
-    unroll<8>([&](auto c) {
+    unroll<P>([&](auto p) PAGODA_LAMBDA { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
+    unroll<8>([&](auto c) PAGODA_LAMBDA {
       constexpr int a = c.value / 4, t = c.value % 4;
       if constexpr (R == 1) {  // decode: this chunk's share of the block two ahead
-        unroll<P>([&](auto p) {
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
           const uint8_t* ahead = block[p.value] + 2 * L::kBlockBytes + 128 * c.value;
           prefetch(ahead);
           if (128 * c.value + 64 < L::kBlockBytes) prefetch(ahead + 64);
@@ -622,13 +622,13 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
       }
       const int64_t xc = 8 * b + c.value;  // the input block of chunk c
       __m256i sum16[P][2][R];
-      unroll<P>([&](auto p) {
-        unroll<2>([&](auto h) { unroll<R>([&](auto r) { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
+        unroll<2>([&](auto h) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
       });
-      unroll<8>([&](auto g) {
+      unroll<8>([&](auto g) PAGODA_LAMBDA {
         __m256i xv[R];
-        unroll<R>([&](auto r) { xv[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + xc].qs + 4 * g.value)); });
-        unroll<P>([&](auto p) {
+        unroll<R>([&](auto r) PAGODA_LAMBDA { xv[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + xc].qs + 4 * g.value)); });
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + 256 * a + 32 * g.value));
           __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * t), low2);
           if constexpr (kQ3) {
@@ -636,13 +636,13 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + L::kHmaskAt + 32 * g.value));
             u = _mm256_or_si256(u, _mm256_and_si256(move_bit<c.value, 2>(hm), bit2));
           }
-          unroll<R>([&](auto r) {
+          unroll<R>([&](auto r) PAGODA_LAMBDA {
             __m256i& s16 = sum16[p.value][g.value / 4][r.value];
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, xv[r.value]));
           });
         });
       });
-      unroll<P>([&](auto p) {
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
         const uint8_t* scales = block[p.value] + L::kScalesAt + 8 * (2 * c.value);
         __m128i s0 = load8(scales), s1 = load8(scales + 8), m0 = s0, m1 = s1;
         if constexpr (!kQ3) {  // q2_k: scale in the low nibble, min in the high one
@@ -652,13 +652,13 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
           m1 = _mm_and_si128(_mm_srli_epi16(m1, 4), low4);
         }
         // (s, s) and (s0, s1) int16 pairs per lane; q3_k's scales are signed.
-        auto widen = [](__m128i v) __attribute__((always_inline)) {
+        auto widen = [](__m128i v) PAGODA_LAMBDA {
           return kQ3 ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
         };
         const __m256i sc0 = widen(_mm_unpacklo_epi8(s0, s0)), sc1 = widen(_mm_unpacklo_epi8(s1, s1));
         const __m256i pairs = widen(_mm_unpacklo_epi8(m0, m1));  // q2_k: (mn0, mn1); q3_k: (sc0, sc1)
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
-        unroll<R>([&](auto r) {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
           const int32_t* hs = x_half_sums + 2 * (r.value * nb + xc);
           const __m256i x_pair = _mm256_set1_epi32((hs[0] & 0xffff) | static_cast<int32_t>(static_cast<uint32_t>(hs[1]) << 16));
           __m256i ints = _mm256_add_epi32(_mm256_madd_epi16(sum16[p.value][0][r.value], sc0),
@@ -677,8 +677,8 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
       });
     });
   }
-  unroll<P>([&](auto p) {
-    unroll<R>([&](auto r) { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
+  unroll<P>([&](auto p) PAGODA_LAMBDA {
+    unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
   });
 }
 
@@ -733,7 +733,7 @@ PAGODA_FLATTEN void quantize_activation_rows_avx2(const float* x, int64_t m, int
       const float* xb = x + i * k + b * kQuantBlock;
       BlockQ8Act& o = out[i * nb + b];
       __m256 v[4];
-      unroll<4>([&](auto s) { v[s.value] = _mm256_loadu_ps(xb + 8 * s.value); });
+      unroll<4>([&](auto s) PAGODA_LAMBDA { v[s.value] = _mm256_loadu_ps(xb + 8 * s.value); });
       __m256 amax = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[0]), _mm256_andnot_ps(sign_bit, v[1]));
       amax = _mm256_max_ps(amax, _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[2]),
                                                _mm256_andnot_ps(sign_bit, v[3])));
@@ -746,7 +746,7 @@ PAGODA_FLATTEN void quantize_activation_rows_avx2(const float* x, int64_t m, int
       const __m256 scale = _mm256_set1_ps(id);
       __m256i q[4];
       // cvtps rounds in the default mode, to nearest even: the reference's nearbyint.
-      unroll<4>([&](auto s) { q[s.value] = _mm256_cvtps_epi32(_mm256_mul_ps(v[s.value], scale)); });
+      unroll<4>([&](auto s) PAGODA_LAMBDA { q[s.value] = _mm256_cvtps_epi32(_mm256_mul_ps(v[s.value], scale)); });
       const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs), _mm256_permutevar8x32_epi32(q16, order));
     }
@@ -795,7 +795,7 @@ PAGODA_INLINE void over_super_block_tiles(int64_t m, int64_t panel_begin, int64_
   if (m == 1) {
     for (; p0 + kK4DecodePanels <= panel_end; p0 += kK4DecodePanels) tile(Idx<1>{}, Idx<kK4DecodePanels>{}, 0, p0);
   }
-  over_row_tiles<kMaxRows>(m, p0, panel_end, [&](auto rows, int64_t i, int64_t p) { tile(rows, Idx<1>{}, i, p); });
+  over_row_tiles<kMaxRows>(m, p0, panel_end, [&](auto rows, int64_t i, int64_t p) PAGODA_LAMBDA { tile(rows, Idx<1>{}, i, p); });
 }
 
 template <bool kFifth>
@@ -805,7 +805,7 @@ PAGODA_FLATTEN void k4_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t 
   const int64_t panel_bytes = num_blocks * K4Layout<kFifth>::kBlockBytes;
   const auto* w = static_cast<const uint8_t*>(panels);
   // q5_k's tile holds its widened sums besides the int16 ones: 2 rows keep it in registers.
-  over_super_block_tiles<kFifth ? 2 : 4>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) {
+  over_super_block_tiles<kFifth ? 2 : 4>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) PAGODA_LAMBDA {
     k4_tile<decltype(rows)::value, decltype(tile_panels)::value, kFifth>(
         x + i * nb, x_sums + i * nb, nb, w + p * panel_bytes, panel_bytes, num_blocks, y + i * ldy + p * kPanelRows, ldy,
         n - p * kPanelRows);
@@ -818,7 +818,7 @@ PAGODA_FLATTEN void k16_rows(const BlockQ8Act* x, const int32_t* x_half_sums, in
   const int64_t nb = k / kQuantBlock, num_blocks = k / 256;
   const int64_t panel_bytes = num_blocks * K16Layout<kQ3>::kBlockBytes;
   const auto* w = static_cast<const uint8_t*>(panels);
-  over_super_block_tiles<2>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) {
+  over_super_block_tiles<2>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) PAGODA_LAMBDA {
     k16_tile<decltype(rows)::value, decltype(tile_panels)::value, kQ3>(
         x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * panel_bytes, panel_bytes, num_blocks,
         y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
@@ -842,7 +842,7 @@ PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* 
                                              int64_t panel_end) {
   const int64_t nb = k / kQuantBlock, num_blocks = k / 256;
   const auto* w = static_cast<const uint8_t*>(panels);
-  over_row_tiles(m, panel_begin, panel_end, [&](auto rows, int64_t i, int64_t p) {
+  over_row_tiles(m, panel_begin, panel_end, [&](auto rows, int64_t i, int64_t p) PAGODA_LAMBDA {
     q6_k_tile<decltype(rows)::value>(x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * num_blocks * kQ6KPanelBlockBytes,
                                      num_blocks, y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
   });

@@ -18,6 +18,9 @@ namespace {  // internal linkage: each leaf file has its own copies, built with 
 // On the loops that call the tiles: inline every call below them, the unroll lambdas included
 // (GCC does not always, and an out-of-line tile body spills its accumulators on every block).
 #define PAGODA_FLATTEN __attribute__((flatten))
+// On the lambdas of a tile (the unroll bodies): GCC's flatten does not always reach into a
+// generic lambda, and an out-of-line one takes its captured accumulators through memory.
+#define PAGODA_LAMBDA __attribute__((always_inline))
 
 template <int S>
 struct Idx {
