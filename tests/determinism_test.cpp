@@ -8,11 +8,14 @@
 //  - in a KV cache so small that requests are preempted and recomputed;
 //  - through the threaded Engine's stream (what the server sends, streamed or not).
 // Run on stories260K (a trained model; GQA group of 2: one query vector at a time) and on a
-// dummy q8_0 model with a GQA group of 8 (packed int8 matmul, query heads across the lanes).
-// Where a kernel's reduction order depended on the batch, this is where it shows.
+// dummy model with a GQA group of 8 (query heads across the lanes) in every quantized weight type
+// (each GGUF block type, W8A8 and W4A8) and with the fp8 / int8 KV caches. Where a kernel's
+// reduction order depended on the batch, this is where it shows.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
+#include <ostream>
 #include <fstream>
 #include <random>
 #include <string>
@@ -60,9 +63,11 @@ std::vector<TokenId> run_one(LLM& llm, const GenerateRequest& r) {
   return out.ok() ? (*out)[0].outputs[0].token_ids : std::vector<TokenId>{};
 }
 
-// kv_bytes_per_token: layers x 2 (K, V) x kv heads x head size x 4 bytes.
-void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token) {
+// kv_bytes_per_token: layers x 2 (K, V) x kv heads x (head size x the cache type's bytes, + 4 for
+// an int8 cache's scale).
+void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token, KvCacheDtype kv_dtype = KvCacheDtype::kF32) {
   EngineConfig base;
+  base.kv_cache_dtype = kv_dtype;
   base.scheduler.max_model_len = 256;  // within both models' context
   std::mt19937 rng(2026);
   // Three blocks and a bit of shared prefix for the cache case.
@@ -156,10 +161,26 @@ TEST(Determinism, Stories260K) {
   check_model(flags, 5 * 2 * 4 * 8 * 4);
 }
 
-TEST(Determinism, DummyQ8GroupOf8) {
+// The dummy model in one weight type (--dtype, or --quantization on bf16 weights) and KV cache type.
+struct DummyCase {
+  const char* dtype;
+  const char* quantization;
+  KvCacheDtype kv = KvCacheDtype::kF32;
+};
+
+void PrintTo(const DummyCase& c, std::ostream* os) {
+  *os << c.dtype << (*c.quantization ? " --quantization " : "") << c.quantization << ", KV cache "
+      << kv_cache_dtype_name(c.kv);
+}
+
+class DeterminismDummy : public ::testing::TestWithParam<DummyCase> {};
+
+TEST_P(DeterminismDummy, GroupOf8) {
   PAGODA_TEST_FILE(tokenizer, "stories260K/stories260K.gguf");
+  const DummyCase& c = GetParam();
   const std::string dir = testing::make_temp_dir();
   ASSERT_FALSE(dir.empty());
+  // Rows of 256 and 512: every K-quant applies as it is.
   std::ofstream(dir + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
     "num_key_value_heads": 1, "vocab_size": 512, "max_position_embeddings": 512,
@@ -167,11 +188,27 @@ TEST(Determinism, DummyQ8GroupOf8) {
   app::ModelFlags flags;
   flags.model = dir;
   flags.load_format = "dummy";
-  flags.dtype = "q8_0";
+  flags.dtype = c.dtype;
+  flags.quantization = c.quantization;
   flags.tokenizer = tokenizer;
-  check_model(flags, 2 * 2 * 1 * 32 * 4);
+  const int64_t head_bytes = c.kv == KvCacheDtype::kF32 ? 32 * 4 : c.kv == KvCacheDtype::kInt8 ? 32 + 4 : 32;
+  check_model(flags, 2 * 2 * 1 * head_bytes, c.kv);
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryType, DeterminismDummy,
+    ::testing::Values(DummyCase{"q8_0", ""}, DummyCase{"q4_0", ""}, DummyCase{"q4_1", ""}, DummyCase{"q5_0", ""},
+                      DummyCase{"q5_1", ""}, DummyCase{"q2_k", ""}, DummyCase{"q3_k", ""}, DummyCase{"q4_k", ""},
+                      DummyCase{"q5_k", ""}, DummyCase{"q6_k", ""}, DummyCase{"bfloat16", "w8a8"},
+                      DummyCase{"bfloat16", "w4a8"}, DummyCase{"q8_0", "", KvCacheDtype::kInt8},
+                      DummyCase{"q8_0", "", KvCacheDtype::kFp8E4M3}),
+    [](const ::testing::TestParamInfo<DummyCase>& info) {
+      std::string name = std::string(info.param.dtype) + "_" + info.param.quantization + "_" +
+                         std::string(kv_cache_dtype_name(info.param.kv));
+      for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      return name;
+    });
 
 }  // namespace
 }  // namespace pagoda
