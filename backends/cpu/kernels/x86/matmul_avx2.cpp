@@ -528,9 +528,6 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block = panel + b * kQ6KPanelBlockBytes;
-    if constexpr (R == 1) {
-      for (int64_t o = 0; o < kQ6KPanelBlockBytes; o += 64) prefetch(block + 2 * kQ6KPanelBlockBytes + o);
-    }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1664)));
     for (int h = 0; h < 2; ++h) {  // chunks 4h + t, t < 4
       __m256i dot[4][2][R];       // [t][half of the chunk][row]
@@ -543,6 +540,11 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
       const int64_t c0 = 8 * b + 4 * h;  // the input block of chunk 4h
       unroll<8>([&](auto g) PAGODA_LAMBDA {
         const uint8_t* at = block + 768 * h + 32 * g.value;
+        if constexpr (R == 1) {  // decode: two lines of the block two ahead per group, not a burst
+          const int64_t line = 128 * (8 * h + g.value);
+          prefetch(block + 2 * kQ6KPanelBlockBytes + line);
+          if (line + 64 < kQ6KPanelBlockBytes) prefetch(block + 2 * kQ6KPanelBlockBytes + line + 64);
+        }
         const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
         const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 256));
         const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 512));
