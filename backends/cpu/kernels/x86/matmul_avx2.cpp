@@ -440,15 +440,16 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
     unroll<P>([&](auto p) PAGODA_LAMBDA { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
     unroll<4>([&](auto pair) PAGODA_LAMBDA {  // chunks 2 pair (low nibbles) and 2 pair + 1 (high)
       const int64_t c0 = 8 * b + 2 * pair.value;  // the input block of chunk 2 pair
-      if constexpr (R == 1 && kK4PrefetchBlocks > 0) {
-        // Decode streams the panels: ask for this pair's lines (and, with the last pair, the
-        // scales') of the block kK4PrefetchBlocks ahead, a few at a time.
+      if constexpr (R == 1) {
+        // Decode streams the panels: ask for this pair's 4 lines of codes and 2 of what follows
+        // them (qh, scales) of the block kK4PrefetchBlocks ahead, a few at a time, not in a burst.
         unroll<P>([&](auto p) PAGODA_LAMBDA {
           const uint8_t* ahead = block[p.value] + kK4PrefetchBlocks * L::kBlockBytes;
           unroll<4>([&](auto line) PAGODA_LAMBDA { prefetch(ahead + 256 * pair.value + 64 * line.value); });
-          if constexpr (pair.value == 3) {
-            for (int64_t o = 1024; o < L::kBlockBytes; o += 64) prefetch(ahead + o);
-          }
+          unroll<2>([&](auto line) PAGODA_LAMBDA {
+            constexpr int64_t at = 1024 + 128 * pair.value + 64 * line.value;
+            if constexpr (at < L::kBlockBytes) prefetch(ahead + at);
+          });
         });
       }
       __m256i sum16[P][2][R], dot[P][2][R];
