@@ -31,15 +31,27 @@ PAGODA_INLINE void dot4(__m256i w, const int32_t (&x4)[R], __m256i (&dot)[R]) {
   });
 }
 
-// As dot4, for unsigned codes u in [0, 15] (int4 + 8): no sign juggling.
+// As dot4, for unsigned codes u in [0, 15] (int4 + 8), no sign juggling, into int16 sums: pairs
+// are at most 2 x 15 x 127, so a lane holds 8 of them (30480) before widen16 must run.
 template <int R>
-PAGODA_INLINE void dot4u(__m256i u, const int32_t (&x4)[R], __m256i (&dot)[R]) {
-  const __m256i ones = _mm256_set1_epi16(1);
+PAGODA_INLINE void dot4u16(__m256i u, const int32_t (&x4)[R], __m256i (&sum16)[R]) {
   unroll<R>([&](auto r) {
-    const __m256i pairs = _mm256_maddubs_epi16(u, _mm256_set1_epi32(x4[r.value]));
-    dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
+    sum16[r.value] = _mm256_add_epi16(sum16[r.value], _mm256_maddubs_epi16(u, _mm256_set1_epi32(x4[r.value])));
   });
 }
+
+// dot[r] += the int32 lane sums of sum16[r], which is cleared.
+template <int R>
+PAGODA_INLINE void widen16(__m256i (&sum16)[R], __m256i (&dot)[R]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  unroll<R>([&](auto r) {
+    dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(sum16[r.value], ones));
+    sum16[r.value] = _mm256_setzero_si256();
+  });
+}
+
+// int4 columns per widen16: 4 steps of 8, two pair sums per lane each.
+constexpr int64_t kInt4Span = 32;
 
 // R input rows (xq rows kp apart, their scales s_x) against one panel: y[r, c] for c < valid.
 // dot[r] -= zero * (row r's sum of xq over the group), for a weight with zero points.
@@ -74,6 +86,8 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* x
         dot4<R>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), x4, dot);
       }
     } else {
+      __m256i sum16[R];
+      unroll<R>([&](auto r) { sum16[r.value] = _mm256_setzero_si256(); });
       for (int64_t t = t0; t < t1; t += 8) {
         const uint8_t* p = panel + t * kPanelRows / 2;  // 32 bytes per 8 columns
         if (stream && (t & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
@@ -85,8 +99,9 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* x
           x_lo[r.value] = load_i32(xq + r.value * kp + t);
           x_hi[r.value] = load_i32(xq + r.value * kp + t + 4);
         });
-        dot4u<R>(lo, x_lo, dot);
-        dot4u<R>(hi, x_hi, dot);
+        dot4u16<R>(lo, x_lo, sum16);
+        dot4u16<R>(hi, x_hi, sum16);
+        if ((t - t0) % kInt4Span == kInt4Span - 8 || t + 8 == t1) widen16<R>(sum16, dot);
       }
     }
     subtract_zeros<R>(zeros, xsum, groups, g, dot);
@@ -123,14 +138,18 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t*
         });
       }
     } else {
+      __m256i sum16[P][1];
+      unroll<P>([&](auto p) { sum16[p.value][0] = _mm256_setzero_si256(); });
       for (int64_t t = t0; t < t1; t += 8) {
         const int32_t x_lo[1] = {load_i32(xq + t)}, x_hi[1] = {load_i32(xq + t + 4)};
+        const bool widen = (t - t0) % kInt4Span == kInt4Span - 8 || t + 8 == t1;
         unroll<P>([&](auto p) {
           const uint8_t* w = panels + p.value * panel_bytes + t * kPanelRows / 2;
           if ((t & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchAhead), _MM_HINT_T0);
           const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-          dot4u<1>(_mm256_and_si256(bytes, low4), x_lo, dot[p.value]);
-          dot4u<1>(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), x_hi, dot[p.value]);
+          dot4u16<1>(_mm256_and_si256(bytes, low4), x_lo, sum16[p.value]);
+          dot4u16<1>(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), x_hi, sum16[p.value]);
+          if (widen) widen16<1>(sum16[p.value], dot[p.value]);
         });
       }
     }
