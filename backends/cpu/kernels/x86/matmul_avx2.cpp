@@ -218,10 +218,11 @@ struct Q8Panel {
 };
 
 // Shifts each byte of v so that its bit `from` lands on bit `to` (other bits: masked off by the
-// caller). 16-bit shifts: with |from - to| <= 4 and to = 4 no bit crosses into the kept one from
-// the neighbouring byte.
+// caller). 16-bit shifts: bits that cross into the neighbouring byte land elsewhere than `to`
+// when both are bit numbers of a byte (0..7).
 template <int kFrom, int kTo>
 PAGODA_INLINE __m256i move_bit(__m256i v) {
+  static_assert(kFrom >= 0 && kFrom < 8 && kTo >= 0 && kTo < 8);
   if constexpr (kFrom < kTo) return _mm256_slli_epi16(v, kTo - kFrom);
   else if constexpr (kFrom > kTo) return _mm256_srli_epi16(v, kFrom - kTo);
   else return v;
@@ -399,6 +400,9 @@ PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64
   }
 }
 
+// Super-blocks ahead that the K-quant decode loops prefetch.
+constexpr int64_t kK4PrefetchBlocks = 2;
+
 // ---- q4_k / q5_k panels multiplied as they lie (x86_kernels.h) ----
 //
 // The codes are unsigned (q4_k's nibbles; q5_k's with the fifth bit from the qh run, 0..31), so
@@ -410,9 +414,6 @@ PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64
 // d_x) and acc - float(M) * (dmin * d_x): with sc0 = sc1 and mn0 = mn1 (32-element sub-blocks)
 // exactly QuantChunk's integers and order, so bit for bit the reference. A tile is R input rows x
 // P panels (decode: one row, P panels streamed side by side).
-// Super-blocks ahead that the decode loop prefetches.
-constexpr int64_t kK4PrefetchBlocks = 2;
-
 template <bool kFifth>
 struct K4Layout {
   static constexpr int64_t kQhAt = 1024;
@@ -541,10 +542,10 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
       const int64_t c0 = 8 * b + 4 * h;  // the input block of chunk 4h
       unroll<8>([&](auto g) PAGODA_LAMBDA {
         const uint8_t* at = block + 768 * h + 32 * g.value;
-        if constexpr (R == 1) {  // decode: two lines of the block two ahead per group, not a burst
-          const int64_t line = 128 * (8 * h + g.value);
-          prefetch(block + 2 * kQ6KPanelBlockBytes + line);
-          if (line + 64 < kQ6KPanelBlockBytes) prefetch(block + 2 * kQ6KPanelBlockBytes + line + 64);
+        if constexpr (R == 1) {  // decode: two lines per group of the block kK4PrefetchBlocks ahead
+          const uint8_t* ahead = block + kK4PrefetchBlocks * kQ6KPanelBlockBytes + 128 * (8 * h + g.value);
+          prefetch(ahead);
+          if (ahead + 64 < block + (kK4PrefetchBlocks + 1) * kQ6KPanelBlockBytes) prefetch(ahead + 64);
         }
         const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
         const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 256));
@@ -616,9 +617,9 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
     unroll<P>([&](auto p) PAGODA_LAMBDA { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
     unroll<8>([&](auto c) PAGODA_LAMBDA {
       constexpr int a = c.value / 4, t = c.value % 4;
-      if constexpr (R == 1) {  // decode: this chunk's share of the block two ahead
+      if constexpr (R == 1) {  // decode: this chunk's share (two lines) of the block kK4PrefetchBlocks ahead
         unroll<P>([&](auto p) PAGODA_LAMBDA {
-          const uint8_t* ahead = block[p.value] + 2 * L::kBlockBytes + 128 * c.value;
+          const uint8_t* ahead = block[p.value] + kK4PrefetchBlocks * L::kBlockBytes + 128 * c.value;
           prefetch(ahead);
           if (128 * c.value + 64 < L::kBlockBytes) prefetch(ahead + 64);
         });
