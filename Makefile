@@ -46,7 +46,8 @@ test: test-asan test-tsan fuzz npm-deps
 # chat templates, request bodies, the whole server over HTTP, the fuzz corpora), labelled
 # "untrusted-input", the SIMD kernel tests ("kernels"), and the unit, engine and CLI tests
 # (labelled with their binary's name): every ctest but the Node.js client tests and the soak,
-# which drive the Release server.
+# which drive the Release server, and determinism_types_test (the determinism suite over every
+# weight type: hours under ASan; the kernels' memory safety is cpu_simd_kernels_test's).
 ASAN_UNIT_TESTS := base_test tensor_test kv_test sched_test sampler_test metrics_test cpu_kernels_test \
   cpu_thread_pool_test engine_test determinism_test golden_stories_test model_reference_test \
   gguf_hf_equivalence_test cli_test bench_serve_test vllm_compat_test perplexity_test
