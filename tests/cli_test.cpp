@@ -7,6 +7,7 @@
 #include <array>
 #include <map>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -233,6 +234,76 @@ TEST(Cli, QuantizeCalibratesStaticW8A8AndSmoothQuantHelps) {
   EXPECT_NE(quantized.err.find("is q8_0; pagoda quantize --type w8a8 reads float (f32, f16, bf16) weights"),
             std::string::npos)
       << quantized.err;
+  std::filesystem::remove_all(dir);
+}
+
+// GPTQ (tensor/gptq.h) against round-to-nearest on the real model: the same types and bytes,
+// and a smaller divergence from the f32 model on a text it was not calibrated on.
+TEST(Cli, QuantizeWithGptqLowersTheDivergence) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string dir = testing::make_temp_dir();
+  const std::string data = std::string(PAGODA_SOURCE_DIR) + "/tests/data/";
+  const std::string text = data + "short-stories.txt", calibration = data + "calibration.jsonl";
+  const std::string gptq = " --gptq --calibration-file " + quote(calibration);
+  auto quantize = [&](const std::string& out, const std::string& args) {
+    RunResult q = run_pagoda("quantize " + quote(model) + " " + quote(dir + "/" + out) + " " + args);
+    EXPECT_EQ(q.exit_code, 0) << q.err;
+    return q;
+  };
+  auto mean_kld = [&](const std::string& model_args, const std::string& json_name) {
+    RunResult r = run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --kl-base " + quote(dir + "/base.bin") +
+                             " --output-json " + quote(dir + "/" + json_name) + " " + model_args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(dir + "/" + json_name);
+    return nlohmann::json::parse(in)["kl"]["mean_kld"].get<double>();
+  };
+  ASSERT_EQ(run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --save-logits " + quote(dir + "/base.bin") +
+                       " --model " + quote(model)).exit_code, 0);
+  quantize("rtn.gguf", "--type q4_0");
+  RunResult q = quantize("gptq.gguf", "--type q4_0" + gptq);
+  EXPECT_NE(q.out.find("calibration: 16 texts"), std::string::npos) << q.out;
+  // Every projection but the 172-wide ffn_down (f16 in the mix) and the untied LM head.
+  EXPECT_NE(q.out.find("30 q4_0 (GPTQ), 1 q8_0 (GPTQ)"), std::string::npos) << q.out;
+  quantize("w4a8-rtn", "--type w4a8");
+  RunResult w = quantize("w4a8-gptq", "--type w4a8" + gptq);
+  EXPECT_NE(w.out.find("per-token activations, GPTQ weights"), std::string::npos) << w.out;
+  auto gptq_gguf = GgufFile::open(dir + "/gptq.gguf");
+  auto rtn_gguf = GgufFile::open(dir + "/rtn.gguf");
+  ASSERT_TRUE(gptq_gguf.ok() && rtn_gguf.ok());
+  for (const char* name : {"blk.2.attn_q.weight", "output.weight", "token_embd.weight", "blk.2.ffn_down.weight"}) {
+    const GgufTensorInfo* a = (*gptq_gguf)->find_tensor(name);
+    const GgufTensorInfo* b = (*rtn_gguf)->find_tensor(name);
+    ASSERT_TRUE(a != nullptr && b != nullptr) << name;
+    EXPECT_EQ(a->tensor.dtype, b->tensor.dtype) << name;
+    ASSERT_EQ(a->tensor.nbytes(), b->tensor.nbytes()) << name;
+    // GPTQ changes the projections' codes; the embedding and the f16 rows are as before.
+    const bool same = std::memcmp(a->tensor.data, b->tensor.data, static_cast<size_t>(a->tensor.nbytes())) == 0;
+    EXPECT_EQ(same, std::string(name) == "token_embd.weight" || std::string(name) == "blk.2.ffn_down.weight") << name;
+  }
+
+  const double rtn = mean_kld("--model " + quote(dir + "/rtn.gguf"), "rtn.json");
+  const double by_gptq = mean_kld("--model " + quote(dir + "/gptq.gguf"), "gptq.json");
+  const double w_rtn = mean_kld("--model " + quote(dir + "/w4a8-rtn") + " --tokenizer " + quote(model), "w-rtn.json");
+  const double w_gptq = mean_kld("--model " + quote(dir + "/w4a8-gptq") + " --tokenizer " + quote(model), "w-gptq.json");
+  std::printf("mean KLD against f32: q4_0 %.5f, with GPTQ %.5f; w4a8 %.5f, with GPTQ %.5f\n", rtn, by_gptq, w_rtn, w_gptq);
+  EXPECT_LT(by_gptq, 0.85 * rtn);
+  EXPECT_LT(w_gptq, 0.85 * w_rtn);
+
+  const struct {
+    std::string type, args, message;
+  } kRefused[] = {
+      {"q4_0", " --gptq", "--gptq needs --calibration-file"},
+      {"w8a8", " --gptq", "--gptq needs --calibration-file"},
+      {"q4_0", " --calibration-file " + quote(calibration), "--calibration-file with a GGUF type needs --gptq"},
+      {"q4_0", gptq + " --smooth-alpha 0.5", "--smooth-alpha applies to --type w8a8 / w4a8"},
+      {"w8a8", gptq + " --smooth-alpha 0.5", "--gptq with --smooth-alpha is not supported"},
+      {"q4_0", " --gptq --calibration-file " + quote(text), "short-stories.txt:1: not JSON"},
+  };
+  for (const auto& r : kRefused) {
+    RunResult bad = run_pagoda("quantize " + quote(model) + " " + quote(dir + "/bad") + " --type " + r.type + r.args);
+    EXPECT_EQ(bad.exit_code, 1) << r.args;
+    EXPECT_NE(bad.err.find(r.message), std::string::npos) << bad.err;
+  }
   std::filesystem::remove_all(dir);
 }
 

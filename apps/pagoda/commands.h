@@ -52,7 +52,10 @@ struct QuantizeFlags {
   std::string type;  // a llama-quantize file type (q4_k_m, q8_0, ...: GGUF out), or w8a8 / w4a8
   // w8a8 / w4a8 (a compressed-tensors folder out): static activation scales from these texts,
   // SmoothQuant's migration strength (< 0: none), how many texts and tokens of each to run.
+  // With gptq (any type), the texts' activations feed GPTQ's rounding of the weights instead
+  // (tensor/gptq.h) and w8a8 / w4a8 activations stay per token.
   std::string calibration_file;
+  bool gptq = false;
   double smooth_alpha = -1;
   int64_t num_calibration_samples = 128;
   int64_t max_seq_len = 512;

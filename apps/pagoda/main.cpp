@@ -136,8 +136,12 @@ int main_impl(int argc, char** argv) {
                         "q2_k, q3_k_m, q4_k_m, q5_k_m (llama-quantize's mixes, GGUF)")
       ->required();
   quant_cmd->add_option("--calibration-file", quant.calibration_file,
-                        "w8a8 / w4a8: JSONL texts ({\"text\": ...} or strings per line) the float model runs over, "
-                        "giving each projection a static activation scale (input_scale)");
+                        "JSONL texts ({\"text\": ...} or strings per line) the float model runs over: with --gptq, "
+                        "for GPTQ's rounding of the weights (any type); without, w8a8 / w4a8 get a static "
+                        "activation scale (input_scale) per projection");
+  quant_cmd->add_flag("--gptq", quant.gptq,
+                      "round the weights with GPTQ against the calibration texts' activations (needs "
+                      "--calibration-file); w8a8 / w4a8 activations stay per token");
   quant_cmd->add_option("--smooth-alpha", quant.smooth_alpha,
                         "w8a8 / w4a8 with --calibration-file: SmoothQuant's migration strength in [0, 1] (0.5 is "
                         "its usual value)");

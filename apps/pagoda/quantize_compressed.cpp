@@ -12,6 +12,9 @@
 //    SmoothQuant does: s_j = max|x_j|^A / max|w_j|^(1 - A) per input channel, the weights'
 //    columns times s_j, the operation before divided by it (the RMSNorm weights before q/k/v and
 //    gate/up, the rows of up before down);
+//  - --gptq --calibration-file texts.jsonl: the codes are rounded by GPTQ against each
+//    projection's inputs on the texts (tensor/gptq.h; the scales chosen as without it), and the
+//    activations stay per token;
 //  - everything else (embeddings, norms, the LM head, biases) as stored, in "ignore".
 // A Hugging Face input's config.json (with quantization_config added) and tokenizer files are
 // copied; a GGUF input gets a config.json written from its metadata (Q/K rows back in the
@@ -28,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/pagoda/calibration.h"
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/model_loading.h"
 #include "loader/quant_mix.h"
@@ -72,89 +76,6 @@ void unpermute_rope_rows(Host* w, int64_t head_dim) {
     const int64_t from = head * head_dim + 2 * i + p;
     std::copy_n(src.data() + from * w->cols, w->cols, w->row(r));
   }
-}
-
-// Per projection (by canonical weight name): the largest |x| seen in each input channel.
-class ChannelMax final : public LinearInputObserver {
- public:
-  void observe(const std::string& name, const float* x, int64_t m, int64_t k) override {
-    if (name.empty() || name == "output.weight") return;
-    std::vector<float>& mx = max_[name];
-    mx.resize(static_cast<size_t>(k), 0.0f);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t t = 0; t < k; ++t) mx[static_cast<size_t>(t)] = std::max(mx[static_cast<size_t>(t)], std::fabs(x[i * k + t]));
-    }
-  }
-  std::map<std::string, std::vector<float>>& max() { return max_; }
-
- private:
-  std::map<std::string, std::vector<float>> max_;
-};
-
-// The calibration texts: one JSON value per line, an object with "text" (or "prompt") or a string.
-Result<std::vector<std::string>> read_calibration(const std::string& path, int64_t limit) {
-  std::ifstream in(path);
-  if (!in) return not_found(path + ": cannot open the calibration file");
-  std::vector<std::string> texts;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line) && static_cast<int64_t>(texts.size()) < limit; ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const std::string where = path + ":" + std::to_string(n);
-    if (j.is_discarded()) return invalid_argument(where + ": not JSON");
-    if (j.is_string()) {
-      texts.push_back(j.get<std::string>());
-    } else if (j.is_object() && j.contains("text") && j["text"].is_string()) {
-      texts.push_back(j["text"].get<std::string>());
-    } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
-      texts.push_back(j["prompt"].get<std::string>());
-    } else {
-      return invalid_argument(where + ": expected a string or an object with a \"text\" string");
-    }
-  }
-  if (texts.empty()) return invalid_argument(path + ": no calibration texts");
-  return texts;
-}
-
-// Runs the float model over the texts (each from position 0, at most max_len tokens) and
-// returns each projection's input channel maxima.
-Result<std::map<std::string, std::vector<float>>> calibrate(const QuantizeFlags& f, int64_t* tokens_seen) {
-  PAGODA_ASSIGN_OR_RETURN(std::vector<std::string> texts, read_calibration(f.calibration_file, f.num_calibration_samples));
-  ModelFlags mf;
-  mf.model = f.input;
-  mf.tokenizer = f.tokenizer;
-  PAGODA_ASSIGN_OR_RETURN(LoadedModel loaded, load_model_and_tokenizer(mf));
-  Model& model = *loaded.model;
-  const int64_t max_len = std::min(f.max_seq_len, model.config().max_position_embeddings);
-  constexpr int64_t kBlockSize = 16;
-  const int64_t num_blocks = (max_len + kBlockSize - 1) / kBlockSize;
-  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model.config(), num_blocks, kBlockSize, KvCacheDtype::kF32));
-  std::vector<BlockId> table(static_cast<size_t>(num_blocks));
-  for (int64_t b = 0; b < num_blocks; ++b) table[static_cast<size_t>(b)] = static_cast<BlockId>(b);
-  ChannelMax observer;
-  *tokens_seen = 0;
-  {
-    const ScopedLinearInputObserver scope(&observer);
-    for (const std::string& text : texts) {
-      std::vector<TokenId> ids = loaded.tokenizer->encode(text, /*add_special=*/true);
-      if (static_cast<int64_t>(ids.size()) > max_len) ids.resize(static_cast<size_t>(max_len));
-      if (ids.empty()) continue;
-      const auto n = static_cast<int64_t>(ids.size());
-      std::vector<int32_t> positions(static_cast<size_t>(n));
-      std::vector<int64_t> slots(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-        slots[static_cast<size_t>(i)] = i;
-      }
-      const AttentionSeq seq{0, n, n, table.data()};
-      const ForwardBatch batch{ids, positions, slots, {&seq, 1}};
-      model.forward(batch, kv);
-      *tokens_seen += n;
-    }
-  }
-  std::printf("calibration: %zu texts, %lld tokens through the float model\n", texts.size(),
-              static_cast<long long>(*tokens_seen));
-  return std::move(observer.max());
 }
 
 // SmoothQuant's migration for one group of projections sharing an input: members' columns times
@@ -234,6 +155,9 @@ int run_quantize_compressed(const QuantizeFlags& f) {
   if (f.smooth_alpha >= 0 && f.calibration_file.empty()) {
     return fail(invalid_argument("--smooth-alpha needs --calibration-file (the activations' channel ranges)"));
   }
+  if (f.gptq && f.smooth_alpha >= 0) {
+    return fail(invalid_argument("--gptq with --smooth-alpha is not supported (GPTQ keeps activations per token)"));
+  }
   auto loaded = load_model(f.input, LoadOptions{});
   if (!loaded.ok()) return fail(loaded.status());
   const ModelSource& src = *loaded;
@@ -249,12 +173,21 @@ int run_quantize_compressed(const QuantizeFlags& f) {
   }
   const int bits = mix->int_bits;
 
+  // Calibration gives static activation scales (and SmoothQuant's ranges), or with --gptq the
+  // inputs' Hessians, the activations staying per token.
+  const bool fixed = !f.calibration_file.empty() && !f.gptq;
   std::map<std::string, std::vector<float>> stats;
-  int64_t tokens_seen = 0;
+  InputHessians hessians;
   if (!f.calibration_file.empty()) {
-    auto s = calibrate(f, &tokens_seen);
-    if (!s.ok()) return fail(s.status());
-    stats = std::move(*s);
+    auto calibration = Calibration::open(f);
+    if (!calibration.ok()) return fail(calibration.status());
+    ChannelMax channel_max;
+    LinearInputObserver* observer = fixed ? static_cast<LinearInputObserver*>(&channel_max) : &hessians;
+    auto tokens = calibration->run(src, observer);
+    if (!tokens.ok()) return fail(tokens.status());
+    std::printf("calibration: %lld texts, %lld tokens through the float model\n",
+                static_cast<long long>(calibration->num_texts()), static_cast<long long>(*tokens));
+    stats = std::move(channel_max.max());
   }
 
   // The weights that change: every projection, and with smoothing the norms before them.
@@ -263,7 +196,7 @@ int run_quantize_compressed(const QuantizeFlags& f) {
     for (const char* p : kProjections) {
       const std::string name = layer_name(i, p);
       host[name] = to_host(*src.weights.find(name));
-      if (!f.calibration_file.empty() && !stats.count(name)) {
+      if ((fixed && !stats.count(name)) || (f.gptq && hessians.find(name) == nullptr)) {
         return fail(invalid_argument("calibration saw no input of " + name));
       }
     }
@@ -288,6 +221,8 @@ int run_quantize_compressed(const QuantizeFlags& f) {
   }
 
   SafetensorsWriter out;
+  ThreadPool pool;
+  GptqFactors factors(&pool);
   std::map<std::string, int> kinds;
   uint64_t bytes_out = 0;
   for (const auto& [name, t] : src.weights.all()) {
@@ -323,15 +258,22 @@ int run_quantize_compressed(const QuantizeFlags& f) {
     const int64_t groups = w.cols / group;
     std::vector<uint8_t> codes(static_cast<size_t>(w.rows * w.cols));
     std::vector<float> scales(static_cast<size_t>(w.rows * groups));
-    for (int64_t r = 0; r < w.rows; ++r) {
-      quantize_weight_row_symmetric(w.row(r), w.cols, bits, group, reinterpret_cast<int8_t*>(codes.data()) + r * w.cols,
-                                    scales.data() + r * groups);
+    if (f.gptq) {
+      auto u = factors.get(hessians, name);
+      if (!u.ok()) return fail(u.status());
+      gptq_quantize_int(w.v.data(), w.rows, w.cols, bits, group, **u, reinterpret_cast<int8_t*>(codes.data()),
+                        scales.data(), &pool);
+    } else {
+      for (int64_t r = 0; r < w.rows; ++r) {
+        quantize_weight_row_symmetric(w.row(r), w.cols, bits, group, reinterpret_cast<int8_t*>(codes.data()) + r * w.cols,
+                                      scales.data() + r * groups);
+      }
     }
     const std::string base = hf->substr(0, hf->size() - 6);
     out.add_tensor(*hf, DType::kI8, shape, codes);
     out.add_tensor(base + "weight_scale", DType::kF32, {w.rows, groups}, bytes_of(scales.data(), scales.size()));
     bytes_out += codes.size() + scales.size() * 4;
-    if (!f.calibration_file.empty()) {
+    if (fixed) {
       const std::vector<float>& mx = stats[name];
       const float amax = mx.empty() ? 0.0f : *std::max_element(mx.begin(), mx.end());
       const float input_scale = amax > 0 ? amax / 127.0f : 1.0f / 127.0f;
@@ -353,7 +295,6 @@ int run_quantize_compressed(const QuantizeFlags& f) {
   } else {
     config = hf_config_from(cfg);
   }
-  const bool fixed = !f.calibration_file.empty();
   json weights = {{"num_bits", bits}, {"type", "int"}, {"symmetric", true}, {"dynamic", false}};
   if (bits == 8) {
     weights["strategy"] = "channel";
@@ -388,8 +329,9 @@ int run_quantize_compressed(const QuantizeFlags& f) {
   }
   std::string summary;
   for (const auto& [kind, count] : kinds) summary += (summary.empty() ? "" : ", ") + std::to_string(count) + " " + kind;
-  std::printf("%s -> %s (compressed-tensors int-quantized, %s activations%s): %s; tensor data %.2f MB\n", f.input.c_str(),
+  std::printf("%s -> %s (compressed-tensors int-quantized, %s activations%s%s): %s; tensor data %.2f MB\n", f.input.c_str(),
               f.output.c_str(), fixed ? "static per-tensor" : "per-token", f.smooth_alpha >= 0 ? ", smoothed" : "",
+              f.gptq ? ", GPTQ weights" : "",
               summary.c_str(), static_cast<double>(bytes_out) / 1e6);
   if (!hf_input) {
     std::printf("note: %s has no tokenizer files; serve it with --tokenizer %s\n", f.output.c_str(), f.input.c_str());

@@ -1,0 +1,370 @@
+#include "tensor/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "base/check.h"
+#include "tensor/convert.h"
+#include "tensor/gguf_blocks.h"
+#include "tensor/quant_blocks.h"
+
+namespace pagoda {
+namespace {
+
+// Rows a thread sweeps together, so that each row of U is read once for all of them.
+constexpr int64_t kSweepRows = 8;
+
+// The inverse factor works on panels of this many columns; below kParallelWork multiply-adds a
+// panel's update runs on the caller alone.
+constexpr int64_t kPanel = 16;
+constexpr int64_t kParallelWork = 1 << 16;
+
+// sum of a[p] * b[p] over [0, n), in four interleaved partial sums (always the same order).
+double dot(const double* a, const double* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t p = 0;
+  for (; p + 4 <= n; p += 4) {
+    s0 += a[p] * b[p];
+    s1 += a[p + 1] * b[p + 1];
+    s2 += a[p + 2] * b[p + 2];
+    s3 += a[p + 3] * b[p + 3];
+  }
+  for (; p < n; ++p) s0 += a[p] * b[p];
+  return (s0 + s1) + (s2 + s3);
+}
+
+// Stores code q (QuantChunk's convention: tensor/quant_blocks.h) as element e of a block of
+// `type`, clearing what the element held. The inverse of the type's decode_chunks.
+void set_code(DType type, uint8_t* block, int e, int q) {
+  auto nibble = [](uint8_t* qs, int e32, int v) {  // legacy order: byte j holds elements j, j + 16
+    uint8_t& b = qs[e32 % 16];
+    b = e32 < 16 ? static_cast<uint8_t>((b & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (v & 0xF) << 4);
+  };
+  auto bit = [](uint8_t* bytes, int index, int v) {
+    uint8_t& b = bytes[index / 8];
+    b = static_cast<uint8_t>((b & ~(1u << (index % 8))) | static_cast<unsigned>(v & 1) << (index % 8));
+  };
+  auto two_bit = [](uint8_t* qs, int e256, int v) {  // Q2_K / Q3_K: see two_bit_codes
+    uint8_t& b = qs[32 * (e256 / 128) + e256 % 32];
+    const int shift = 2 * ((e256 % 128) / 32);
+    b = static_cast<uint8_t>((b & ~(3u << shift)) | static_cast<unsigned>(v & 3) << shift);
+  };
+  switch (type) {
+    case DType::kQ8_0:
+      reinterpret_cast<BlockQ8_0*>(block)->qs[e] = static_cast<int8_t>(q);
+      return;
+    case DType::kQ4_0:
+      nibble(reinterpret_cast<BlockQ4_0*>(block)->qs, e, q + 8);
+      return;
+    case DType::kQ4_1:
+      nibble(reinterpret_cast<BlockQ4_1*>(block)->qs, e, q);
+      return;
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const int v = type == DType::kQ5_0 ? q + 16 : q;
+      uint8_t* qs = type == DType::kQ5_0 ? reinterpret_cast<BlockQ5_0*>(block)->qs : reinterpret_cast<BlockQ5_1*>(block)->qs;
+      uint8_t* qh = type == DType::kQ5_0 ? reinterpret_cast<BlockQ5_0*>(block)->qh : reinterpret_cast<BlockQ5_1*>(block)->qh;
+      nibble(qs, e, v);
+      bit(qh, e, v >> 4);  // little-endian uint32: bit e is byte e / 8, bit e % 8
+      return;
+    }
+    case DType::kQ2_K:
+      two_bit(reinterpret_cast<BlockQ2_K*>(block)->qs, e, q);
+      return;
+    case DType::kQ3_K: {
+      auto* b = reinterpret_cast<BlockQ3_K*>(block);
+      const bool high = q >= 0;  // a set hmask bit keeps the 2-bit code; a clear one subtracts 4
+      two_bit(b->qs, e, high ? q : q + 4);
+      bit(b->hmask + e % 32, e / 32, high ? 1 : 0);
+      return;
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const int s = e / 32, l = e % 32;
+      uint8_t* qs = type == DType::kQ4_K ? reinterpret_cast<BlockQ4_K*>(block)->qs : reinterpret_cast<BlockQ5_K*>(block)->qs;
+      uint8_t& b = qs[32 * (s / 2) + l];
+      b = s % 2 == 0 ? static_cast<uint8_t>((b & 0xF0) | (q & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (q & 0xF) << 4);
+      if (type == DType::kQ5_K) bit(reinterpret_cast<BlockQ5_K*>(block)->qh + l, s, q >> 4);
+      return;
+    }
+    case DType::kQ6_K: {
+      auto* b = reinterpret_cast<BlockQ6_K*>(block);
+      const int v = q + 32, h = e / 128, t = (e % 128) / 32, l = e % 32;
+      uint8_t& low = b->ql[64 * h + 32 * (t % 2) + l];
+      low = t < 2 ? static_cast<uint8_t>((low & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((low & 0x0F) | (v & 0xF) << 4);
+      uint8_t& high = b->qh[32 * h + l];
+      high = static_cast<uint8_t>((high & ~(3u << (2 * t))) | static_cast<unsigned>(v >> 4) << (2 * t));
+      return;
+    }
+    default:
+      PAGODA_CHECK(false && "gptq: not a GGUF block type");
+  }
+}
+
+// The codes element e of a block may hold, in QuantChunk's convention.
+struct CodeRange {
+  int lo, hi;
+};
+
+CodeRange code_range(DType type) {
+  switch (type) {
+    case DType::kQ8_0: return {-128, 127};
+    case DType::kQ4_0: return {-8, 7};
+    case DType::kQ4_1: return {0, 15};
+    case DType::kQ5_0: return {-16, 15};
+    case DType::kQ5_1: return {0, 31};
+    case DType::kQ2_K: return {0, 3};
+    case DType::kQ3_K: return {-4, 3};
+    case DType::kQ4_K: return {0, 15};
+    case DType::kQ5_K: return {0, 31};
+    case DType::kQ6_K: return {-32, 31};
+    default: PAGODA_CHECK(false && "gptq: not a GGUF block type");
+  }
+  return {0, 0};
+}
+
+// A GGUF block: the type's quantizer chooses the block's scales from the values at begin(); each
+// element is then rounded on the grid those scales give ((d * sc) * q - dmin * mn) and stored.
+class BlockRounder final : public GptqGroupRounder {
+ public:
+  BlockRounder(DType type, uint8_t* out, int64_t row_bytes)
+      : type_(type), out_(out), row_bytes_(row_bytes), elems_(dtype_traits(type).block_elems),
+        bytes_(dtype_traits(type).block_bytes), range_(code_range(type)), block_(static_cast<size_t>(bytes_)),
+        chunks_(static_cast<size_t>(elems_ / kQuantBlock)) {}
+
+  void begin(int64_t row, int64_t group, const float* values) override {
+    dst_ = out_ + row * row_bytes_ + group * bytes_;
+    quantize_row(type_, values, block_.data(), elems_);
+    dtype_traits(type_).decode_chunks(block_.data(), chunks_.data());
+  }
+
+  float round(int64_t i, float v) override {
+    const QuantChunk& c = chunks_[static_cast<size_t>(i / kQuantBlock)];
+    const int half = static_cast<int>(i % kQuantBlock) / 16;
+    const float step = c.d * static_cast<float>(c.sc[half]);
+    const float offset = c.dmin * static_cast<float>(c.mn[half]);
+    int q = std::clamp(0, range_.lo, range_.hi);
+    if (step != 0) {
+      q = static_cast<int>(std::clamp(std::nearbyint((v + offset) / step), static_cast<float>(range_.lo),
+                                      static_cast<float>(range_.hi)));
+    }
+    set_code(type_, block_.data(), static_cast<int>(i), q);
+    return step * static_cast<float>(q) - offset;
+  }
+
+  void end() override { std::memcpy(dst_, block_.data(), static_cast<size_t>(bytes_)); }
+
+ private:
+  DType type_;
+  uint8_t* out_;
+  int64_t row_bytes_, elems_, bytes_;
+  CodeRange range_;
+  std::vector<uint8_t> block_;
+  std::vector<QuantChunk> chunks_;
+  uint8_t* dst_ = nullptr;
+};
+
+// A group of symmetric integer codes: the scale quantize_weight_row_symmetric gives the values at
+// begin(), each element then code * scale.
+class IntRounder final : public GptqGroupRounder {
+ public:
+  IntRounder(int bits, int64_t cols, int64_t group, int8_t* codes, float* scales)
+      : bits_(bits), cols_(cols), group_(group), codes_(codes), scales_(scales),
+        scratch_(static_cast<size_t>(group)) {}
+
+  void begin(int64_t row, int64_t group, const float* values) override {
+    dst_ = codes_ + row * cols_ + group * group_;
+    float* scale = scales_ + row * (cols_ / group_) + group;
+    quantize_weight_row_symmetric(values, group_, bits_, group_, scratch_.data(), scale);
+    scale_ = *scale;
+  }
+
+  float round(int64_t i, float v) override {
+    const float qmax = bits_ == 8 ? 127.0f : 7.0f;
+    const float q = scale_ != 0 ? std::clamp(std::nearbyint(v / scale_), -qmax, qmax) : 0.0f;
+    dst_[i] = static_cast<int8_t>(q);
+    return q * scale_;
+  }
+
+  void end() override {}
+
+ private:
+  int bits_;
+  int64_t cols_, group_;
+  int8_t* codes_;
+  float* scales_;
+  std::vector<int8_t> scratch_;
+  int8_t* dst_ = nullptr;
+  float scale_ = 0;
+};
+
+}  // namespace
+
+GptqHessian::GptqHessian(int64_t cols) : cols_(cols), upper_(static_cast<size_t>(cols * cols), 0.0f) {}
+
+void GptqHessian::add(const float* x, int64_t m) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * cols_;
+    for (int64_t i = 0; i < cols_; ++i) {
+      const float xi = xr[i];
+      if (xi == 0) continue;
+      float* h = upper_.data() + i * cols_;
+      for (int64_t j = i; j < cols_; ++j) h[j] += xi * xr[j];
+    }
+  }
+  tokens_ += m;
+}
+
+double GptqHessian::at(int64_t i, int64_t j) const {
+  return i <= j ? upper_[static_cast<size_t>(i * cols_ + j)] : upper_[static_cast<size_t>(j * cols_ + i)];
+}
+
+GptqHessian GptqHessian::permuted(const std::vector<int64_t>& perm) const {
+  PAGODA_CHECK(static_cast<int64_t>(perm.size()) == cols_);
+  GptqHessian out(cols_);
+  for (int64_t i = 0; i < cols_; ++i) {
+    for (int64_t j = i; j < cols_; ++j) {
+      out.upper_[static_cast<size_t>(i * cols_ + j)] = static_cast<float>(at(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]));
+    }
+  }
+  out.tokens_ = tokens_;
+  return out;
+}
+
+Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double damp, ThreadPool* pool) {
+  const int64_t k = h.cols();
+  auto at = [k](std::vector<double>& a, int64_t i, int64_t j) -> double& { return a[static_cast<size_t>(i * k + j)]; };
+  std::vector<double> u(static_cast<size_t>(k * k), 0.0);
+  double mean = 0;
+  for (int64_t i = 0; i < k; ++i) mean += h.at(i, i);
+  mean /= static_cast<double>(std::max<int64_t>(k, 1));
+  if (!(mean > 0)) {
+    if (!std::isfinite(mean)) return invalid_argument("gptq: the calibration inputs hold NaN or infinity");
+    for (int64_t i = 0; i < k; ++i) at(u, i, i) = 1;  // no inputs seen: round to nearest
+    return u;
+  }
+  // U^T U = H^-1 with U upper triangular is U = P L^-1 P, where P reverses the order and L L^T =
+  // P H P (the Cholesky factor of H with its rows and columns reversed): then U^T U = P L^-T L^-1 P
+  // = (P L L^T P)^-1 = H^-1, and reversing a lower-triangular matrix makes it upper.
+  // Blocked by panels of kPanel columns, so that each row of L is read from memory once per panel
+  // rather than once per column: first the panel's columns less what every column before the
+  // panel contributes (rows split among the threads), then the panel column by column.
+  std::vector<double> l(static_cast<size_t>(k * k), 0.0);
+  auto a = [&](int64_t i, int64_t j) { return h.at(k - 1 - i, k - 1 - j) + (i == j ? damp * mean : 0.0); };
+  for (int64_t j0 = 0; j0 < k; j0 += kPanel) {
+    const int64_t jb = std::min(kPanel, k - j0);
+    auto update = [&](int64_t begin, int64_t end) {
+      for (int64_t i = j0 + begin; i < j0 + end; ++i) {
+        const double* li = &at(l, i, 0);
+        for (int64_t jj = j0; jj < j0 + jb && jj <= i; ++jj) at(l, i, jj) = a(i, jj) - dot(li, &at(l, jj, 0), j0);
+      }
+    };
+    if (pool == nullptr || (k - j0) * j0 * jb < kParallelWork) {
+      update(0, k - j0);
+    } else {
+      pool->parallel_for(k - j0, update);
+    }
+    for (int64_t jj = j0; jj < j0 + jb; ++jj) {
+      const double* panel_jj = &at(l, jj, j0);
+      const double s = at(l, jj, jj) - dot(panel_jj, panel_jj, jj - j0);
+      if (!(s > 0)) return invalid_argument("gptq: the inputs' Hessian is not positive definite (NaN in the inputs?)");
+      const double d = std::sqrt(s);
+      at(l, jj, jj) = d;
+      for (int64_t i = jj + 1; i < k; ++i) at(l, i, jj) = (at(l, i, jj) - dot(&at(l, i, j0), panel_jj, jj - j0)) / d;
+    }
+  }
+  // Column c of L^-1 solves L m = e_c (forward substitution); its element r is U(k-1-r, k-1-c).
+  // Columns are independent: a panel of kPanel of them walks the rows of L once, and thread t of
+  // T takes panels t, t + T, ... (the panel from c costs about (k - c)^2 / 2 per column).
+  const int64_t panels = (k + kPanel - 1) / kPanel;
+  auto solve_panels = [&](int64_t first, int64_t step) {
+    std::vector<double> m(static_cast<size_t>(kPanel * k));
+    for (int64_t p = first; p < panels; p += step) {
+      const int64_t c0 = p * kPanel, cb = std::min(kPanel, k - c0);
+      for (int64_t r = c0; r < k; ++r) {
+        const double* lr = &at(l, r, 0);
+        for (int64_t q = 0; q < cb && c0 + q <= r; ++q) {
+          const int64_t c = c0 + q;
+          double* mq = m.data() + q * k;
+          mq[r] = r == c ? 1.0 / lr[r] : -dot(lr + c, mq + c, r - c) / lr[r];
+        }
+      }
+      for (int64_t q = 0; q < cb; ++q) {
+        const int64_t c = c0 + q;
+        for (int64_t r = c; r < k; ++r) at(u, k - 1 - r, k - 1 - c) = m[static_cast<size_t>(q * k + r)];
+      }
+    }
+  };
+  const int64_t threads = pool == nullptr ? 1 : std::min<int64_t>(pool->num_threads(), panels);
+  if (threads == 1) {
+    solve_panels(0, 1);
+  } else {
+    pool->parallel_for(threads, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) solve_panels(t, threads);
+    });
+  }
+  return u;
+}
+
+void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const std::vector<double>& u,
+                const std::function<std::unique_ptr<GptqGroupRounder>()>& make_rounder, ThreadPool* pool) {
+  PAGODA_CHECK(group_len > 0 && cols % group_len == 0);
+  PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);
+  const int64_t batches = (rows + kSweepRows - 1) / kSweepRows;
+  auto sweep = [&](int64_t first, int64_t last) {
+    std::vector<std::unique_ptr<GptqGroupRounder>> rounders;
+    for (int64_t i = 0; i < kSweepRows; ++i) rounders.push_back(make_rounder());
+    std::vector<double> err(kSweepRows);
+    for (int64_t batch = first; batch < last; ++batch) {
+      const int64_t r0 = batch * kSweepRows, n = std::min(kSweepRows, rows - r0);
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t group = j / group_len, in_group = j % group_len;
+        const double* uj = u.data() + j * cols;
+        for (int64_t r = 0; r < n; ++r) {
+          float* wr = w + (r0 + r) * cols;
+          GptqGroupRounder& rounder = *rounders[static_cast<size_t>(r)];
+          if (in_group == 0) rounder.begin(r0 + r, group, wr + j);
+          const float y = rounder.round(in_group, wr[j]);
+          err[static_cast<size_t>(r)] = (static_cast<double>(wr[j]) - y) / uj[j];
+          wr[j] = y;
+          if (in_group == group_len - 1) rounder.end();
+        }
+        for (int64_t r = 0; r < n; ++r) {
+          const double e = err[static_cast<size_t>(r)];
+          if (e == 0) continue;
+          float* wr = w + (r0 + r) * cols;
+          for (int64_t t = j + 1; t < cols; ++t) wr[t] = static_cast<float>(wr[t] - e * uj[t]);
+        }
+      }
+    }
+  };
+  if (pool == nullptr) {
+    sweep(0, batches);
+  } else {
+    pool->parallel_for(batches, sweep);
+  }
+}
+
+std::vector<uint8_t> gptq_quantize_blocks(DType type, const float* w, int64_t rows, int64_t cols,
+                                          const std::vector<double>& u, ThreadPool* pool) {
+  const DTypeTraits& tr = dtype_traits(type);
+  PAGODA_CHECK(is_quantized(type) && cols % tr.block_elems == 0);
+  const int64_t row_bytes = cols / tr.block_elems * tr.block_bytes;
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
+  std::vector<float> work(w, w + rows * cols);
+  gptq_sweep(work.data(), rows, cols, tr.block_elems, u,
+             [&] { return std::make_unique<BlockRounder>(type, out.data(), row_bytes); }, pool);
+  return out;
+}
+
+void gptq_quantize_int(const float* w, int64_t rows, int64_t cols, int bits, int64_t group, const std::vector<double>& u,
+                       int8_t* codes, float* scales, ThreadPool* pool) {
+  PAGODA_CHECK((bits == 8 || bits == 4) && group > 0 && cols % group == 0);
+  std::vector<float> work(w, w + rows * cols);
+  gptq_sweep(work.data(), rows, cols, group, u,
+             [&] { return std::make_unique<IntRounder>(bits, cols, group, codes, scales); }, pool);
+}
+
+}  // namespace pagoda
