@@ -170,7 +170,7 @@ TEST(BenchServe, AccountingMatchesTheServersMetrics) {
     return at == std::string::npos ? -1.0 : std::stod(m.body.substr(at + key.size()));
   };
   const double before = generated();
-  const std::string result = ::testing::TempDir() + "bench_serve_result." + std::to_string(getpid()) + ".json";
+  const std::string result = pagoda::testing::make_temp_dir() + "/bench_serve_result.json";
   const std::string cmd = std::string(PAGODA_BINARY) + " bench serve --base-url http://127.0.0.1:" +
                           std::to_string(server.port()) +
                           " --num-prompts 40 --random-input-len 24 --random-output-len 12 --random-range-ratio 0.5"
@@ -204,7 +204,7 @@ TEST(BenchServe, AccountingMatchesTheServersMetrics) {
   }
 
   // A prompt file: each line's output_len (or --random-output-len), exactly, with EOS ignored.
-  const std::string prompts = ::testing::TempDir() + "bench_prompts." + std::to_string(getpid()) + ".jsonl";
+  const std::string prompts = pagoda::testing::make_temp_dir() + "/bench_prompts.jsonl";
   std::ofstream(prompts) << "{\"prompt\": \"Once upon a time\", \"output_len\": 5}\n\n"
                          << "{\"prompt\": \"The cat\"}\n{\"prompt\": \"Lily\", \"output_len\": 2}\n";
   const std::string file_cmd = std::string(PAGODA_BINARY) + " bench serve --base-url http://127.0.0.1:" +

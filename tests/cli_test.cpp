@@ -339,9 +339,9 @@ TEST(Cli, TokenizePrintsJsonIds) {
 
 TEST(Cli, BatchFileGivesOneResultPerLineInOrder) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
-  const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "prompts." + std::to_string(::getpid()) + ".jsonl";
-  const std::string out = dir + "results." + std::to_string(::getpid()) + ".jsonl";
+  const std::string dir = pagoda::testing::make_temp_dir() + "/";
+  const std::string in = dir + "prompts.jsonl";
+  const std::string out = dir + "results.jsonl";
   std::ofstream(in) << "{\"prompt\": \"Once upon a time\", \"max_tokens\": 12, \"temperature\": 0}\n"
                     << "\n"
                     << "{\"prompt\": \"Lily had a dog\", \"n\": 2, \"temperature\": 1.0, \"seed\": 3}\n"
@@ -381,9 +381,9 @@ TEST(Cli, BenchThroughputReportsRates) {
 
 TEST(Cli, BenchThroughputReadsPromptFile) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
-  const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "bench_prompts." + std::to_string(::getpid()) + ".jsonl";
-  const std::string out = dir + "bench_thr." + std::to_string(::getpid()) + ".json";
+  const std::string dir = pagoda::testing::make_temp_dir() + "/";
+  const std::string in = dir + "bench_prompts.jsonl";
+  const std::string out = dir + "bench_thr.json";
   std::ofstream(in) << "{\"prompt\": \"Once upon a time\", \"output_len\": 20}\n\n{\"prompt\": \"The cat\"}\n";
   RunResult r = run_pagoda("bench throughput --model " + quote(model) + " --dataset-path " + quote(in) +
                            " --output-len 10 --output-json " + quote(out));
@@ -398,7 +398,7 @@ TEST(Cli, BenchThroughputReadsPromptFile) {
 // decode step time is what is left per output token.
 TEST(Cli, BenchLatencySeparatesPrefillAndDecode) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
-  const std::string out = ::testing::TempDir() + "bench_lat." + std::to_string(::getpid()) + ".json";
+  const std::string out = pagoda::testing::make_temp_dir() + "/bench_lat.json";
   RunResult r = run_pagoda("bench latency --model " + quote(model) +
                            " --batch-size 4 --input-len 32 --output-len 16 --num-iters 3 --num-iters-warmup 1"
                            " --output-json " + quote(out));
@@ -423,7 +423,7 @@ TEST(Cli, BenchLatencySeparatesPrefillAndDecode) {
 // the bytes one decode step reads, which for an untied model are all its parameters but the
 // embedding table and the norms (ModelConfig::num_parameters counts those in), at each type's size.
 TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
-  const std::string out = ::testing::TempDir() + "roofline." + std::to_string(::getpid()) + ".json";
+  const std::string out = pagoda::testing::make_temp_dir() + "/roofline.json";
   RunResult r = run_pagoda("bench roofline --buffer 256MiB --seconds 0.05 --output-json " + quote(out));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Memory read bandwidth:"), std::string::npos) << r.out;
@@ -463,7 +463,7 @@ TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
 // best point agree with the per-point results it kept.
 TEST(Cli, BenchSweepWritesCsvChartAndBest) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
-  const std::string dir = ::testing::TempDir() + "sweep." + std::to_string(::getpid());
+  const std::string dir = pagoda::testing::make_temp_dir() + "/sweep";
   RunResult r = run_pagoda("bench sweep --mode throughput --param max-num-seqs=1,8 --model-args '--model " + model +
                            "' --bench-args '--input-len 16 --output-len 16 --num-prompts 8' --work-dir " + quote(dir) +
                            " --output-csv " + quote(dir + ".csv") + " --output-svg " + quote(dir + ".svg"));
@@ -553,7 +553,7 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
 
 TEST(Cli, CorruptModelFileNamesFileAndProblem) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
-  std::string path = ::testing::TempDir() + "truncated-stories." + std::to_string(::getpid()) + ".gguf";
+  std::string path = pagoda::testing::make_temp_dir() + "/truncated-stories.gguf";
   {
     std::ifstream in(model, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -63,7 +63,7 @@ TEST(Perplexity, StatsOfHandWorkedPositions) {
 }
 
 TEST(Perplexity, LogitsFileRoundTripsAndRefusesAnotherRun) {
-  const std::string path = ::testing::TempDir() + "ppl_logits_" + std::to_string(::getpid()) + ".bin";
+  const std::string path = pagoda::testing::make_temp_dir() + "/ppl_logits.bin";
   const LogitsFileHeader h{3, 4, 2, 1};
   const std::vector<TokenId> tokens = {1, 2, 0, 1, 1, 0, 2, 2};
   {

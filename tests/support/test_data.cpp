@@ -1,7 +1,11 @@
 #include "support/test_data.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <vector>
 
 namespace pagoda::testing {
 
@@ -23,10 +27,43 @@ bool test_data_required() {
   return false;
 }
 
+namespace {
+
+// The directories make_temp_dir made, removed when the process that made them exits (not a
+// forked child: a death test's exit must not remove its parent's files).
+class TempDirs {
+ public:
+  ~TempDirs() {
+    if (::getpid() != owner_) return;
+    for (const std::string& dir : dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  }
+  void add(std::string dir) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back(std::move(dir));
+  }
+
+ private:
+  pid_t owner_ = ::getpid();
+  std::mutex mutex_;
+  std::vector<std::string> dirs_;
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string make_temp_dir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "pagoda-test-XXXXXX").string();
   char* made = ::mkdtemp(tmpl.data());
-  return made ? std::string(made) : std::string();
+  if (made == nullptr) return std::string();
+  temp_dirs().add(made);
+  return made;
 }
 
 }  // namespace pagoda::testing

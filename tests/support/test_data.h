@@ -16,7 +16,8 @@ std::string test_data_dir();
 std::string find_test_file(const std::string& relative);
 // True when missing test data must fail the test rather than skip it.
 bool test_data_required();
-// A fresh empty temporary directory for this test; removed at process exit is not promised.
+// A fresh empty temporary directory for this test, removed with what it holds when the test
+// binary exits normally (a test may remove it sooner).
 std::string make_temp_dir();
 
 }  // namespace pagoda::testing
