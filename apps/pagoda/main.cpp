@@ -65,7 +65,7 @@ int print_help_section(CLI::App& cmd, const std::string& value) {
 }
 
 int main_impl(int argc, char** argv) {
-  // PAGODA_CPU_ISA=avx2|scalar forces a lower kernel table (testing, comparison); read once here.
+  // PAGODA_CPU_ISA=avxvnni|avx2|scalar forces a lower kernel table (testing, comparison); read once here.
   const char* isa_env = std::getenv("PAGODA_CPU_ISA");
   auto isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
   if (!isa.ok()) return fail(Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message()));

@@ -9,9 +9,10 @@ namespace pagoda::cpu {
 
 Result<CpuIsa> parse_cpu_isa(std::string_view name) {
   if (name.empty() || name == "auto") return CpuIsa::kBest;
+  if (name == "avxvnni") return CpuIsa::kAvxVnni;
   if (name == "avx2") return CpuIsa::kAvx2;
   if (name == "scalar") return CpuIsa::kScalar;
-  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avx2 or scalar)");
+  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avxvnni, avx2 or scalar)");
 }
 
 namespace {
@@ -29,7 +30,17 @@ void install_avx2(Kernels* k) {
   k->add = add_avx2;
 }
 
+bool has_avxvnni(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avxvnni; }
+
+void install_avxvnni(Kernels* k) {
+  install_avx2(k);
+  k->matmul_int = matmul_int_avxvnni;
+}
+
 constexpr CpuKernelTable kKernelTables[] = {
+    {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
+     "avxvnni matmul_int; avx2+fma+f16c matmul (packed weights), attention, rms_norm, silu_mul, add",
+     "embedding, rope, store_kv"},
     {CpuIsa::kAvx2, "avx2", "avx2 fma f16c", has_avx2_fma_f16c, install_avx2,
      "avx2+fma+f16c matmul and matmul_int (packed weights), attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},

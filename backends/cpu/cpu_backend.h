@@ -14,12 +14,13 @@
 
 namespace pagoda::cpu {
 
-// Which kernel table to use. kBest: the best the CPU supports. kAvx2: the AVX2 kernels (an error
-// on a CPU without them). kScalar: the scalar reference kernels for every op (tests compare
-// against them; also a fallback when a SIMD kernel is suspected).
-enum class CpuIsa { kBest, kAvx2, kScalar };
+// Which kernel table to use. kBest: the best the CPU supports. kAvxVnni: the AVX2 kernels with
+// the integer matmul on AVX-VNNI; kAvx2: the AVX2 kernels (either an error on a CPU without
+// them). kScalar: the scalar reference kernels for every op (tests compare against them; also a
+// fallback when a SIMD kernel is suspected).
+enum class CpuIsa { kBest, kAvxVnni, kAvx2, kScalar };
 
-// "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is kBest.
+// "avxvnni", "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is kBest.
 Result<CpuIsa> parse_cpu_isa(std::string_view name);
 
 struct CpuBackendOptions {

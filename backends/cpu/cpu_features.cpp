@@ -18,7 +18,10 @@ CpuFeatures detect() {
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   unsigned a, b, c, d;
   if (__get_cpuid(1, &a, &b, &c, &d)) f.f16c = (c & bit_F16C) != 0;
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = f.avx512f && (a & (1u << 5)) != 0;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+    f.avxvnni = f.avx2 && (a & (1u << 4)) != 0;  // its YMM state is AVX's, which avx2 implies
+    f.avx512bf16 = f.avx512f && (a & (1u << 5)) != 0;
+  }
 #endif
   return f;
 }
@@ -38,6 +41,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512bw, "avx512bw");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
+  add(avxvnni, "avxvnni");
   return s.empty() ? "none" : s;
 }
 

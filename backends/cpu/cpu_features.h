@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool avxvnni = false;  // AVX-VNNI: the VEX-encoded 256-bit vpdpbusd (Alder Lake, Sapphire Rapids, Zen 5)
 
   std::string to_string() const;  // e.g. "avx2 fma f16c avx512f"
 };

@@ -9,11 +9,23 @@
 // x, pairs at most 2 x 15 x 127) then vpmaddwd into int32 lanes, summed over a group exactly; less
 // zero * (the group's sum of x) where there are zero points (every int4 weight: its + 8); then
 // acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
+//
+// int_matmul_avxvnni.cpp builds this file a second time with -mavxvnni and PAGODA_AVXVNNI set,
+// for the avxvnni table: there one vpdpbusd takes a 4-column step straight into the int32 lanes
+// (u8 x s8 products summed in fours, exact and unsaturated), in place of vpmaddubsw + vpmaddwd
+// (int8) or vpmaddubsw + an int16 add (int4; sum16 is then an int32 partial sum). The sums are
+// the same integers, so the results are the same bits.
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/x86/math_avx2.h"
 #include "backends/cpu/kernels/x86/panel_avx2.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
+
+#if defined(PAGODA_AVXVNNI)
+#define PAGODA_INT_KERNEL(name) name##_avxvnni
+#else
+#define PAGODA_INT_KERNEL(name) name##_avx2
+#endif
 
 namespace pagoda::cpu {
 namespace {
@@ -24,11 +36,17 @@ constexpr int64_t kPrefetchAhead = 768;  // bytes; as the GGUF int8 loops (matmu
 template <int R>
 PAGODA_INLINE void dot4(__m256i w, const int32_t (&x4)[R], __m256i (&dot)[R]) {
   const __m256i abs_w = _mm256_abs_epi8(w);
+#if defined(PAGODA_AVXVNNI)
+  unroll<R>([&](auto r) {
+    dot[r.value] = _mm256_dpbusd_avx_epi32(dot[r.value], abs_w, _mm256_sign_epi8(_mm256_set1_epi32(x4[r.value]), w));
+  });
+#else
   const __m256i ones = _mm256_set1_epi16(1);
   unroll<R>([&](auto r) {
     const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(_mm256_set1_epi32(x4[r.value]), w));
     dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
   });
+#endif
 }
 
 // As dot4, for unsigned codes u in [0, 15] (int4 + 8), no sign juggling, into int16 sums: pairs
@@ -36,18 +54,29 @@ PAGODA_INLINE void dot4(__m256i w, const int32_t (&x4)[R], __m256i (&dot)[R]) {
 template <int R>
 PAGODA_INLINE void dot4u16(__m256i u, const int32_t (&x4)[R], __m256i (&sum16)[R]) {
   unroll<R>([&](auto r) {
+#if defined(PAGODA_AVXVNNI)
+    sum16[r.value] = _mm256_dpbusd_avx_epi32(sum16[r.value], u, _mm256_set1_epi32(x4[r.value]));
+#else
     sum16[r.value] = _mm256_add_epi16(sum16[r.value], _mm256_maddubs_epi16(u, _mm256_set1_epi32(x4[r.value])));
+#endif
   });
 }
 
 // dot[r] += the int32 lane sums of sum16[r], which is cleared.
 template <int R>
 PAGODA_INLINE void widen16(__m256i (&sum16)[R], __m256i (&dot)[R]) {
+#if defined(PAGODA_AVXVNNI)
+  unroll<R>([&](auto r) {
+    dot[r.value] = _mm256_add_epi32(dot[r.value], sum16[r.value]);
+    sum16[r.value] = _mm256_setzero_si256();
+  });
+#else
   const __m256i ones = _mm256_set1_epi16(1);
   unroll<R>([&](auto r) {
     dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(sum16[r.value], ones));
     sum16[r.value] = _mm256_setzero_si256();
   });
+#endif
 }
 
 // int4 columns per widen16: 4 steps of 8, two pair sums per lane each.
@@ -209,7 +238,7 @@ PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, const int32_t* 
 
 }  // namespace
 
-void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
+void PAGODA_INT_KERNEL(matmul_int_packed)(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
                             int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   const auto* c = static_cast<const uint8_t*>(codes);
@@ -220,6 +249,7 @@ void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, const int32_t* x
   }
 }
 
+#if !defined(PAGODA_AVXVNNI)  // one copy, in the AVX2 build: both tables quantize with it
 PAGODA_FLATTEN float quantize_activation_row_int8_avx2(const float* x, int64_t k, int64_t kp,
                                                                  float static_scale, int8_t* q) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
@@ -258,5 +288,7 @@ PAGODA_FLATTEN float quantize_activation_row_int8_avx2(const float* x, int64_t k
   for (; t < kp; ++t) q[t] = 0;
   return scale;
 }
+
+#endif  // !PAGODA_AVXVNNI
 
 }  // namespace pagoda::cpu

@@ -105,12 +105,10 @@ BENCHMARK(BM_MatmulAvx2)
     ->UseRealTime();
 // IntWeight (W8A8 / W4A8; zeros: with zero points, as AWQ / GPTQ checkpoints decode). Args: bits,
 // m, n, k, group (0: per channel), threaded, zeros.
-void BM_MatmulIntAvx2(benchmark::State& state) {
-  const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c)) {
-    state.SkipWithError("CPU lacks avx2/fma/f16c");
-    return;
-  }
+// The avx2 and avxvnni tables' matmul_int on the same packed weights.
+using MatmulIntPooled = void (*)(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
+
+void run_matmul_int(benchmark::State& state, MatmulIntPooled matmul_int) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   const int64_t group = state.range(4) > 0 ? state.range(4) : k;
@@ -139,7 +137,7 @@ void BM_MatmulIntAvx2(benchmark::State& state) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
   size_t next = 0;
   for (auto _ : state) {
-    matmul_int_avx2_pooled(x.data(), m, packed[next], y.data(), threaded ? &cpu_thread_pool() : nullptr);
+    matmul_int(x.data(), m, packed[next], y.data(), threaded ? &cpu_thread_pool() : nullptr);
     next = (next + 1) % packed.size();
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -148,6 +146,24 @@ void BM_MatmulIntAvx2(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
   state.SetLabel(std::string(bits == 8 ? "w8a8" : "w4a8") + (with_zeros ? " zeros" : "") +
                  (threaded ? " threads" : " 1 thread"));
+}
+
+void BM_MatmulIntAvx2(benchmark::State& state) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) {
+    state.SkipWithError("CPU lacks avx2/fma/f16c");
+    return;
+  }
+  run_matmul_int(state, matmul_int_avx2_pooled);
+}
+
+void BM_MatmulIntAvxVnni(benchmark::State& state) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c && f.avxvnni)) {
+    state.SkipWithError("CPU lacks avx2/fma/f16c/avxvnni");
+    return;
+  }
+  run_matmul_int(state, matmul_int_avxvnni_pooled);
 }
 
 void int_args(benchmark::internal::Benchmark* b) {
@@ -165,6 +181,10 @@ void int_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_MatmulIntAvx2)->Apply(int_args)->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})->UseRealTime();
+BENCHMARK(BM_MatmulIntAvxVnni)
+    ->Apply(int_args)
+    ->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})
+    ->UseRealTime();
 
 BENCHMARK(BM_MatmulReference)
     ->Args({static_cast<int64_t>(DType::kBF16), 1, 2048, 2048, 0})

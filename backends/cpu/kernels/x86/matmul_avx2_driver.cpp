@@ -132,8 +132,15 @@ void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {
   matmul_avx2_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
-void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked && "matmul_int_avx2 takes codes from pack_int_weight_avx2");
+namespace {
+
+using IntPanelsFn = void (*)(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
+                             int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
+                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+
+void matmul_int_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool,
+                       IntPanelsFn panels_leaf) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked && "matmul_int takes codes from pack_int_weight_avx2");
   if (m <= 0 || w.n <= 0) return;
   const int64_t kp = (w.k + 7) / 8 * 8;
   const int64_t group = w.group_size == w.k ? kp : w.group_size;
@@ -170,8 +177,7 @@ void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float
     quantize(0, m);
   }
   auto leaf = [&](int64_t p0, int64_t p1) {
-    matmul_int_packed_avx2(xq, s_x, xsum, m, kp, group, w.bits, w.codes, w.scales, w.zero_points, w.n, y, w.n, p0,
-                           p1);
+    panels_leaf(xq, s_x, xsum, m, kp, group, w.bits, w.codes, w.scales, w.zero_points, w.n, y, w.n, p0, p1);
   };
   if (!parallel) return leaf(0, num_panels);
   pool->parallel_for(num_chunks, [&](int64_t begin, int64_t end) {
@@ -179,8 +185,22 @@ void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float
   });
 }
 
+}  // namespace
+
+void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
+  matmul_int_pooled(x, m, w, y, pool, matmul_int_packed_avx2);
+}
+
 void matmul_int_avx2(const float* x, int64_t m, const IntWeight& w, float* y) {
   matmul_int_avx2_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_int_avxvnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
+  matmul_int_pooled(x, m, w, y, pool, matmul_int_packed_avxvnni);
+}
+
+void matmul_int_avxvnni(const float* x, int64_t m, const IntWeight& w, float* y) {
+  matmul_int_avxvnni_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 }  // namespace pagoda::cpu

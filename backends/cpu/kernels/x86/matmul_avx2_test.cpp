@@ -446,7 +446,9 @@ IntProblem make_int_problem(int bits, int64_t m, int64_t k, int64_t n, int64_t g
 // groups, per-token and static activation scales (a static scale small enough to saturate), with
 // and without zero points, row counts around the tiles, output counts around the panels, threaded
 // or not.
-PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matmul_int pack_int_weight") {
+using MatmulIntPooled = void (*)(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
+
+void check_matmul_int_matches_reference(MatmulIntPooled matmul_int) {
   ThreadPool pool(3);
   uint32_t seed = 1;
   for (int bits : {8, 4}) {
@@ -463,8 +465,8 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matm
               IntProblem p = make_int_problem(bits, m, k, n, group, scale, seed++, zeros);
               std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), NAN), threaded(want.size(), NAN);
               reference_kernels().matmul_int(p.x.data(), m, p.w, want.data());
-              matmul_int_avx2_pooled(p.x.data(), m, p.packed, got.data(), nullptr);
-              matmul_int_avx2_pooled(p.x.data(), m, p.packed, threaded.data(), &pool);
+              matmul_int(p.x.data(), m, p.packed, got.data(), nullptr);
+              matmul_int(p.x.data(), m, p.packed, threaded.data(), &pool);
               ASSERT_EQ(got, want) << "bits " << bits << " k " << k << " group " << group << " input_scale "
                                    << input_scale << " zeros " << zeros << " m " << m << " n " << n;
               ASSERT_EQ(threaded, want) << "threaded, bits " << bits << " k " << k << " m " << m << " n " << n;
@@ -477,17 +479,35 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matm
 }
 
 // A row alone and in batches of other sizes: the same bits (exact int32 dots per group).
-PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul_int") {
+void check_matmul_int_batch_invariant(MatmulIntPooled matmul_int) {
   for (int bits : {8, 4, -4}) {  // -4: int4 with zero points
     const int64_t m = 23, k = 512, n = 45;
     IntProblem p = make_int_problem(bits < 0 ? 4 : bits, m, k, n, bits == 8 ? k : 128, 0, 99, bits < 0);
     std::vector<float> alone(static_cast<size_t>(m * n)), batched(alone.size());
-    for (int64_t i = 0; i < m; ++i) matmul_int_avx2(p.x.data() + i * k, 1, p.packed, alone.data() + i * n);
+    for (int64_t i = 0; i < m; ++i) matmul_int(p.x.data() + i * k, 1, p.packed, alone.data() + i * n, nullptr);
     for (int64_t i = 0; i < m; i += 5) {
-      matmul_int_avx2(p.x.data() + i * k, std::min<int64_t>(5, m - i), p.packed, batched.data() + i * n);
+      matmul_int(p.x.data() + i * k, std::min<int64_t>(5, m - i), p.packed, batched.data() + i * n, nullptr);
     }
     EXPECT_EQ(alone, batched) << "bits " << bits;
   }
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, MatchesReferenceBitForBit, "avx2", "matmul_int pack_int_weight") {
+  check_matmul_int_matches_reference(matmul_int_avx2_pooled);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul_int") {
+  check_matmul_int_batch_invariant(matmul_int_avx2_pooled);
+}
+
+// The avxvnni table: its matmul_int on vpdpbusd; its other entries are the avx2 table's very
+// functions, tested above.
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvxVnni, MatchesReferenceBitForBit, "avxvnni", "matmul_int pack_int_weight") {
+  check_matmul_int_matches_reference(matmul_int_avxvnni_pooled);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvxVnni, BatchSizeDoesNotChangeResults, "avxvnni", "matmul_int") {
+  check_matmul_int_batch_invariant(matmul_int_avxvnni_pooled);
 }
 
 PAGODA_KERNEL_TABLE_TEST(QuantizeActivationInt8Avx2, MatchesScalarBitForBit, "avx2", "matmul_int") {
