@@ -34,12 +34,13 @@ bool has_avxvnni(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avxvnn
 
 void install_avxvnni(Kernels* k) {
   install_avx2(k);
+  k->matmul = matmul_avxvnni;
   k->matmul_int = matmul_int_avxvnni;
 }
 
 constexpr CpuKernelTable kKernelTables[] = {
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
-     "avxvnni matmul_int; avx2+fma+f16c matmul (packed weights), attention, rms_norm, silu_mul, add",
+     "avxvnni matmul (q8_0, q4_x / q5_x, q6_k; the rest avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvx2, "avx2", "avx2 fma f16c", has_avx2_fma_f16c, install_avx2,
      "avx2+fma+f16c matmul and matmul_int (packed weights), attention, rms_norm, silu_mul, add",

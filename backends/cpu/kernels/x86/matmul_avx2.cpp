@@ -14,12 +14,26 @@
 //    type has one), in the reference kernel's order and rounding: bit for bit its result.
 // An output's sum is the same sequence of operations for every m, tile shape, k slicing (the
 // running sum is stored to y and loaded back between slices) and split over threads.
+//
+// matmul_avxvnni.cpp builds this file a second time with -mavxvnni and PAGODA_AVXVNNI set, for
+// the avxvnni table: q8_0, the nibble types and q6_k then take each 4-byte group straight into
+// the int32 lanes with one vpdpbusd (u8 x s8 products summed in fours, exact, unsaturated) where
+// this build uses vpmaddubsw + vpmaddwd, or vpmaddubsw + int16 adds widened later; the integer
+// dots are the same, so the results are the same bits. Only those two entries
+// (matmul_packed_q8act, matmul_q6_k_panels) are built there; the K-quants with int16 sums widened
+// against their scales stay as they are.
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/x86/panel_avx2.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/check.h"
 #include "tensor/quant_blocks.h"
+
+#if defined(PAGODA_AVXVNNI)
+#define PAGODA_MATMUL_KERNEL(name) name##_avxvnni
+#else
+#define PAGODA_MATMUL_KERNEL(name) name##_avx2
+#endif
 
 namespace pagoda::cpu {
 namespace {
@@ -203,15 +217,17 @@ struct Q8Panel {
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb, const int32_t*,
                                  __m256i (&dot)[R]) {
-    const __m256i ones = _mm256_set1_epi16(1);
     unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm256_setzero_si256(); });
     unroll<8>([&](auto g) PAGODA_LAMBDA {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g.value));
       const __m256i abs_w = _mm256_abs_epi8(w);
       unroll<R>([&](auto r) PAGODA_LAMBDA {
-        const __m256i xv = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * g.value));
-        const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
-        dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(pairs, ones));
+        const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * g.value)), w);
+#if defined(PAGODA_AVXVNNI)
+        dot[r.value] = _mm256_dpbusd_avx_epi32(dot[r.value], abs_w, xv);
+#else
+        dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, xv), _mm256_set1_epi16(1)));
+#endif
       });
     });
   }
@@ -248,14 +264,15 @@ struct NibblePanel {
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb,
                                  const int32_t* x_sums, __m256i (&dot)[R]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256i fifth = _mm256_setzero_si256();
     if constexpr (kFifth) fifth = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kFifthAt));
+#if !defined(PAGODA_AVXVNNI)
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum16[R];
-    unroll<R>([&](auto r) PAGODA_LAMBDA {
-      sum16[r.value] = _mm256_setzero_si256();
-      dot[r.value] = _mm256_setzero_si256();
-    });
+    unroll<R>([&](auto r) PAGODA_LAMBDA { sum16[r.value] = _mm256_setzero_si256(); });
+#endif
+    unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm256_setzero_si256(); });
     unroll<4>([&](auto h) PAGODA_LAMBDA {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodesAt + 32 * h.value));
       __m256i lo = _mm256_and_si256(bytes, low4);
@@ -268,19 +285,27 @@ struct NibblePanel {
       unroll<R>([&](auto r) PAGODA_LAMBDA {
         const __m256i x_lo = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * h.value));
         const __m256i x_hi = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 16 + 4 * h.value));
+#if defined(PAGODA_AVXVNNI)
+        dot[r.value] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r.value], lo, x_lo), hi, x_hi);
+#else
         sum16[r.value] = _mm256_add_epi16(
             sum16[r.value],
             _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)));
+#endif
       });
+#if !defined(PAGODA_AVXVNNI)
       if constexpr (kFifth && h.value % 2 == 1) {  // widen every two groups: 4 x 7874 fits int16
         unroll<R>([&](auto r) PAGODA_LAMBDA {
           dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(sum16[r.value], ones));
           sum16[r.value] = _mm256_setzero_si256();
         });
       }
+#endif
     });
     unroll<R>([&](auto r) PAGODA_LAMBDA {
+#if !defined(PAGODA_AVXVNNI)
       if constexpr (!kFifth) dot[r.value] = _mm256_madd_epi16(sum16[r.value], ones);
+#endif
       if constexpr (kOffset != 0) {
         dot[r.value] = _mm256_sub_epi32(dot[r.value], _mm256_set1_epi32(kOffset * x_sums[r.value]));
       }
@@ -527,7 +552,10 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
                              int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
   __m256 acc[R];
   unroll<R>([&](auto r) PAGODA_LAMBDA { acc[r.value] = _mm256_setzero_ps(); });
-  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+#if !defined(PAGODA_AVXVNNI)
+  const __m256i ones = _mm256_set1_epi16(1);
+#endif
   for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block = panel + b * kQ6KPanelBlockBytes;
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 1664)));
@@ -561,7 +589,11 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
           unroll<R>([&](auto r) PAGODA_LAMBDA {
             const __m256i xv = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + t.value].qs + 4 * g.value));
             __m256i& acc_dot = dot[t.value][half][r.value];
+#if defined(PAGODA_AVXVNNI)
+            acc_dot = _mm256_dpbusd_avx_epi32(acc_dot, q[t.value], xv);
+#else
             acc_dot = _mm256_add_epi32(acc_dot, _mm256_madd_epi16(_mm256_maddubs_epi16(q[t.value], xv), ones));
+#endif
           });
         });
       });
@@ -688,6 +720,7 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
 
 }  // namespace
 
+#if !defined(PAGODA_AVXVNNI)
 void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
                              const void* panels, int64_t n, float* y, int64_t ldy,
                              int64_t panel_begin, int64_t panel_end) {
@@ -705,7 +738,9 @@ void matmul_packed_rows_avx2(const float* x, int64_t m, int64_t k, DType w_type,
   PAGODA_CHECK(false && "matmul_packed_rows_avx2 takes f32, f16 or bf16 panels");
 }
 
-void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
+#endif  // !PAGODA_AVXVNNI
+
+void PAGODA_MATMUL_KERNEL(matmul_packed_q8act)(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
                               DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
                               int64_t panel_begin, int64_t panel_end) {
   PAGODA_CHECK(k % kQuantBlock == 0);
@@ -725,6 +760,7 @@ void matmul_packed_q8act_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_
   PAGODA_CHECK(false && "matmul_packed_q8act_avx2 takes q8_0, q4_0, q4_1, q5_0 or q5_1 panels");
 }
 
+#if !defined(PAGODA_AVXVNNI)
 PAGODA_FLATTEN void quantize_activation_rows_avx2(const float* x, int64_t m, int64_t k, BlockQ8Act* out) {
   PAGODA_CHECK(k % kQuantBlock == 0);
   const int64_t nb = k / kQuantBlock;
@@ -769,6 +805,8 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
     sums[b] = _mm_cvtsi128_si32(s4);
   }
 }
+
+#endif  // !PAGODA_AVXVNNI
 
 namespace {
 
@@ -831,6 +869,7 @@ PAGODA_FLATTEN void k16_rows(const BlockQ8Act* x, const int32_t* x_half_sums, in
 
 }  // namespace
 
+#if !defined(PAGODA_AVXVNNI)
 void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k4_rows<false>(x, x_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
@@ -841,7 +880,9 @@ void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t
   k4_rows<true>(x, x_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
 
-PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+#endif  // !PAGODA_AVXVNNI
+
+PAGODA_FLATTEN void PAGODA_MATMUL_KERNEL(matmul_q6_k_panels)(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
                                              const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
                                              int64_t panel_end) {
   const int64_t nb = k / kQuantBlock, num_blocks = k / 256;
@@ -852,6 +893,7 @@ PAGODA_FLATTEN void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* 
   });
 }
 
+#if !defined(PAGODA_AVXVNNI)
 void matmul_q2_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k16_rows<false>(x, x_half_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
@@ -861,5 +903,7 @@ void matmul_q3_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, in
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k16_rows<true>(x, x_half_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
+
+#endif  // !PAGODA_AVXVNNI
 
 }  // namespace pagoda::cpu

@@ -41,14 +41,22 @@ Weights random_weights(DType t, int64_t n, int64_t k) {
   return out;
 }
 
+enum class Kernel { kReference, kAvx2, kAvxVnni };
+
 // Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
-// kernel (on the row-major weights) when reference is true.
-void run(benchmark::State& state, bool reference) {
+// kernel runs on the row-major weights, the others on the packed ones.
+void run(benchmark::State& state, Kernel kernel) {
   const CpuFeatures& f = cpu_features();
+  const bool reference = kernel == Kernel::kReference;
   if (!reference && !(f.avx2 && f.fma && f.f16c)) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }
+  if (kernel == Kernel::kAvxVnni && !f.avxvnni) {
+    state.SkipWithError("CPU lacks avxvnni");
+    return;
+  }
+  auto* packed_matmul = kernel == Kernel::kAvxVnni ? matmul_avxvnni_pooled : matmul_avx2_pooled;
   const auto t = static_cast<DType>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   const bool threaded = state.range(4) != 0;
@@ -71,7 +79,7 @@ void run(benchmark::State& state, bool reference) {
     if (reference) {
       reference_kernels().matmul(x.data(), m, w.w, y.data());
     } else {
-      matmul_avx2_pooled(x.data(), m, w.packed, y.data(), threaded ? &cpu_thread_pool() : nullptr);
+      packed_matmul(x.data(), m, w.packed, y.data(), threaded ? &cpu_thread_pool() : nullptr);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -83,8 +91,9 @@ void run(benchmark::State& state, bool reference) {
       (threaded ? " threads=" + std::to_string(cpu_thread_pool().num_threads()) : " 1 thread"));
 }
 
-void BM_MatmulAvx2(benchmark::State& state) { run(state, false); }
-void BM_MatmulReference(benchmark::State& state) { run(state, true); }
+void BM_MatmulAvx2(benchmark::State& state) { run(state, Kernel::kAvx2); }
+void BM_MatmulAvxVnni(benchmark::State& state) { run(state, Kernel::kAvxVnni); }
+void BM_MatmulReference(benchmark::State& state) { run(state, Kernel::kReference); }
 
 void avx2_args(benchmark::internal::Benchmark* b) {
   for (const DTypeTraits& traits : all_dtypes()) {
@@ -100,6 +109,10 @@ void avx2_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_MatmulAvx2)
+    ->Apply(avx2_args)
+    ->ArgNames({"dtype", "m", "n", "k", "threaded"})
+    ->UseRealTime();
+BENCHMARK(BM_MatmulAvxVnni)
     ->Apply(avx2_args)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();

@@ -71,7 +71,16 @@ const int32_t* activation_half_sums(const BlockQ8Act* x, int64_t num_blocks) {
 // even a 256-row projection spreads over 8 chunks.
 constexpr int64_t kPanelsPerChunk = 4;
 
-void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+// The leaves a table puts over the AVX2 ones (the others are the AVX2 ones in every table).
+struct MatmulLeaves {
+  decltype(&matmul_packed_q8act_avx2) q8act;
+  decltype(&matmul_q6_k_panels_avx2) q6_k;
+};
+constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q6_k_panels_avx2};
+constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q6_k_panels_avxvnni};
+
+void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
+                          const MatmulLeaves& leaves) {
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
   const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
@@ -96,7 +105,7 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
   const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
   if (type == DType::kQ8_0 || nibbles) {
     split([&](int64_t p0, int64_t p1) {
-      matmul_packed_q8act_avx2(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
+      leaves.q8act(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
     });
     return;
   }
@@ -112,7 +121,7 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
     const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
     auto* leaf = type == DType::kQ2_K   ? matmul_q2_k_panels_avx2
                  : type == DType::kQ3_K ? matmul_q3_k_panels_avx2
-                                        : matmul_q6_k_panels_avx2;
+                                        : leaves.q6_k;
     split([&](int64_t p0, int64_t p1) { leaf(xq.blocks, half_sums, m, k, w.data, n, y, n, p0, p1); });
     return;
   }
@@ -125,7 +134,18 @@ void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, Th
   PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
                "the AVX2 matmul takes weights from pack_matmul_weight_avx2");
   if (m <= 0 || w.num_rows() <= 0) return;
-  matmul_packed_pooled(x, m, w, y, pool);
+  matmul_packed_pooled(x, m, w, y, pool, kAvx2Leaves);
+}
+
+void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
+               "the AVX-VNNI matmul takes weights from pack_matmul_weight_avx2");
+  if (m <= 0 || w.num_rows() <= 0) return;
+  matmul_packed_pooled(x, m, w, y, pool, kAvxVnniLeaves);
+}
+
+void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avxvnni_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {

@@ -102,7 +102,15 @@ std::string describe(DType t, int64_t m, int64_t k, int64_t n) {
          " n=" + std::to_string(n);
 }
 
-PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "matmul pack_matmul_weight") {
+// A table's Kernels::matmul: on a given pool, and on the shared one.
+struct MatmulEntry {
+  void (*pooled)(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
+  void (*shared)(const float* x, int64_t m, const Tensor& w, float* y);
+};
+constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2};
+constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni};
+
+void check_small_shapes(const MatmulEntry& matmul) {
   uint32_t seed = 1;
   for (DType t : kAllTypes) {
     for (int64_t k : {1, 7, 32, 64, 96, 100, 257, 256, 512}) {
@@ -111,7 +119,7 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "mat
         for (int64_t n : {1, 7, 8, 33, 64, 67}) {
           Problem p = make_problem(t, m, k, n, seed++);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          matmul_avx2_pooled(p.x.data(), m, p.packed, y.data(), nullptr);
+          matmul.pooled(p.x.data(), m, p.packed, y.data(), nullptr);
           expect_matches_reference(p, m, y, describe(t, m, k, n));
         }
       }
@@ -119,10 +127,7 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "mat
   }
 }
 
-// Long rows: batched inputs take the k-sliced path (slices of 256 elements or 16 blocks plus a
-// tail), decode the one-pass path; both through a 3-thread pool and through the backend's shared
-// pool, over output counts that leave a partial panel and a partial chunk.
-PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded, "avx2", "matmul pack_matmul_weight") {
+void check_long_rows_threaded(const MatmulEntry& matmul) {
   ThreadPool pool(3);
   uint32_t seed = 1000;
   for (DType t : kAllTypes) {
@@ -133,10 +138,10 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded, "avx2",
           if (n == 4097 && m != 1) continue;  // the reference takes long enough
           Problem p = make_problem(t, m, k, n, seed++);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          matmul_avx2_pooled(p.x.data(), m, p.packed, y.data(), &pool);
+          matmul.pooled(p.x.data(), m, p.packed, y.data(), &pool);
           expect_matches_reference(p, m, y, describe(t, m, k, n) + " pool(3)");
           std::vector<float> y2(static_cast<size_t>(m * n), NAN);
-          matmul_avx2(p.x.data(), m, p.packed, y2.data());
+          matmul.shared(p.x.data(), m, p.packed, y2.data());
           expect_matches_reference(p, m, y2, describe(t, m, k, n) + " shared pool");
         }
       }
@@ -144,18 +149,16 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded, "avx2",
   }
 }
 
-PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, ThreadCountDoesNotChangeResults, "avx2", "matmul") {
+void check_thread_count_invariant(const MatmulEntry& matmul) {
   Problem p = make_problem(DType::kQ4_0, 5, 512, 300, 7);
   std::vector<float> one(5 * 300), many(5 * 300);
-  matmul_avx2_pooled(p.x.data(), 5, p.packed, one.data(), nullptr);
+  matmul.pooled(p.x.data(), 5, p.packed, one.data(), nullptr);
   ThreadPool pool(4);
-  matmul_avx2_pooled(p.x.data(), 5, p.packed, many.data(), &pool);
+  matmul.pooled(p.x.data(), 5, p.packed, many.data(), &pool);
   EXPECT_EQ(one, many);  // each output is computed by one thread in the same order
 }
 
-// Each input row alone (m = 1) and the same rows in batches of 3, 5, 6 and 37 (other tile
-// shapes, the k-sliced path) and on 3 threads: the same bits, for every weight type.
-PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul") {
+void check_batch_invariant(const MatmulEntry& matmul) {
   ThreadPool pool(3);
   for (DType t : kAllTypes) {
     // k: 4 slices of 256 (2 of 16 blocks) and a part; 1280 (5 super-blocks) for the K-quants.
@@ -163,16 +166,55 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "mat
     Problem p = make_problem(t, m, k, n, 77);
     std::vector<float> alone(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i)
-      matmul_avx2_pooled(p.x.data() + i * k, 1, p.packed, alone.data() + i * n, nullptr);
+      matmul.pooled(p.x.data() + i * k, 1, p.packed, alone.data() + i * n, nullptr);
     for (int64_t batch : {3, 5, 6, 37}) {
       std::vector<float> batched(static_cast<size_t>(m * n));
       for (int64_t i = 0; i < m; i += batch) {
         const int64_t rows = std::min(batch, m - i);
-        matmul_avx2_pooled(p.x.data() + i * k, rows, p.packed, batched.data() + i * n, &pool);
+        matmul.pooled(p.x.data() + i * k, rows, p.packed, batched.data() + i * n, &pool);
       }
       EXPECT_EQ(alone, batched) << dtype_name(t) << " batches of " << batch;
     }
   }
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "matmul pack_matmul_weight") {
+  check_small_shapes(kAvx2Matmul);
+}
+
+// Long rows: batched inputs take the k-sliced path (slices of 256 elements or 16 blocks plus a
+// tail), decode the one-pass path; both through a 3-thread pool and through the backend's shared
+// pool, over output counts that leave a partial panel and a partial chunk.
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnLongRowsThreaded, "avx2", "matmul pack_matmul_weight") {
+  check_long_rows_threaded(kAvx2Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, ThreadCountDoesNotChangeResults, "avx2", "matmul") {
+  check_thread_count_invariant(kAvx2Matmul);
+}
+
+// Each input row alone (m = 1) and the same rows in batches of 3, 5, 6 and 37 (other tile
+// shapes, the k-sliced path) and on 3 threads: the same bits, for every weight type.
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "matmul") {
+  check_batch_invariant(kAvx2Matmul);
+}
+
+// The avxvnni table's matmul (q8_0, the nibble types and q6_k on vpdpbusd, the rest the AVX2
+// leaves): the same checks, over every type.
+PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, MatchesReferenceOnSmallShapes, "avxvnni", "matmul") {
+  check_small_shapes(kAvxVnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, MatchesReferenceOnLongRowsThreaded, "avxvnni", "matmul") {
+  check_long_rows_threaded(kAvxVnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, ThreadCountDoesNotChangeResults, "avxvnni", "matmul") {
+  check_thread_count_invariant(kAvxVnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, BatchSizeDoesNotChangeResults, "avxvnni", "matmul") {
+  check_batch_invariant(kAvxVnniMatmul);
 }
 
 // The packed view keeps the weight's type and shape; its bytes (panels of 8 rows, the last one
@@ -534,6 +576,7 @@ PAGODA_KERNEL_TABLE_TEST(QuantizeActivationInt8Avx2, MatchesScalarBitForBit, "av
 TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_EQ(*parse_cpu_isa(""), CpuIsa::kBest);
   EXPECT_EQ(*parse_cpu_isa("auto"), CpuIsa::kBest);
+  EXPECT_EQ(*parse_cpu_isa("avxvnni"), CpuIsa::kAvxVnni);
   EXPECT_EQ(*parse_cpu_isa("avx2"), CpuIsa::kAvx2);
   EXPECT_EQ(*parse_cpu_isa("scalar"), CpuIsa::kScalar);
   auto bad = parse_cpu_isa("avx1024");
@@ -541,6 +584,8 @@ TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_NE(bad.status().message().find("avx1024"), std::string::npos);
 }
 
+// The best table: avxvnni where the CPU has AVX-VNNI (its matmul and matmul_int; the other
+// entries the avx2 table's), else avx2, else the reference.
 TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto forced = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kScalar});
   ASSERT_TRUE(forced.ok());
@@ -558,8 +603,17 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
     EXPECT_EQ((*avx2)->kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
   }
   EXPECT_EQ(reference.kernels().pack_matmul_weight, nullptr);
-  if (has_avx2()) {
+  const bool vnni = has_avx2() && cpu_features().avxvnni;
+  auto avxvnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvxVnni});
+  EXPECT_EQ(avxvnni.ok(), vnni) << (avxvnni.ok() ? "" : avxvnni.status().message());
+  if (vnni) {
+    EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
+    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avxvnni);
+    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_NE(fast.description().find("avxvnni"), std::string::npos) << fast.description();
+  } else if (has_avx2()) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avx2);
+    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx2);
     EXPECT_NE(fast.description().find("avx2"), std::string::npos) << fast.description();
   } else {
     EXPECT_EQ(fast.kernels().matmul, reference_kernels().matmul);

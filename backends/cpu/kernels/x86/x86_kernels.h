@@ -109,6 +109,15 @@ void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t
 void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
+// AVX-VNNI (the avxvnni table): matmul_packed_q8act_avx2 and matmul_q6_k_panels_avx2 with their
+// 4-byte groups on vpdpbusd; the same bits.
+void matmul_packed_q8act_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
+                                 DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
+                                 int64_t panel_begin, int64_t panel_end);
+void matmul_q6_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+                                const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                int64_t panel_end);
+
 // AVX2. The same for q2_k / q3_k panels, with the input's half sums as for q6_k.
 void matmul_q2_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
@@ -165,6 +174,10 @@ void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, Th
 
 // The Kernels::matmul entry: matmul_avx2_pooled over cpu_thread_pool().
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y);
+
+// The avxvnni table's: the same, with q8_0, the nibble types and q6_k on their _avxvnni leaves.
+void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
+void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
 
 // One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
 // one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
