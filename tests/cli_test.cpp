@@ -241,6 +241,7 @@ TEST(Cli, QuantizeCalibratesStaticW8A8AndSmoothQuantHelps) {
 // and a smaller divergence from the f32 model on a text it was not calibrated on.
 TEST(Cli, QuantizeWithGptqLowersTheDivergence) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(llama_vocab, "vocab/ggml-vocab-llama-spm.gguf");
   const std::string dir = testing::make_temp_dir();
   const std::string data = std::string(PAGODA_SOURCE_DIR) + "/tests/data/";
   const std::string text = data + "short-stories.txt", calibration = data + "calibration.jsonl";
@@ -298,6 +299,8 @@ TEST(Cli, QuantizeWithGptqLowersTheDivergence) {
       {"q4_0", gptq + " --smooth-alpha 0.5", "--smooth-alpha applies to --type w8a8 / w4a8"},
       {"w8a8", gptq + " --smooth-alpha 0.5", "--gptq with --smooth-alpha is not supported"},
       {"q4_0", " --gptq --calibration-file " + quote(text), "short-stories.txt:1: not JSON"},
+      // A 32,000-token vocabulary's ids against a 512-token model: refused, not read past the table.
+      {"w4a8", gptq + " --tokenizer " + quote(llama_vocab), "outside the model's vocabulary of 512"},
   };
   for (const auto& r : kRefused) {
     RunResult bad = run_pagoda("quantize " + quote(model) + " " + quote(dir + "/bad") + " --type " + r.type + r.args);

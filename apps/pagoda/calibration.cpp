@@ -67,6 +67,14 @@ Result<int64_t> Calibration::run(const ModelSource& source, LinearInputObserver*
   PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(config, num_blocks, kBlockSize, KvCacheDtype::kF32));
   std::vector<BlockId> table(static_cast<size_t>(num_blocks));
   for (int64_t b = 0; b < num_blocks; ++b) table[static_cast<size_t>(b)] = static_cast<BlockId>(b);
+  for (size_t t = 0; t < ids_.size(); ++t) {  // a --tokenizer larger than the model's vocabulary
+    for (TokenId id : ids_[t]) {
+      if (id < 0 || id >= config.vocab_size) {
+        return invalid_argument("calibration text " + std::to_string(t + 1) + " has token id " + std::to_string(id) +
+                                ", outside the model's vocabulary of " + std::to_string(config.vocab_size));
+      }
+    }
+  }
   int64_t tokens = 0;
   std::vector<float> logits;
   const ScopedLinearInputObserver scope(observer);

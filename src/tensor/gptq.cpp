@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 
@@ -51,50 +52,47 @@ void set_code(DType type, uint8_t* block, int e, int q) {
     const int shift = 2 * ((e256 % 128) / 32);
     b = static_cast<uint8_t>((b & ~(3u << shift)) | static_cast<unsigned>(v & 3) << shift);
   };
+  // The blocks are bytes (packed structs, read and written through their fields' offsets).
   switch (type) {
     case DType::kQ8_0:
-      reinterpret_cast<BlockQ8_0*>(block)->qs[e] = static_cast<int8_t>(q);
+      block[offsetof(BlockQ8_0, qs) + e] = static_cast<uint8_t>(static_cast<int8_t>(q));
       return;
     case DType::kQ4_0:
-      nibble(reinterpret_cast<BlockQ4_0*>(block)->qs, e, q + 8);
+      nibble(block + offsetof(BlockQ4_0, qs), e, q + 8);
       return;
     case DType::kQ4_1:
-      nibble(reinterpret_cast<BlockQ4_1*>(block)->qs, e, q);
+      nibble(block + offsetof(BlockQ4_1, qs), e, q);
       return;
     case DType::kQ5_0:
-    case DType::kQ5_1: {
-      const int v = type == DType::kQ5_0 ? q + 16 : q;
-      uint8_t* qs = type == DType::kQ5_0 ? reinterpret_cast<BlockQ5_0*>(block)->qs : reinterpret_cast<BlockQ5_1*>(block)->qs;
-      uint8_t* qh = type == DType::kQ5_0 ? reinterpret_cast<BlockQ5_0*>(block)->qh : reinterpret_cast<BlockQ5_1*>(block)->qh;
-      nibble(qs, e, v);
-      bit(qh, e, v >> 4);  // little-endian uint32: bit e is byte e / 8, bit e % 8
+      nibble(block + offsetof(BlockQ5_0, qs), e, q + 16);
+      bit(block + offsetof(BlockQ5_0, qh), e, (q + 16) >> 4);  // little-endian uint32: bit e
       return;
-    }
+    case DType::kQ5_1:
+      nibble(block + offsetof(BlockQ5_1, qs), e, q);
+      bit(block + offsetof(BlockQ5_1, qh), e, q >> 4);
+      return;
     case DType::kQ2_K:
-      two_bit(reinterpret_cast<BlockQ2_K*>(block)->qs, e, q);
+      two_bit(block + offsetof(BlockQ2_K, qs), e, q);
       return;
     case DType::kQ3_K: {
-      auto* b = reinterpret_cast<BlockQ3_K*>(block);
       const bool high = q >= 0;  // a set hmask bit keeps the 2-bit code; a clear one subtracts 4
-      two_bit(b->qs, e, high ? q : q + 4);
-      bit(b->hmask + e % 32, e / 32, high ? 1 : 0);
+      two_bit(block + offsetof(BlockQ3_K, qs), e, high ? q : q + 4);
+      bit(block + offsetof(BlockQ3_K, hmask) + e % 32, e / 32, high ? 1 : 0);
       return;
     }
     case DType::kQ4_K:
     case DType::kQ5_K: {
       const int s = e / 32, l = e % 32;
-      uint8_t* qs = type == DType::kQ4_K ? reinterpret_cast<BlockQ4_K*>(block)->qs : reinterpret_cast<BlockQ5_K*>(block)->qs;
-      uint8_t& b = qs[32 * (s / 2) + l];
+      uint8_t& b = block[(type == DType::kQ4_K ? offsetof(BlockQ4_K, qs) : offsetof(BlockQ5_K, qs)) + 32 * (s / 2) + l];
       b = s % 2 == 0 ? static_cast<uint8_t>((b & 0xF0) | (q & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (q & 0xF) << 4);
-      if (type == DType::kQ5_K) bit(reinterpret_cast<BlockQ5_K*>(block)->qh + l, s, q >> 4);
+      if (type == DType::kQ5_K) bit(block + offsetof(BlockQ5_K, qh) + l, s, q >> 4);
       return;
     }
     case DType::kQ6_K: {
-      auto* b = reinterpret_cast<BlockQ6_K*>(block);
       const int v = q + 32, h = e / 128, t = (e % 128) / 32, l = e % 32;
-      uint8_t& low = b->ql[64 * h + 32 * (t % 2) + l];
+      uint8_t& low = block[offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t % 2) + l];
       low = t < 2 ? static_cast<uint8_t>((low & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((low & 0x0F) | (v & 0xF) << 4);
-      uint8_t& high = b->qh[32 * h + l];
+      uint8_t& high = block[offsetof(BlockQ6_K, qh) + 32 * h + l];
       high = static_cast<uint8_t>((high & ~(3u << (2 * t))) | static_cast<unsigned>(v >> 4) << (2 * t));
       return;
     }
