@@ -21,9 +21,11 @@ class ServerProcess {
   // Starts `binary serve <args> --port 0` and waits (up to `timeout`) for the log line
   // `marker` followed by the port: by default "ready: http://127.0.0.1:" (the model is loaded);
   // "listening on http://127.0.0.1:" returns while it still loads. Fails the calling test
-  // (ADD_FAILURE) and leaves port() == 0 when it does not come up.
+  // (ADD_FAILURE) and leaves port() == 0 when it does not come up. The timeout only bounds a
+  // failure: under TSan, two servers loading llama-110m's dummy weights side by side on a busy
+  // 2-core machine took over 60 s (one alone: 32 s).
   ServerProcess(const std::string& binary, const std::vector<std::string>& args,
-                std::chrono::seconds timeout = std::chrono::seconds(60),
+                std::chrono::seconds timeout = std::chrono::seconds(180),
                 const std::vector<std::pair<std::string, std::string>>& env = {},
                 const std::string& marker = "ready: http://127.0.0.1:");
   ~ServerProcess();  // SIGKILL if still running
