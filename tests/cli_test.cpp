@@ -170,6 +170,17 @@ TEST(Cli, QuantizeWritesWhatLoadTimeQuantizationComputes) {
   std::filesystem::remove_all(dir);
 }
 
+// `pagoda perplexity` of `model_args` on `text` (--ctx 128) against the base run dir/base.bin:
+// its "kl" object, as --output-json writes it to dir/json_name.
+nlohmann::json kl_against_base(const std::string& dir, const std::string& text, const std::string& model_args,
+                               const std::string& json_name) {
+  RunResult r = run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --kl-base " + quote(dir + "/base.bin") +
+                           " --output-json " + quote(dir + "/" + json_name) + " " + model_args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(dir + "/" + json_name);
+  return nlohmann::json::parse(in)["kl"];
+}
+
 // pagoda quantize --type w8a8 with calibration: a compressed-tensors folder with a static
 // activation scale per projection, which loads (with the GGUF as tokenizer) and stays close to the
 // float model on text it was not calibrated on; SmoothQuant's migration (--smooth-alpha 0.5)
@@ -186,11 +197,7 @@ TEST(Cli, QuantizeCalibratesStaticW8A8AndSmoothQuantHelps) {
     return q;
   };
   auto kl = [&](const std::string& args, const std::string& json_name) {
-    RunResult r = run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --kl-base " + quote(dir + "/base.bin") +
-                             " --output-json " + quote(dir + "/" + json_name) + " " + args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::ifstream in(dir + "/" + json_name);
-    return nlohmann::json::parse(in)["kl"];
+    return kl_against_base(dir, text, args, json_name);
   };
   ASSERT_EQ(run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --save-logits " + quote(dir + "/base.bin") +
                        " --model " + quote(model)).exit_code, 0);
@@ -252,11 +259,7 @@ TEST(Cli, QuantizeWithGptqLowersTheDivergence) {
     return q;
   };
   auto mean_kld = [&](const std::string& model_args, const std::string& json_name) {
-    RunResult r = run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --kl-base " + quote(dir + "/base.bin") +
-                             " --output-json " + quote(dir + "/" + json_name) + " " + model_args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::ifstream in(dir + "/" + json_name);
-    return nlohmann::json::parse(in)["kl"]["mean_kld"].get<double>();
+    return kl_against_base(dir, text, model_args, json_name)["mean_kld"].get<double>();
   };
   ASSERT_EQ(run_pagoda("perplexity -f " + quote(text) + " --ctx 128 --save-logits " + quote(dir + "/base.bin") +
                        " --model " + quote(model)).exit_code, 0);
