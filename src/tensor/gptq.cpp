@@ -219,18 +219,6 @@ double GptqHessian::at(int64_t i, int64_t j) const {
   return i <= j ? upper_[static_cast<size_t>(i * cols_ + j)] : upper_[static_cast<size_t>(j * cols_ + i)];
 }
 
-GptqHessian GptqHessian::permuted(const std::vector<int64_t>& perm) const {
-  PAGODA_CHECK(static_cast<int64_t>(perm.size()) == cols_);
-  GptqHessian out(cols_);
-  for (int64_t i = 0; i < cols_; ++i) {
-    for (int64_t j = i; j < cols_; ++j) {
-      out.upper_[static_cast<size_t>(i * cols_ + j)] = static_cast<float>(at(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]));
-    }
-  }
-  out.tokens_ = tokens_;
-  return out;
-}
-
 Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double damp, ThreadPool* pool) {
   const int64_t k = h.cols();
   auto at = [k](std::vector<double>& a, int64_t i, int64_t j) -> double& { return a[static_cast<size_t>(i * k + j)]; };

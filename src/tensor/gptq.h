@@ -38,8 +38,6 @@ class GptqHessian {
   int64_t tokens() const { return tokens_; }
   // Element (i, j) (either triangle).
   double at(int64_t i, int64_t j) const;
-  // The Hessian of the inputs with their channels reordered: element (i, j) is at(perm[i], perm[j]).
-  GptqHessian permuted(const std::vector<int64_t>& perm) const;
 
  private:
   int64_t cols_;
