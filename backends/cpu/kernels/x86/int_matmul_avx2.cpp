@@ -7,7 +7,7 @@
 // vector and the input's 4 codes one broadcast int32: vpmaddubsw (int8: |w| unsigned against x
 // with w's sign, pairs at most 2 x 128 x 127; int4: the stored code + 8, already unsigned, against
 // x, pairs at most 2 x 15 x 127) then vpmaddwd into int32 lanes, summed over a group exactly; less
-// zero * (the group's sum of x) where there are zero points (every int4 weight: its + 8); then
+// zero * (the group's sum of x) where there are zero points (int4: the zero point + 8, or 8 where the weight has none); then
 // acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
 //
 // int_matmul_avxvnni.cpp builds this file a second time with -mavxvnni and PAGODA_AVXVNNI set,
@@ -31,6 +31,7 @@ namespace pagoda::cpu {
 namespace {
 
 constexpr int64_t kPrefetchAhead = 768;  // bytes; as the GGUF int8 loops (matmul_avx2.cpp)
+constexpr int64_t kScaleGroupsAhead = 4;
 
 // dot[r] += the int32 lane sums of 4 columns: w holds the 8 rows' 4 int8 codes, x4[r] input r's.
 template <int R>
@@ -82,18 +83,26 @@ PAGODA_INLINE void widen16(__m256i (&sum16)[R], __m256i (&dot)[R]) {
 // int4 columns per widen16: 4 steps of 8, two pair sums per lane each.
 constexpr int64_t kInt4Span = 32;
 
-// R input rows (xq rows kp apart, their scales s_x) against one panel: y[r, c] for c < valid.
-// dot[r] -= zero * (row r's sum of xq over the group), for a weight with zero points.
-template <int R>
+// dot[r] -= zero * (row r's sum of xq over group g), for a weight with zero points, or int4
+// codes' implied zero of 8 (one broadcast, no load) where it has none.
+template <int R, int kBits>
 PAGODA_INLINE void subtract_zeros(const int32_t* zeros, const int32_t* xsum, int64_t groups, int64_t g,
                                   __m256i (&dot)[R]) {
-  if (zeros == nullptr) return;
+  if (zeros == nullptr) {
+    if constexpr (kBits == 4) {
+      unroll<R>([&](auto r) {
+        dot[r.value] = _mm256_sub_epi32(dot[r.value], _mm256_set1_epi32(8 * xsum[r.value * groups + g]));
+      });
+    }
+    return;
+  }
   const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zeros + g * kPanelRows));
   unroll<R>([&](auto r) {
     dot[r.value] = _mm256_sub_epi32(dot[r.value], _mm256_mullo_epi32(z, _mm256_set1_epi32(xsum[r.value * groups + g])));
   });
 }
 
+// R input rows (xq rows kp apart, their scales s_x) against one panel: y[r, c] for c < valid.
 template <int R, int kBits>
 PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t kp, int64_t group,
                             const uint8_t* panel, const float* scales, const int32_t* zeros, float* y, int64_t ldy,
@@ -133,7 +142,7 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* x
         if ((t - t0) % kInt4Span == kInt4Span - 8 || t + 8 == t1) widen16<R>(sum16, dot);
       }
     }
-    subtract_zeros<R>(zeros, xsum, groups, g, dot);
+    subtract_zeros<R, kBits>(zeros, xsum, groups, g, dot);
     const __m256 sw = _mm256_loadu_ps(scales + g * kPanelRows);
     unroll<R>([&](auto r) {
       const __m256 scale = _mm256_mul_ps(sw, _mm256_set1_ps(s_x[r.value]));
@@ -154,6 +163,13 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t*
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256 v_sx = _mm256_set1_ps(s_x);
   for (int64_t g = 0; g < kp / group; ++g) {
+    // The scales and zero points are streams of their own, 32 bytes per group and panel: ask for
+    // them kScaleGroupsAhead groups ahead (a miss at the group's end stalls every panel's chain).
+    unroll<P>([&](auto p) {
+      const int64_t ahead = p.value * panel_scales + (g + kScaleGroupsAhead) * kPanelRows;
+      _mm_prefetch(reinterpret_cast<const char*>(scales + ahead), _MM_HINT_T0);
+      if (zeros != nullptr) _mm_prefetch(reinterpret_cast<const char*>(zeros + ahead), _MM_HINT_T0);
+    });
     __m256i dot[P][1];
     unroll<P>([&](auto p) { dot[p.value][0] = _mm256_setzero_si256(); });
     const int64_t t0 = g * group, t1 = t0 + group;
@@ -183,7 +199,7 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t*
       }
     }
     unroll<P>([&](auto p) {
-      subtract_zeros<1>(zeros == nullptr ? nullptr : zeros + p.value * panel_scales, xsum, 0, g, dot[p.value]);
+      subtract_zeros<1, kBits>(zeros == nullptr ? nullptr : zeros + p.value * panel_scales, xsum, 0, g, dot[p.value]);
       const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(scales + p.value * panel_scales + g * kPanelRows), v_sx);
       acc[p.value] = _mm256_add_ps(acc[p.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[p.value][0]), scale));
     });

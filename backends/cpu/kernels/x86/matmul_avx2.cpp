@@ -16,12 +16,12 @@
 // running sum is stored to y and loaded back between slices) and split over threads.
 //
 // matmul_avxvnni.cpp builds this file a second time with -mavxvnni and PAGODA_AVXVNNI set, for
-// the avxvnni table: q8_0, the nibble types and q6_k then take each 4-byte group straight into
-// the int32 lanes with one vpdpbusd (u8 x s8 products summed in fours, exact, unsaturated) where
-// this build uses vpmaddubsw + vpmaddwd, or vpmaddubsw + int16 adds widened later; the integer
-// dots are the same, so the results are the same bits. Only those two entries
-// (matmul_packed_q8act, matmul_q6_k_panels) are built there; the K-quants with int16 sums widened
-// against their scales stay as they are.
+// the avxvnni table: every block type then takes each 4-byte group straight into the int32 lanes
+// with one vpdpbusd (u8 x s8 products summed in fours, exact, unsaturated) where this build uses
+// vpmaddubsw + vpmaddwd, or vpmaddubsw + int16 adds widened later (the K-quants: widened by a
+// vpmaddwd against the sub-block scales, which the VNNI build does with a vpmulld on the int32
+// dot instead); the integer dots are the same, so the results are the same bits. The block-type
+// entries are built there; the float ones only here.
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/x86/panel_avx2.h"
@@ -438,7 +438,8 @@ constexpr int64_t kK4PrefetchBlocks = 2;
 // sum), also one vpmaddwd (the sum, at most 32 x 127, fits int16). Then acc + float(I) * (d *
 // d_x) and acc - float(M) * (dmin * d_x): with sc0 = sc1 and mn0 = mn1 (32-element sub-blocks)
 // exactly QuantChunk's integers and order, so bit for bit the reference. A tile is R input rows x
-// P panels (decode: one row, P panels streamed side by side).
+// P panels (decode: one row, P panels streamed side by side). The VNNI build sums D in int32 by
+// vpdpbusd and takes I = sc * D by vpmulld.
 template <bool kFifth>
 struct K4Layout {
   static constexpr int64_t kQhAt = 1024;
@@ -447,6 +448,8 @@ struct K4Layout {
   static constexpr int64_t kBlockBytes = kScalesAt + 160;
 };
 static_assert(K4Layout<false>::kBlockBytes == kQ4KPanelBlockBytes && K4Layout<true>::kBlockBytes == kQ5KPanelBlockBytes);
+
+PAGODA_INLINE __m128i load8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 
 // The 8 rows' uint8 scales at p as int16 pairs (s_c, s_c), lane c: vpmaddwd's second operand.
 PAGODA_INLINE __m256i scale_pairs_u8(const uint8_t* p) {
@@ -478,7 +481,66 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
           });
         });
       }
-      __m256i sum16[P][2][R], dot[P][2][R];
+      __m256i dot[P][2][R];
+      // Chunk 2 pair's codes of panel p in group g (lo) and chunk 2 pair + 1's (hi), with q5_k's
+      // fifth bits.
+      auto codes = [&](auto p, auto g, __m256i& lo, __m256i& hi) PAGODA_LAMBDA {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + 256 * pair.value + 32 * g.value));
+        lo = _mm256_and_si256(v, low4);
+        hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        if constexpr (kFifth) {  // chunk s's fifth bit is bit s of the qh byte
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + L::kQhAt + 32 * g.value));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(move_bit<2 * pair.value, 4>(qh), bit4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(move_bit<2 * pair.value + 1, 4>(qh), bit4));
+        }
+      };
+      auto inputs = [&](auto g, __m256i (&xl)[R], __m256i (&xh)[R]) PAGODA_LAMBDA {
+        unroll<R>([&](auto r) PAGODA_LAMBDA {
+          xl[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0].qs + 4 * g.value));
+          xh[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + 1].qs + 4 * g.value));
+        });
+      };
+#if defined(PAGODA_AVXVNNI)
+      // vpdpbusd sums each group's products straight into the int32 lanes; then I = sc * D, one
+      // vpmulld. One input row (decode) splits each chunk's chain in two by the parity of g, so
+      // that vpdpbusd's latency is covered; integer sums, so the same D.
+      constexpr int kChains = R == 1 ? 2 : 1;
+      __m256i part[kChains][P][2][R];
+      unroll<kChains>([&](auto c) PAGODA_LAMBDA {
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
+          unroll<2>([&](auto h) PAGODA_LAMBDA {
+            unroll<R>([&](auto r) PAGODA_LAMBDA { part[c.value][p.value][h.value][r.value] = _mm256_setzero_si256(); });
+          });
+        });
+      });
+      unroll<8>([&](auto g) PAGODA_LAMBDA {
+        __m256i xl[R], xh[R];
+        inputs(g, xl, xh);
+        constexpr int chain = g.value % kChains;
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
+          __m256i lo, hi;
+          codes(p, g, lo, hi);
+          unroll<R>([&](auto r) PAGODA_LAMBDA {
+            __m256i& d0 = part[chain][p.value][0][r.value];
+            __m256i& d1 = part[chain][p.value][1][r.value];
+            d0 = _mm256_dpbusd_avx_epi32(d0, lo, xl[r.value]);
+            d1 = _mm256_dpbusd_avx_epi32(d1, hi, xh[r.value]);
+          });
+        });
+      });
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
+        unroll<2>([&](auto h) PAGODA_LAMBDA {
+          const __m256i sc = _mm256_cvtepu8_epi32(load8(block[p.value] + L::kScalesAt + 8 * (2 * pair.value + h.value)));
+          unroll<R>([&](auto r) PAGODA_LAMBDA {
+            __m256i d = part[0][p.value][h.value][r.value];
+            if constexpr (kChains == 2) d = _mm256_add_epi32(d, part[1][p.value][h.value][r.value]);
+            dot[p.value][h.value][r.value] = _mm256_mullo_epi32(d, sc);
+          });
+        });
+      });
+#else
+      __m256i sum16[P][2][R];
       unroll<P>([&](auto p) PAGODA_LAMBDA {
         unroll<R>([&](auto r) PAGODA_LAMBDA {
           unroll<2>([&](auto h) PAGODA_LAMBDA { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); });
@@ -500,19 +562,10 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
       };
       unroll<8>([&](auto g) PAGODA_LAMBDA {
         __m256i xl[R], xh[R];
-        unroll<R>([&](auto r) PAGODA_LAMBDA {
-          xl[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0].qs + 4 * g.value));
-          xh[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + 1].qs + 4 * g.value));
-        });
+        inputs(g, xl, xh);
         unroll<P>([&](auto p) PAGODA_LAMBDA {
-          const __m256i v =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + 256 * pair.value + 32 * g.value));
-          __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          if constexpr (kFifth) {  // chunk s's fifth bit is bit s of the qh byte
-            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[p.value] + L::kQhAt + 32 * g.value));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(move_bit<2 * pair.value, 4>(qh), bit4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(move_bit<2 * pair.value + 1, 4>(qh), bit4));
-          }
+          __m256i lo, hi;
+          codes(p, g, lo, hi);
           unroll<R>([&](auto r) PAGODA_LAMBDA {
             sum16[p.value][0][r.value] = _mm256_add_epi16(sum16[p.value][0][r.value], _mm256_maddubs_epi16(lo, xl[r.value]));
             sum16[p.value][1][r.value] = _mm256_add_epi16(sum16[p.value][1][r.value], _mm256_maddubs_epi16(hi, xh[r.value]));
@@ -521,6 +574,7 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
         if constexpr (kFifth && g.value == 3) widen(Idx<1>{});
       });
       widen(Idx<kFifth ? 0 : 1>{});
+#endif
       unroll<P>([&](auto p) PAGODA_LAMBDA {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDminAt)));
@@ -624,7 +678,8 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
 // groups (at most 4 x 1778), widened by vpmaddwd against the sub-block's scale: I = sc0 * D0 +
 // sc1 * D1 with q3_k's offset taken off as 4 (sc0 X0 + sc1 X1) (X: the halves' input sums), and
 // q2_k's M = mn0 X0 + mn1 X1, each one vpmaddwd of (s0, s1) pairs against (X0, X1). Then
-// QuantChunk's steps in its order (tensor/quant_blocks.h): bit for bit the reference.
+// QuantChunk's steps in its order (tensor/quant_blocks.h): bit for bit the reference. The VNNI
+// build sums each half in int32 by vpdpbusd and multiplies it by its scale with vpmulld.
 template <bool kQ3>
 struct K16Layout {
   static constexpr int64_t kHmaskAt = 512;                  // q3_k
@@ -633,8 +688,6 @@ struct K16Layout {
   static constexpr int64_t kBlockBytes = kQ3 ? 912 : 672;
 };
 static_assert(K16Layout<false>::kBlockBytes == kQ2KPanelBlockBytes && K16Layout<true>::kBlockBytes == kQ3KPanelBlockBytes);
-
-PAGODA_INLINE __m128i load8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 
 template <int R, int P, bool kQ3>
 PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panels,
@@ -657,10 +710,22 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
         });
       }
       const int64_t xc = 8 * b + c.value;  // the input block of chunk c
+#if defined(PAGODA_AVXVNNI)
+      // Each half's dot straight into the int32 lanes by vpdpbusd; one input row (decode) in two
+      // chains per half by the parity of g (integer sums: the same D).
+      constexpr int kChains = R == 1 ? 2 : 1;
+      __m256i sum32[kChains][P][2][R];
+      unroll<kChains>([&](auto ch) PAGODA_LAMBDA {
+        unroll<P>([&](auto p) PAGODA_LAMBDA {
+          unroll<2>([&](auto h) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { sum32[ch.value][p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
+        });
+      });
+#else
       __m256i sum16[P][2][R];
       unroll<P>([&](auto p) PAGODA_LAMBDA {
         unroll<2>([&](auto h) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { sum16[p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
       });
+#endif
       unroll<8>([&](auto g) PAGODA_LAMBDA {
         __m256i xv[R];
         unroll<R>([&](auto r) PAGODA_LAMBDA { xv[r.value] = _mm256_set1_epi32(load_i32(x[r.value * nb + xc].qs + 4 * g.value)); });
@@ -673,8 +738,13 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
             u = _mm256_or_si256(u, _mm256_and_si256(move_bit<c.value, 2>(hm), bit2));
           }
           unroll<R>([&](auto r) PAGODA_LAMBDA {
+#if defined(PAGODA_AVXVNNI)
+            __m256i& s32 = sum32[g.value % kChains][p.value][g.value / 4][r.value];
+            s32 = _mm256_dpbusd_avx_epi32(s32, u, xv[r.value]);
+#else
             __m256i& s16 = sum16[p.value][g.value / 4][r.value];
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, xv[r.value]));
+#endif
           });
         });
       });
@@ -687,18 +757,32 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
           m0 = _mm_and_si128(_mm_srli_epi16(m0, 4), low4);
           m1 = _mm_and_si128(_mm_srli_epi16(m1, 4), low4);
         }
-        // (s, s) and (s0, s1) int16 pairs per lane; q3_k's scales are signed.
+        // (s, s) and (s0, s1) int16 pairs per lane (VNNI: the scales as int32); q3_k's are signed.
         auto widen = [](__m128i v) PAGODA_LAMBDA {
           return kQ3 ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
         };
+#if defined(PAGODA_AVXVNNI)
+        const __m256i sc0 = kQ3 ? _mm256_cvtepi8_epi32(s0) : _mm256_cvtepu8_epi32(s0);
+        const __m256i sc1 = kQ3 ? _mm256_cvtepi8_epi32(s1) : _mm256_cvtepu8_epi32(s1);
+#else
         const __m256i sc0 = widen(_mm_unpacklo_epi8(s0, s0)), sc1 = widen(_mm_unpacklo_epi8(s1, s1));
+#endif
         const __m256i pairs = widen(_mm_unpacklo_epi8(m0, m1));  // q2_k: (mn0, mn1); q3_k: (sc0, sc1)
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
         unroll<R>([&](auto r) PAGODA_LAMBDA {
           const int32_t* hs = x_half_sums + 2 * (r.value * nb + xc);
           const __m256i x_pair = _mm256_set1_epi32((hs[0] & 0xffff) | static_cast<int32_t>(static_cast<uint32_t>(hs[1]) << 16));
+#if defined(PAGODA_AVXVNNI)
+          __m256i d0 = sum32[0][p.value][0][r.value], d1 = sum32[0][p.value][1][r.value];
+          if constexpr (kChains == 2) {
+            d0 = _mm256_add_epi32(d0, sum32[1][p.value][0][r.value]);
+            d1 = _mm256_add_epi32(d1, sum32[1][p.value][1][r.value]);
+          }
+          __m256i ints = _mm256_add_epi32(_mm256_mullo_epi32(d0, sc0), _mm256_mullo_epi32(d1, sc1));
+#else
           __m256i ints = _mm256_add_epi32(_mm256_madd_epi16(sum16[p.value][0][r.value], sc0),
                                           _mm256_madd_epi16(sum16[p.value][1][r.value], sc1));
+#endif
           if constexpr (kQ3) ints = _mm256_sub_epi32(ints, _mm256_slli_epi32(_mm256_madd_epi16(pairs, x_pair), 2));
           const __m256 d_x = _mm256_set1_ps(x[r.value * nb + xc].d);
           __m256& out = acc[p.value][r.value];
@@ -869,18 +953,17 @@ PAGODA_FLATTEN void k16_rows(const BlockQ8Act* x, const int32_t* x_half_sums, in
 
 }  // namespace
 
-#if !defined(PAGODA_AVXVNNI)
-void matmul_q4_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
-                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+void PAGODA_MATMUL_KERNEL(matmul_q4_k_panels)(
+    const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels, int64_t n, float* y,
+    int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k4_rows<false>(x, x_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
 
-void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
-                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+void PAGODA_MATMUL_KERNEL(matmul_q5_k_panels)(
+    const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels, int64_t n, float* y,
+    int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k4_rows<true>(x, x_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
-
-#endif  // !PAGODA_AVXVNNI
 
 PAGODA_FLATTEN void PAGODA_MATMUL_KERNEL(matmul_q6_k_panels)(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
                                              const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
@@ -893,17 +976,16 @@ PAGODA_FLATTEN void PAGODA_MATMUL_KERNEL(matmul_q6_k_panels)(const BlockQ8Act* x
   });
 }
 
-#if !defined(PAGODA_AVXVNNI)
-void matmul_q2_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
-                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+void PAGODA_MATMUL_KERNEL(matmul_q2_k_panels)(
+    const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels, int64_t n, float* y,
+    int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k16_rows<false>(x, x_half_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
 
-void matmul_q3_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
-                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+void PAGODA_MATMUL_KERNEL(matmul_q3_k_panels)(
+    const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels, int64_t n, float* y,
+    int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   k16_rows<true>(x, x_half_sums, m, k, panels, n, y, ldy, panel_begin, panel_end);
 }
-
-#endif  // !PAGODA_AVXVNNI
 
 }  // namespace pagoda::cpu

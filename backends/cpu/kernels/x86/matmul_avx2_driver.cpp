@@ -71,13 +71,17 @@ const int32_t* activation_half_sums(const BlockQ8Act* x, int64_t num_blocks) {
 // even a 256-row projection spreads over 8 chunks.
 constexpr int64_t kPanelsPerChunk = 4;
 
-// The leaves a table puts over the AVX2 ones (the others are the AVX2 ones in every table).
+// The block-type leaves of a table (the float ones are the AVX2 ones in every table).
 struct MatmulLeaves {
   decltype(&matmul_packed_q8act_avx2) q8act;
-  decltype(&matmul_q6_k_panels_avx2) q6_k;
+  decltype(&matmul_q4_k_panels_avx2) q4_k, q5_k;            // take the blocks' sums
+  decltype(&matmul_q6_k_panels_avx2) q2_k, q3_k, q6_k;      // take the blocks' half sums
 };
-constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q6_k_panels_avx2};
-constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q6_k_panels_avxvnni};
+constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_avx2, matmul_q5_k_panels_avx2,
+                                   matmul_q2_k_panels_avx2,  matmul_q3_k_panels_avx2, matmul_q6_k_panels_avx2};
+constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
+                                      matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
+                                      matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni};
 
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
@@ -109,19 +113,14 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
     });
     return;
   }
-  if (type == DType::kQ4_K) {
-    split([&](int64_t p0, int64_t p1) { matmul_q4_k_panels_avx2(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
-    return;
-  }
-  if (type == DType::kQ5_K) {
-    split([&](int64_t p0, int64_t p1) { matmul_q5_k_panels_avx2(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
+  if (type == DType::kQ4_K || type == DType::kQ5_K) {
+    auto* leaf = type == DType::kQ4_K ? leaves.q4_k : leaves.q5_k;
+    split([&](int64_t p0, int64_t p1) { leaf(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
     return;
   }
   if (type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ6_K) {
     const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
-    auto* leaf = type == DType::kQ2_K   ? matmul_q2_k_panels_avx2
-                 : type == DType::kQ3_K ? matmul_q3_k_panels_avx2
-                                        : leaves.q6_k;
+    auto* leaf = type == DType::kQ2_K ? leaves.q2_k : type == DType::kQ3_K ? leaves.q3_k : leaves.q6_k;
     split([&](int64_t p0, int64_t p1) { leaf(xq.blocks, half_sums, m, k, w.data, n, y, n, p0, p1); });
     return;
   }
@@ -176,15 +175,17 @@ void matmul_int_pooled(const float* x, int64_t m, const IntWeight& w, float* y, 
   const int64_t groups = kp / group;
   xq_buffer.resize(static_cast<size_t>(m * kp));
   s_x_buffer.resize(static_cast<size_t>(m));
-  if (w.zero_points != nullptr) xsum_buffer.resize(static_cast<size_t>(m * groups));
+  // Each group's input sum, for the zero points (int4: the implied 8 where the weight has none).
+  const bool with_sums = w.zero_points != nullptr || w.bits == 4;
+  if (with_sums) xsum_buffer.resize(static_cast<size_t>(m * groups));
   int8_t* xq = xq_buffer.data();
   float* s_x = s_x_buffer.data();
-  int32_t* xsum = w.zero_points != nullptr ? xsum_buffer.data() : nullptr;
+  int32_t* xsum = with_sums ? xsum_buffer.data() : nullptr;
   auto quantize = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       s_x[i] = quantize_activation_row_int8_avx2(x + i * w.k, w.k, kp, w.input_scale, xq + i * kp);
       if (xsum == nullptr) continue;
-      for (int64_t g = 0; g < groups; ++g) {  // a weight with zero points: each group's sum of xq
+      for (int64_t g = 0; g < groups; ++g) {
         int32_t sum = 0;
         for (int64_t t = g * group; t < (g + 1) * group; ++t) sum += xq[i * kp + t];
         xsum[i * groups + g] = sum;

@@ -199,8 +199,8 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, BatchSizeDoesNotChangeResults, "avx2", "mat
   check_batch_invariant(kAvx2Matmul);
 }
 
-// The avxvnni table's matmul (q8_0, the nibble types and q6_k on vpdpbusd, the rest the AVX2
-// leaves): the same checks, over every type.
+// The avxvnni table's matmul (every block type on vpdpbusd, the float types the AVX2 leaves):
+// the same checks, over every type.
 PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, MatchesReferenceOnSmallShapes, "avxvnni", "matmul") {
   check_small_shapes(kAvxVnniMatmul);
 }

@@ -212,10 +212,9 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
   const int64_t panel_bytes = kPanelRows * kp * w.bits / 8;
   const int64_t code_bytes = num_panels * panel_bytes;
   const int64_t scale_floats = num_panels * kPanelRows * groups;
-  // int4 codes are stored offset by 8 (unsigned, for vpmaddubsw) with zero points + 8 to match,
-  // so every int4 weight has zero points here; int8 ones only where the weight has them.
-  const bool zeros_here = w.zero_points != nullptr || w.bits == 4;
-  const int64_t zero_ints = zeros_here ? scale_floats : 0;
+  // int4 codes are stored offset by 8 (unsigned, for vpmaddubsw), with the zero points + 8 to
+  // match where the weight has them (a weight without them: the kernels take 8 as its zero).
+  const int64_t zero_ints = w.zero_points != nullptr ? scale_floats : 0;
   *storage = Buffer(static_cast<size_t>(code_bytes + (scale_floats + zero_ints) * 4));  // zero: padding
   auto* codes = storage->as<uint8_t>();
   auto* scales = reinterpret_cast<float*>(codes + code_bytes);
@@ -240,8 +239,7 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
         if (zeros != nullptr) {
           const int32_t offset = w.bits == 4 ? 8 : 0;
           for (int64_t g = 0; g < groups; ++g) {
-            const int32_t z = w.zero_points != nullptr ? w.zero_points[j * groups + g] : 0;
-            zeros[(p * groups + g) * kPanelRows + c] = z + offset;
+            zeros[(p * groups + g) * kPanelRows + c] = w.zero_points[j * groups + g] + offset;
           }
         }
       }

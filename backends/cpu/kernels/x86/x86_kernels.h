@@ -109,12 +109,22 @@ void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t
 void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
-// AVX-VNNI (the avxvnni table): matmul_packed_q8act_avx2 and matmul_q6_k_panels_avx2 with their
-// 4-byte groups on vpdpbusd; the same bits.
+// AVX-VNNI (the avxvnni table): matmul_packed_q8act_avx2 and the K-quant leaves with their 4-byte
+// groups on vpdpbusd; the same bits.
 void matmul_packed_q8act_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
                                  DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
                                  int64_t panel_begin, int64_t panel_end);
 void matmul_q6_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+                                const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                int64_t panel_end);
+void matmul_q4_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                                int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+void matmul_q5_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
+                                int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+void matmul_q2_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
+                                const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                int64_t panel_end);
+void matmul_q3_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
                                 const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
                                 int64_t panel_end);
 
@@ -134,8 +144,8 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
 //  - int8: per 4 columns [4u, 4u + 4): 32 bytes, rows 0..7's 4 codes;
 //  - int4: per 8 columns [8u, 8u + 8): 32 bytes, row c's 4 bytes at 4c, byte j holding column
 //    8u + j (low nibble) and 8u + 4 + j (high nibble), each the code + 8 (0..15, unsigned: the
-//    first operand of vpmaddubsw as it is), with the zero points + 8 to match (so every packed
-//    int4 weight has zero points: code - zero is unchanged).
+//    first operand of vpmaddubsw as it is), with the zero points + 8 to match where the weight
+//    has them, and a zero point of 8 implied where it has none (code - zero is unchanged).
 // The scales follow all the panels: panel p's at p * 8 * groups floats, group g's 8 rows at g * 8;
 // the zero points (where the weight has them) follow the scales, int32, laid out as they are.
 // A per-channel weight (group_size == k) has one group of kp columns.
@@ -147,8 +157,9 @@ float quantize_activation_row_int8_avx2(const float* x, int64_t k, int64_t kp, f
 
 // AVX2. y[i, 8p + c] for i < m, the rows of panels [panel_begin, panel_end) that exist (< n):
 // xq [m, kp] int8 with per-row scales s_x, against packed codes, scales and zero points (groups
-// of `group` columns, kp / group of them; zeros nullptr: none, else xsum [m, kp / group] holds
-// each row's sum of xq over each group). Bit for bit the reference's matmul_int.
+// of `group` columns, kp / group of them; zeros nullptr: none, or int4's implied 8); xsum [m, kp /
+// group] holds each row's sum of xq over each group, for int4 codes or zero points (else unused).
+// Bit for bit the reference's matmul_int.
 void matmul_int_packed_avx2(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
                             int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
                             int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
@@ -175,7 +186,7 @@ void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, Th
 // The Kernels::matmul entry: matmul_avx2_pooled over cpu_thread_pool().
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y);
 
-// The avxvnni table's: the same, with q8_0, the nibble types and q6_k on their _avxvnni leaves.
+// The avxvnni table's: the same, with every block type's product on its _avxvnni leaf.
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
 
