@@ -7,8 +7,9 @@
 // vector and the input's 4 codes one broadcast int32: vpmaddubsw (int8: |w| unsigned against x
 // with w's sign, pairs at most 2 x 128 x 127; int4: the stored code + 8, already unsigned, against
 // x, pairs at most 2 x 15 x 127) then vpmaddwd into int32 lanes, summed over a group exactly; less
-// zero * (the group's sum of x) where there are zero points (int4: the zero point + 8, or 8 where the weight has none); then
-// acc + float(dot) * (scale * s_x), the reference's order and rounding: bit for bit.
+// zero * (the group's sum of x) where there are zero points (int4: the zero point + 8, or 8 where
+// the weight has none); then acc + float(dot) * (scale * s_x), the reference's order and
+// rounding: bit for bit.
 //
 // int_matmul_avxvnni.cpp builds this file a second time with -mavxvnni and PAGODA_AVXVNNI set,
 // for the avxvnni table: there one vpdpbusd takes a 4-column step straight into the int32 lanes
