@@ -27,8 +27,9 @@ inline constexpr const char* kDummyConfig = R"({"architectures": ["LlamaForCausa
 
 inline constexpr int64_t kVocab = 512;  // stories260K's; the dummy model uses its tokenizer
 
-inline std::unique_ptr<EngineCore> make_core(const app::ModelFlags& flags, const EngineConfig& config) {
-  return testing::make_engine_core(flags, config);
+inline std::unique_ptr<EngineCore> make_core(const app::ModelFlags& flags, const EngineConfig& config,
+                                             cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
+  return testing::make_engine_core(flags, config, isa);
 }
 
 inline std::vector<TokenId> random_ids(std::mt19937& rng, size_t n) {
@@ -60,8 +61,9 @@ inline std::vector<TokenId> run_one(LLM& llm, const GenerateRequest& r) {
 }
 
 // kv_bytes_per_token: layers x 2 (K, V) x kv heads x (head size x the cache type's bytes, + 4 for
-// an int8 cache's scale).
-inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token, KvCacheDtype kv_dtype = KvCacheDtype::kF32) {
+// an int8 cache's scale). Every engine runs on the CPU kernel table `isa`.
+inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token, KvCacheDtype kv_dtype = KvCacheDtype::kF32,
+                        cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
   EngineConfig base;
   base.kv_cache_dtype = kv_dtype;
   base.scheduler.max_model_len = 256;  // within both models' context
@@ -72,7 +74,7 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
 
   std::vector<std::vector<TokenId>> baseline;
   {
-    LLM llm(make_core(flags, base));
+    LLM llm(make_core(flags, base, isa));
     for (const auto& p : probes) baseline.push_back(run_one(llm, p));
   }
   for (size_t k = 0; k < probes.size(); ++k) {
@@ -80,11 +82,11 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
     ASSERT_EQ(baseline[k].size(), 24u);
 
     {  // Another run, another engine.
-      LLM llm(make_core(flags, base));
+      LLM llm(make_core(flags, base, isa));
       EXPECT_EQ(run_one(llm, probes[k]), baseline[k]) << "second run";
     }
     {  // 1 of 64 concurrent requests, at three random positions.
-      LLM llm(make_core(flags, base));
+      LLM llm(make_core(flags, base, isa));
       std::uniform_int_distribution<size_t> len(1, 90), out(1, 40);
       std::vector<GenerateRequest> batch;
       for (int i = 0; i < 63; ++i) {
@@ -100,7 +102,7 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
       }
     }
     {  // Prefix cache: a hit on the probe's first 3 blocks, and caching off.
-      LLM cached(make_core(flags, base));
+      LLM cached(make_core(flags, base, isa));
       std::vector<TokenId> sibling(prompt.begin(), prompt.begin() + 50);
       sibling.push_back(5);
       run_one(cached, request(sibling, 4, std::nullopt));
@@ -110,13 +112,13 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
       EXPECT_EQ((*res)[0].outputs[0].token_ids, baseline[k]) << "prefix cache hit";
       EngineConfig off = base;
       off.enable_prefix_caching = false;
-      LLM uncached(make_core(flags, off));
+      LLM uncached(make_core(flags, off, isa));
       EXPECT_EQ(run_one(uncached, probes[k]), baseline[k]) << "prefix caching off";
     }
     {  // Chunked prefill, 8 tokens a step, beside other requests.
       EngineConfig small = base;
       small.scheduler.max_num_batched_tokens = 8;
-      LLM llm(make_core(flags, small));
+      LLM llm(make_core(flags, small, isa));
       std::vector<GenerateRequest> rs = {request(random_ids(rng, 30), 10, std::nullopt), probes[k],
                                          request(random_ids(rng, 20), 30, 3)};
       auto res = llm.generate(rs);
@@ -128,7 +130,7 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
       tight.block_size = 4;
       tight.scheduler.max_model_len = 128;
       tight.kv_cache_memory = 48 * tight.block_size * kv_bytes_per_token;
-      LLM llm(make_core(flags, tight));
+      LLM llm(make_core(flags, tight, isa));
       std::vector<GenerateRequest> rs;
       for (int i = 0; i < 7; ++i) rs.push_back(request(random_ids(rng, 50), 30, std::nullopt));
       rs.push_back(probes[k]);
@@ -138,7 +140,7 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
       EXPECT_EQ((*res)[7].outputs[0].token_ids, baseline[k]) << "preempted";
     }
     {  // The threaded Engine, as the server drives it: the stream's tokens.
-      Engine engine(make_core(flags, base));
+      Engine engine(make_core(flags, base, isa));
       auto s = engine.submit(probes[k]);
       ASSERT_TRUE(s.ok());
       std::vector<TokenId> streamed;

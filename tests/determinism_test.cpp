@@ -9,7 +9,8 @@
 //  - through the threaded Engine's stream (what the server sends, streamed or not).
 // Run on stories260K (a trained model; GQA group of 2: one query vector at a time) and on a
 // dummy q8_0 model with a GQA group of 8 (packed int8 matmul, query heads across the lanes);
-// determinism_types_test.cpp runs the same on every other quantized weight type and KV cache type.
+// determinism_types_test.cpp runs the same on every weight type and KV cache type, on every CPU
+// kernel table the CPU can run.
 // Where a kernel's reduction order depended on the batch, this is where it shows.
 #include <gtest/gtest.h>
 

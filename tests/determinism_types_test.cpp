@@ -1,7 +1,10 @@
 // The determinism suite (determinism_check.h) on the dummy GQA-8 model of determinism_test.cpp in
-// every other quantized weight type (each GGUF block type, W8A8, W4A8) and KV cache type (int8,
-// fp8). Rows of 256 and 512, so every K-quant applies as it is. A binary of its own because the
-// sanitizer build leaves it out (Makefile): there the K-quant tiles run hundreds of times slower
+// every weight type (bf16, each GGUF block type, W8A8, W4A8) and KV cache type (int8, fp8), on
+// every SIMD kernel table compiled in (cpu_kernel_tables(); a table the CPU lacks skips, saying
+// so). Not on the scalar reference kernels: each of their outputs is one loop in a fixed order
+// whatever the batch, and here they take 40 s a case. Rows of 256 and 512, so every K-quant
+// applies as it is. A binary of its own because the sanitizer build leaves it out (Makefile):
+// there the K-quant tiles run hundreds of times slower
 // (q2_k: 290 s against 0.9 s; every 32-byte access to their stack arrays goes through ASan's
 // region check), and their memory safety is what cpu_simd_kernels_test checks under ASan for
 // every type.
@@ -12,7 +15,11 @@
 #include <fstream>
 #include <ostream>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "determinism_check.h"
 
 namespace pagoda {
@@ -30,11 +37,27 @@ void PrintTo(const DummyCase& c, std::ostream* os) {
       << kv_cache_dtype_name(c.kv);
 }
 
-class DeterminismDummy : public ::testing::TestWithParam<DummyCase> {};
+// The SIMD kernel tables compiled in, by their PAGODA_CPU_ISA names.
+std::vector<std::string> kernel_table_names() {
+  std::vector<std::string> names;
+  for (const cpu::CpuKernelTable& table : cpu::cpu_kernel_tables()) names.emplace_back(table.name);
+  return names;
+}
+
+class DeterminismDummy : public ::testing::TestWithParam<std::tuple<DummyCase, std::string>> {};
 
 TEST_P(DeterminismDummy, GroupOf8) {
   PAGODA_TEST_FILE(tokenizer, "stories260K/stories260K.gguf");
-  const DummyCase& c = GetParam();
+  const DummyCase& c = std::get<0>(GetParam());
+  const std::string& table = std::get<1>(GetParam());
+  auto isa = cpu::parse_cpu_isa(table);
+  ASSERT_TRUE(isa.ok()) << isa.status().message();
+  for (const cpu::CpuKernelTable& t : cpu::cpu_kernel_tables()) {
+    if (t.name == table && !t.supported(cpu::cpu_features())) {
+      GTEST_SKIP() << "the CPU lacks " << t.needs << " for the " << table
+                   << " kernels; it has: " << cpu::cpu_features().to_string();
+    }
+  }
   const std::string dir = testing::make_temp_dir();
   ASSERT_FALSE(dir.empty());
   std::ofstream(dir + "/config.json") << determinism::kDummyConfig;  // rows of 256 and 512
@@ -45,20 +68,24 @@ TEST_P(DeterminismDummy, GroupOf8) {
   flags.quantization = c.quantization;
   flags.tokenizer = tokenizer;
   const int64_t head_bytes = c.kv == KvCacheDtype::kF32 ? 32 * 4 : c.kv == KvCacheDtype::kInt8 ? 32 + 4 : 32;
-  determinism::check_model(flags, 2 * 2 * 1 * head_bytes, c.kv);
+  determinism::check_model(flags, 2 * 2 * 1 * head_bytes, c.kv, *isa);
   std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     EveryType, DeterminismDummy,
-    ::testing::Values(DummyCase{"q4_0", ""}, DummyCase{"q4_1", ""}, DummyCase{"q5_0", ""},
-                      DummyCase{"q5_1", ""}, DummyCase{"q2_k", ""}, DummyCase{"q3_k", ""}, DummyCase{"q4_k", ""},
-                      DummyCase{"q5_k", ""}, DummyCase{"q6_k", ""}, DummyCase{"bfloat16", "w8a8"},
-                      DummyCase{"bfloat16", "w4a8"}, DummyCase{"q8_0", "", KvCacheDtype::kInt8},
-                      DummyCase{"q8_0", "", KvCacheDtype::kFp8E4M3}),
-    [](const ::testing::TestParamInfo<DummyCase>& info) {
-      std::string name = std::string(info.param.dtype) + "_" + info.param.quantization + "_" +
-                         std::string(kv_cache_dtype_name(info.param.kv));
+    ::testing::Combine(
+        ::testing::Values(DummyCase{"q8_0", ""}, DummyCase{"q4_0", ""}, DummyCase{"q4_1", ""},
+                          DummyCase{"q5_0", ""}, DummyCase{"q5_1", ""}, DummyCase{"q2_k", ""},
+                          DummyCase{"q3_k", ""}, DummyCase{"q4_k", ""}, DummyCase{"q5_k", ""},
+                          DummyCase{"q6_k", ""}, DummyCase{"bfloat16", ""}, DummyCase{"bfloat16", "w8a8"},
+                          DummyCase{"bfloat16", "w4a8"}, DummyCase{"q8_0", "", KvCacheDtype::kInt8},
+                          DummyCase{"q8_0", "", KvCacheDtype::kFp8E4M3}),
+        ::testing::ValuesIn(kernel_table_names())),
+    [](const ::testing::TestParamInfo<std::tuple<DummyCase, std::string>>& info) {
+      const DummyCase& c = std::get<0>(info.param);
+      std::string name = std::get<1>(info.param) + "_" + c.dtype + "_" + c.quantization + "_" +
+                         std::string(kv_cache_dtype_name(c.kv));
       for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       return name;
     });

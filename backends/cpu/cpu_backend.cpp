@@ -40,7 +40,7 @@ void install_avxvnni(Kernels* k) {
 
 constexpr CpuKernelTable kKernelTables[] = {
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
-     "avxvnni matmul (q8_0, q4_x / q5_x, q6_k; the rest avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",
+     "avxvnni matmul (every block type; f32 / f16 / bf16 avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvx2, "avx2", "avx2 fma f16c", has_avx2_fma_f16c, install_avx2,
      "avx2+fma+f16c matmul and matmul_int (packed weights), attention, rms_norm, silu_mul, add",

@@ -1,5 +1,6 @@
 // An EngineCore on the CPU backend for engine-level tests: the model and tokenizer as `pagoda`
-// loads them from `flags`. Fails the calling test (and returns nullptr) when loading fails.
+// loads them from `flags`, on the kernel table `isa` (the best the CPU has, by default). Fails the
+// calling test (and returns nullptr) when loading fails.
 // Header-only: the tests that include it link pagoda_app.
 #pragma once
 
@@ -13,8 +14,9 @@
 
 namespace pagoda::testing {
 
-inline std::unique_ptr<EngineCore> make_engine_core(const app::ModelFlags& flags, const EngineConfig& config) {
-  cpu::register_cpu_backend();
+inline std::unique_ptr<EngineCore> make_engine_core(const app::ModelFlags& flags, const EngineConfig& config,
+                                                    cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
+  cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = isa});
   auto loaded = app::load_model_and_tokenizer(flags);
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
   if (!loaded.ok()) return nullptr;
