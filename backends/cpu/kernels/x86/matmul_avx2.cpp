@@ -502,30 +502,23 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
         });
       };
 #if defined(PAGODA_AVXVNNI)
-      // vpdpbusd sums each group's products straight into the int32 lanes; then I = sc * D, one
-      // vpmulld. One input row (decode) splits each chunk's chain in two by the parity of g, so
-      // that vpdpbusd's latency is covered; integer sums, so the same D.
-      constexpr int kChains = R == 1 ? 2 : 1;
-      __m256i part[kChains][P][2][R];
-      unroll<kChains>([&](auto c) PAGODA_LAMBDA {
-        unroll<P>([&](auto p) PAGODA_LAMBDA {
-          unroll<2>([&](auto h) PAGODA_LAMBDA {
-            unroll<R>([&](auto r) PAGODA_LAMBDA { part[c.value][p.value][h.value][r.value] = _mm256_setzero_si256(); });
-          });
+      // vpdpbusd sums each group's products straight into the int32 lanes (D, at most 32 x 31 x
+      // 127); then I = sc * D, one vpmulld.
+      __m256i d32[P][2][R];
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
+        unroll<2>([&](auto h) PAGODA_LAMBDA {
+          unroll<R>([&](auto r) PAGODA_LAMBDA { d32[p.value][h.value][r.value] = _mm256_setzero_si256(); });
         });
       });
       unroll<8>([&](auto g) PAGODA_LAMBDA {
         __m256i xl[R], xh[R];
         inputs(g, xl, xh);
-        constexpr int chain = g.value % kChains;
         unroll<P>([&](auto p) PAGODA_LAMBDA {
           __m256i lo, hi;
           codes(p, g, lo, hi);
           unroll<R>([&](auto r) PAGODA_LAMBDA {
-            __m256i& d0 = part[chain][p.value][0][r.value];
-            __m256i& d1 = part[chain][p.value][1][r.value];
-            d0 = _mm256_dpbusd_avx_epi32(d0, lo, xl[r.value]);
-            d1 = _mm256_dpbusd_avx_epi32(d1, hi, xh[r.value]);
+            d32[p.value][0][r.value] = _mm256_dpbusd_avx_epi32(d32[p.value][0][r.value], lo, xl[r.value]);
+            d32[p.value][1][r.value] = _mm256_dpbusd_avx_epi32(d32[p.value][1][r.value], hi, xh[r.value]);
           });
         });
       });
@@ -533,9 +526,7 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
         unroll<2>([&](auto h) PAGODA_LAMBDA {
           const __m256i sc = _mm256_cvtepu8_epi32(load8(block[p.value] + L::kScalesAt + 8 * (2 * pair.value + h.value)));
           unroll<R>([&](auto r) PAGODA_LAMBDA {
-            __m256i d = part[0][p.value][h.value][r.value];
-            if constexpr (kChains == 2) d = _mm256_add_epi32(d, part[1][p.value][h.value][r.value]);
-            dot[p.value][h.value][r.value] = _mm256_mullo_epi32(d, sc);
+            dot[p.value][h.value][r.value] = _mm256_mullo_epi32(d32[p.value][h.value][r.value], sc);
           });
         });
       });
@@ -735,14 +726,10 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
       }
       const int64_t xc = 8 * b + c.value;  // the input block of chunk c
 #if defined(PAGODA_AVXVNNI)
-      // Each half's dot straight into the int32 lanes by vpdpbusd; one input row (decode) in two
-      // chains per half by the parity of g (integer sums: the same D).
-      constexpr int kChains = R == 1 ? 2 : 1;
-      __m256i sum32[kChains][P][2][R];
-      unroll<kChains>([&](auto ch) PAGODA_LAMBDA {
-        unroll<P>([&](auto p) PAGODA_LAMBDA {
-          unroll<2>([&](auto h) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { sum32[ch.value][p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
-        });
+      // Each half's dot straight into the int32 lanes by vpdpbusd.
+      __m256i sum32[P][2][R];
+      unroll<P>([&](auto p) PAGODA_LAMBDA {
+        unroll<2>([&](auto h) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { sum32[p.value][h.value][r.value] = _mm256_setzero_si256(); }); });
       });
 #else
       __m256i sum16[P][2][R];
@@ -763,7 +750,7 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
           }
           unroll<R>([&](auto r) PAGODA_LAMBDA {
 #if defined(PAGODA_AVXVNNI)
-            __m256i& s32 = sum32[g.value % kChains][p.value][g.value / 4][r.value];
+            __m256i& s32 = sum32[p.value][g.value / 4][r.value];
             s32 = _mm256_dpbusd_avx_epi32(s32, u, xv[r.value]);
 #else
             __m256i& s16 = sum16[p.value][g.value / 4][r.value];
@@ -797,12 +784,8 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
           const int32_t* hs = x_half_sums + 2 * (r.value * nb + xc);
           const __m256i x_pair = _mm256_set1_epi32((hs[0] & 0xffff) | static_cast<int32_t>(static_cast<uint32_t>(hs[1]) << 16));
 #if defined(PAGODA_AVXVNNI)
-          __m256i d0 = sum32[0][p.value][0][r.value], d1 = sum32[0][p.value][1][r.value];
-          if constexpr (kChains == 2) {
-            d0 = _mm256_add_epi32(d0, sum32[1][p.value][0][r.value]);
-            d1 = _mm256_add_epi32(d1, sum32[1][p.value][1][r.value]);
-          }
-          __m256i ints = _mm256_add_epi32(_mm256_mullo_epi32(d0, sc0), _mm256_mullo_epi32(d1, sc1));
+          __m256i ints = _mm256_add_epi32(_mm256_mullo_epi32(sum32[p.value][0][r.value], sc0),
+                                          _mm256_mullo_epi32(sum32[p.value][1][r.value], sc1));
 #else
           __m256i ints = _mm256_add_epi32(_mm256_madd_epi16(sum16[p.value][0][r.value], sc0),
                                           _mm256_madd_epi16(sum16[p.value][1][r.value], sc1));
