@@ -60,6 +60,11 @@ TEST(Perplexity, StatsOfHandWorkedPositions) {
   EXPECT_DOUBLE_EQ(s.top1_agreement(), 0.5);
   // Standard error of the mean NLL: |ln 4 - ln 10| / 2 for two samples.
   EXPECT_NEAR(s.ppl_stderr(), std::sqrt(40.0) * std::fabs(std::log(4.0) - std::log(10.0)) / 2, 1e-5);
+  // ln(PPL / base PPL): the mean of the per-token differences ln 4 - ln 2 = ln 2 and 0, with the
+  // standard error of that mean, |ln 2 - 0| / 2.
+  EXPECT_NEAR(s.ln_ppl_ratio(), std::log(2.0) / 2, 1e-6);
+  EXPECT_NEAR(s.ln_ppl_ratio(), std::log(s.ppl() / s.base_ppl()), 1e-9);
+  EXPECT_NEAR(s.ln_ppl_ratio_stderr(), std::log(2.0) / 2, 1e-6);
 }
 
 TEST(Perplexity, LogitsFileRoundTripsAndRefusesAnotherRun) {

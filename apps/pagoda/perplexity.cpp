@@ -30,6 +30,14 @@ double stderr_of_mean(const std::vector<double>& v) {
   return std::sqrt(sq / (n - 1) / n);
 }
 
+// a[i] - b[i], element by element.
+std::vector<double> differences(const std::vector<double>& a, const std::vector<double>& b) {
+  PAGODA_CHECK(a.size() == b.size());
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
 size_t argmax(std::span<const float> v) {
   return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
@@ -74,6 +82,9 @@ double PerplexityStats::ppl() const { return std::exp(mean_nll()); }
 double PerplexityStats::ppl_stderr() const { return ppl() * stderr_of_mean(nll_); }
 double PerplexityStats::base_ppl() const { return std::exp(mean(base_nll_)); }
 double PerplexityStats::mean_kld() const { return mean(kld_); }
+
+double PerplexityStats::ln_ppl_ratio() const { return mean(differences(nll_, base_nll_)); }
+double PerplexityStats::ln_ppl_ratio_stderr() const { return stderr_of_mean(differences(nll_, base_nll_)); }
 double PerplexityStats::kld_stderr() const { return stderr_of_mean(kld_); }
 double PerplexityStats::max_kld() const { return kld_.empty() ? 0 : *std::max_element(kld_.begin(), kld_.end()); }
 

@@ -32,6 +32,10 @@ class PerplexityStats {
   double ppl_stderr() const;  // ppl * the standard error of the mean NLL (as llama.cpp prints it)
   bool has_base() const { return !kld_.empty(); }
   double base_ppl() const;
+  // ln(ppl / base ppl), the mean over positions of NLL - base NLL, and that mean's standard error:
+  // both runs score the same tokens, so the ratio is known far better than either perplexity.
+  double ln_ppl_ratio() const;
+  double ln_ppl_ratio_stderr() const;
   double mean_kld() const;
   double kld_stderr() const;
   double kld_quantile(double q) const;  // q in [0, 1]: 0.5 median, 0.99 the 99th percentile

@@ -164,11 +164,13 @@ int run_perplexity(const PerplexityFlags& f) {
   if (!f.model.quantization.empty()) j["quantization"] = f.model.quantization;
   j["kv_cache_dtype"] = std::string(kv_cache_dtype_name(*cache_dtype));
   if (reader) {
-    std::printf("Base PPL = %.4f; ln(PPL / base PPL) = %.6f\n", stats.base_ppl(), std::log(stats.ppl() / stats.base_ppl()));
+    std::printf("Base PPL = %.4f; ln(PPL / base PPL) = %.6f +/- %.6f\n", stats.base_ppl(), stats.ln_ppl_ratio(),
+                stats.ln_ppl_ratio_stderr());
     std::printf("Mean KLD = %.6f +/- %.6f; 99th percentile %.6f; median %.6f; maximum %.6f\n", stats.mean_kld(),
                 stats.kld_stderr(), stats.kld_quantile(0.99), stats.kld_quantile(0.5), stats.max_kld());
     std::printf("Same top token: %.3f%%\n", 100 * stats.top1_agreement());
-    j["kl"] = {{"base_ppl", stats.base_ppl()},       {"mean_kld", stats.mean_kld()},
+    j["kl"] = {{"base_ppl", stats.base_ppl()},       {"ln_ppl_ratio", stats.ln_ppl_ratio()},
+               {"ln_ppl_ratio_stderr", stats.ln_ppl_ratio_stderr()}, {"mean_kld", stats.mean_kld()},
                {"kld_stderr", stats.kld_stderr()},   {"kld_p99", stats.kld_quantile(0.99)},
                {"kld_median", stats.kld_quantile(0.5)}, {"kld_max", stats.max_kld()},
                {"top1_agreement", stats.top1_agreement()}};

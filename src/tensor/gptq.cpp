@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "tensor/convert.h"
 #include "tensor/gguf_blocks.h"
+#include "tensor/half.h"
 #include "tensor/quant_blocks.h"
 
 namespace pagoda {
@@ -123,8 +124,31 @@ CodeRange code_range(DType type) {
   return {0, 0};
 }
 
-// A GGUF block: the type's quantizer chooses the block's scales from the values at begin(); each
-// element is then rounded on the grid those scales give ((d * sc) * q - dmin * mn) and stored.
+// Where the one f16 scale of a block of Q8_0, Q4_0 or Q5_0 lies (offset 0 of each); -1 for the
+// types whose scales their quantizer chooses (the K-quants, Q4_1 and Q5_1, with minimums).
+int64_t single_scale_offset(DType type) {
+  switch (type) {
+    case DType::kQ8_0: return offsetof(BlockQ8_0, d);
+    case DType::kQ4_0: return offsetof(BlockQ4_0, d);
+    case DType::kQ5_0: return offsetof(BlockQ5_0, d);
+    default: return -1;
+  }
+}
+
+// sum imp_i (v_i - s q_i)^2 with q_i = clamp(round(v_i / s), lo, hi), rounded as round() rounds.
+double group_error(const float* v, const double* imp, int64_t n, int lo, int hi, float s) {
+  double e = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = s != 0 ? std::clamp(std::nearbyint(v[i] / s), static_cast<float>(lo), static_cast<float>(hi)) : 0.0f;
+    const double d = static_cast<double>(v[i]) - static_cast<double>(s * q);
+    e += imp[i] * d * d;
+  }
+  return e;
+}
+
+// A GGUF block: the type's quantizer chooses the block's scales from the values at begin() (a
+// type with one scale then searches it: gptq_group_scale); each element is then rounded on the
+// grid those scales give ((d * sc) * q - dmin * mn) and stored.
 class BlockRounder final : public GptqGroupRounder {
  public:
   BlockRounder(DType type, uint8_t* out, int64_t row_bytes)
@@ -132,9 +156,15 @@ class BlockRounder final : public GptqGroupRounder {
         bytes_(dtype_traits(type).block_bytes), range_(code_range(type)), block_(static_cast<size_t>(bytes_)),
         chunks_(static_cast<size_t>(elems_ / kQuantBlock)) {}
 
-  void begin(int64_t row, int64_t group, const float* values) override {
+  void begin(int64_t row, int64_t group, const float* values, const double* importance) override {
     dst_ = out_ + row * row_bytes_ + group * bytes_;
     quantize_row(type_, values, block_.data(), elems_);
+    if (const int64_t at = single_scale_offset(type_); at >= 0) {
+      uint16_t d = 0;
+      std::memcpy(&d, block_.data() + at, sizeof d);
+      d = f32_to_fp16(gptq_group_scale(values, importance, elems_, range_.lo, range_.hi, fp16_to_f32(d), true, true));
+      std::memcpy(block_.data() + at, &d, sizeof d);
+    }
     dtype_traits(type_).decode_chunks(block_.data(), chunks_.data());
   }
 
@@ -164,24 +194,25 @@ class BlockRounder final : public GptqGroupRounder {
   uint8_t* dst_ = nullptr;
 };
 
-// A group of symmetric integer codes: the scale quantize_weight_row_symmetric gives the values at
-// begin(), each element then code * scale.
+// A group of symmetric integer codes: the scale gptq_group_scale chooses for the values at begin()
+// (from quantize_weight_row_symmetric's), each element then code * scale.
 class IntRounder final : public GptqGroupRounder {
  public:
   IntRounder(int bits, int64_t cols, int64_t group, int8_t* codes, float* scales)
       : bits_(bits), cols_(cols), group_(group), codes_(codes), scales_(scales),
         scratch_(static_cast<size_t>(group)) {}
 
-  void begin(int64_t row, int64_t group, const float* values) override {
+  void begin(int64_t row, int64_t group, const float* values, const double* importance) override {
     dst_ = codes_ + row * cols_ + group * group_;
     float* scale = scales_ + row * (cols_ / group_) + group;
     quantize_weight_row_symmetric(values, group_, bits_, group_, scratch_.data(), scale);
+    *scale = gptq_group_scale(values, importance, group_, lo_, hi_, *scale, false, false);
     scale_ = *scale;
   }
 
   float round(int64_t i, float v) override {
-    const float qmax = bits_ == 8 ? 127.0f : 7.0f;
-    const float q = scale_ != 0 ? std::clamp(std::nearbyint(v / scale_), -qmax, qmax) : 0.0f;
+    const float q = scale_ != 0 ? std::clamp(std::nearbyint(v / scale_), static_cast<float>(lo_), static_cast<float>(hi_))
+                                : 0.0f;
     dst_[i] = static_cast<int8_t>(q);
     return q * scale_;
   }
@@ -190,6 +221,7 @@ class IntRounder final : public GptqGroupRounder {
 
  private:
   int bits_;
+  int lo_ = bits_ == 8 ? -127 : -8, hi_ = bits_ == 8 ? 127 : 7;  // int8: -128 never (vpmaddubsw pairs)
   int64_t cols_, group_;
   int8_t* codes_;
   float* scales_;
@@ -199,6 +231,50 @@ class IntRounder final : public GptqGroupRounder {
 };
 
 }  // namespace
+
+float gptq_group_scale(const float* v, const double* imp, int64_t n, int lo, int hi, float rtn_scale, bool f16_scale,
+                       bool negative_ok) {
+  PAGODA_CHECK(lo < 0 && hi > 0);
+  float amax = 0, extreme = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      extreme = v[i];
+    }
+  }
+  if (amax == 0) return 0;
+  auto stored = [f16_scale](float s) { return f16_scale ? fp16_to_f32(f32_to_fp16(s)) : s; };
+  float best = rtn_scale;
+  double best_error = group_error(v, imp, n, lo, hi, rtn_scale);
+  auto consider = [&](float s) {
+    s = stored(s);
+    if (s == 0 || !std::isfinite(s)) return;
+    const double e = group_error(v, imp, n, lo, hi, s);
+    if (e < best_error) {
+      best_error = e;
+      best = s;
+    }
+  };
+  for (const float sign : {1.0f, -1.0f}) {
+    if (sign < 0 && !negative_ok) break;
+    // The code the extreme value takes at the end of the range on its side.
+    const int end = (extreme > 0) == (sign > 0) ? hi : -lo;
+    for (int percent = -25; percent <= 30; ++percent) {
+      const float codes = static_cast<float>(end) * (1.0f + 0.01f * static_cast<float>(percent));
+      const float s = stored(sign * amax / codes);
+      consider(s);
+      // The least-squares scale of these codes: sum imp v q / sum imp q^2.
+      double vq = 0, qq = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float q = std::clamp(std::nearbyint(v[i] / s), static_cast<float>(lo), static_cast<float>(hi));
+        vq += imp[i] * v[i] * q;
+        qq += imp[i] * q * q;
+      }
+      if (qq > 0) consider(static_cast<float>(vq / qq));
+    }
+  }
+  return best;
+}
 
 GptqHessian::GptqHessian(int64_t cols) : cols_(cols), upper_(static_cast<size_t>(cols * cols), 0.0f) {}
 
@@ -299,6 +375,11 @@ void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const s
   PAGODA_CHECK(group_len > 0 && cols % group_len == 0);
   PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);
   const int64_t batches = (rows + kSweepRows - 1) / kSweepRows;
+  std::vector<double> importance(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) {
+    const double d = u[static_cast<size_t>(j * cols + j)];
+    importance[static_cast<size_t>(j)] = 1.0 / (d * d);
+  }
   auto sweep = [&](int64_t first, int64_t last) {
     std::vector<std::unique_ptr<GptqGroupRounder>> rounders;
     for (int64_t i = 0; i < kSweepRows; ++i) rounders.push_back(make_rounder());
@@ -311,7 +392,7 @@ void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const s
         for (int64_t r = 0; r < n; ++r) {
           float* wr = w + (r0 + r) * cols;
           GptqGroupRounder& rounder = *rounders[static_cast<size_t>(r)];
-          if (in_group == 0) rounder.begin(r0 + r, group, wr + j);
+          if (in_group == 0) rounder.begin(r0 + r, group, wr + j, importance.data() + j);
           const float y = rounder.round(in_group, wr[j]);
           err[static_cast<size_t>(r)] = (static_cast<double>(wr[j]) - y) / uj[j];
           wr[j] = y;

@@ -6,10 +6,11 @@
 // correlation between input channels) nothing is spread and GPTQ is round-to-nearest.
 //
 // Here the rounding of a column follows the stored type's own grid: a group (a GGUF block, or an
-// int4 / int8 group) gets its scales, as the type's quantizer chooses them, from the values the
-// group holds when GPTQ reaches its first column (errors spread from earlier groups included);
-// then each element of the group is rounded to the nearest value that grid can store, and the
-// result is encoded with those scales. So the output is an ordinary block of the type, read by
+// int4 / int8 group) gets its scales from the values the group holds when GPTQ reaches its first
+// column (errors spread from earlier groups included); then each element of the group is rounded
+// to the nearest value that grid can store, and the result is encoded with those scales. The
+// types with one scale and symmetric codes (Q4_0, Q5_0, Q8_0, the int4 / int8 groups) search that
+// scale against the calibration (gptq_group_scale); the others take their quantizer's scales. So the output is an ordinary block of the type, read by
 // every decoder as any other. Columns go in their stored order (no act-order: GGUF blocks are
 // runs of adjacent columns).
 //
@@ -51,13 +52,15 @@ class GptqHessian {
 // triangular inverse runs on the pool's threads (nullptr: the caller's).
 Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double damp, ThreadPool* pool = nullptr);
 
-// Rounds the values of one group of one row: begin() sees the group's current values (and may
-// choose scales from them), round(i, v) returns the stored value nearest v for element i of the
+// Rounds the values of one group of one row: begin() sees the group's current values and what
+// rounding each costs the layer's outputs (GPTQ's importance of its column: the loss of an error
+// e in column j is (e / U(j, j))^2, so importance 1 / U(j, j)^2), and may choose scales from
+// them; round(i, v) returns the stored value nearest v for element i of the
 // group and remembers its code, end() encodes the group. One per thread (rounders are stateful).
 class GptqGroupRounder {
  public:
   virtual ~GptqGroupRounder() = default;
-  virtual void begin(int64_t row, int64_t group, const float* values) = 0;
+  virtual void begin(int64_t row, int64_t group, const float* values, const double* importance) = 0;
   virtual float round(int64_t i, float v) = 0;
   virtual void end() = 0;
 };
@@ -68,14 +71,24 @@ class GptqGroupRounder {
 void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const std::vector<double>& u,
                 const std::function<std::unique_ptr<GptqGroupRounder>()>& make_rounder, ThreadPool* pool);
 
+// The scale of one group of n values v of a type that stores value = scale * code, code in [lo,
+// hi] (lo < 0 < hi): the scale s whose codes q_i = clamp(round(v_i / s), lo, hi) give the least
+// sum imp_i (v_i - s q_i)^2. Searched among the scales that map the largest |v_i| to lo or hi,
+// less 1.5 to plus 2 codes in steps of a tenth, each with the least-squares scale of its codes,
+// and `rtn_scale` (the type's own quantizer's), so never worse than it. f16_scale: the scales
+// are as f16 stores them. negative_ok: negative scales (a GGUF d may be one) are searched too.
+// 0 for an all-zero group.
+float gptq_group_scale(const float* v, const double* imp, int64_t n, int lo, int hi, float rtn_scale, bool f16_scale,
+                       bool negative_ok);
+
 // W [rows, cols] (f32) as GGUF block type `type` (a quantized type whose blocks divide cols),
 // rounded by GPTQ against u: rows * row-bytes bytes.
 std::vector<uint8_t> gptq_quantize_blocks(DType type, const float* w, int64_t rows, int64_t cols,
                                           const std::vector<double>& u, ThreadPool* pool);
 
-// W [rows, cols] as symmetric integer codes (bits 8 or 4, scale per group of `group` columns
-// chosen as quantize_weight_row_symmetric chooses it), rounded by GPTQ against u: codes[rows *
-// cols], scales[rows * cols / group].
+// W [rows, cols] as symmetric integer codes (bits 8: codes in [-127, 127]; bits 4: [-8, 7]), a
+// scale per group of `group` columns chosen by gptq_group_scale, rounded by GPTQ against u:
+// codes[rows * cols], scales[rows * cols / group].
 void gptq_quantize_int(const float* w, int64_t rows, int64_t cols, int bits, int64_t group, const std::vector<double>& u,
                        int8_t* codes, float* scales, ThreadPool* pool);
 
