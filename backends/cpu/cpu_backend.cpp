@@ -9,10 +9,11 @@ namespace pagoda::cpu {
 
 Result<CpuIsa> parse_cpu_isa(std::string_view name) {
   if (name.empty() || name == "auto") return CpuIsa::kBest;
+  if (name == "avx512vnni") return CpuIsa::kAvx512Vnni;
   if (name == "avxvnni") return CpuIsa::kAvxVnni;
   if (name == "avx2") return CpuIsa::kAvx2;
   if (name == "scalar") return CpuIsa::kScalar;
-  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avxvnni, avx2 or scalar)");
+  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avx512vnni, avxvnni, avx2 or scalar)");
 }
 
 namespace {
@@ -38,7 +39,21 @@ void install_avxvnni(Kernels* k) {
   k->matmul_int = matmul_int_avxvnni;
 }
 
+// The avxvnni kernels too (its matmul takes the 256-bit VEX vpdpbusd): a CPU with AVX-512 VNNI
+// but not AVX-VNNI (Ice Lake, Zen 4) gets the avx2 table for now.
+bool has_avx512vnni(const CpuFeatures& f) { return has_avxvnni(f) && f.avx512f && f.avx512bw && f.avx512vnni; }
+
+void install_avx512vnni(Kernels* k) {
+  install_avxvnni(k);
+  k->matmul_int = matmul_int_avx512vnni;
+}
+
 constexpr CpuKernelTable kKernelTables[] = {
+    {CpuIsa::kAvx512Vnni, "avx512vnni", "avx2 fma f16c avxvnni avx512f avx512bw avx512vnni", has_avx512vnni,
+     install_avx512vnni,
+     "avx512vnni matmul_int; avxvnni matmul (every block type; f32 / f16 / bf16 avx2); avx2+fma+f16c attention, "
+     "rms_norm, silu_mul, add",
+     "embedding, rope, store_kv"},
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
      "avxvnni matmul (every block type; f32 / f16 / bf16 avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},

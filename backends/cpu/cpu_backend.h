@@ -14,13 +14,14 @@
 
 namespace pagoda::cpu {
 
-// Which kernel table to use. kBest: the best the CPU supports. kAvxVnni: the AVX2 kernels with
-// the integer matmul on AVX-VNNI; kAvx2: the AVX2 kernels (either an error on a CPU without
-// them). kScalar: the scalar reference kernels for every op (tests compare against them; also a
+// Which kernel table to use. kBest: the best the CPU supports. kAvx512Vnni: the avxvnni kernels
+// with the integer matmul on 512-bit AVX-512 VNNI; kAvxVnni: the AVX2 kernels with the block-type
+// and integer matmuls on AVX-VNNI; kAvx2: the AVX2 kernels (each an error on a CPU without them). kScalar: the scalar reference kernels for every op (tests compare against them; also a
 // fallback when a SIMD kernel is suspected).
-enum class CpuIsa { kBest, kAvxVnni, kAvx2, kScalar };
+enum class CpuIsa { kBest, kAvx512Vnni, kAvxVnni, kAvx2, kScalar };
 
-// "avxvnni", "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is kBest.
+// "avx512vnni", "avxvnni", "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is
+// kBest.
 Result<CpuIsa> parse_cpu_isa(std::string_view name);
 
 struct CpuBackendOptions {

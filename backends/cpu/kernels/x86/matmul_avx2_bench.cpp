@@ -179,6 +179,15 @@ void BM_MatmulIntAvxVnni(benchmark::State& state) {
   run_matmul_int(state, matmul_int_avxvnni_pooled);
 }
 
+void BM_MatmulIntAvx512Vnni(benchmark::State& state) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c && f.avxvnni && f.avx512f && f.avx512bw && f.avx512vnni)) {
+    state.SkipWithError("CPU lacks avx2/fma/f16c/avxvnni/avx512f/avx512bw/avx512vnni");
+    return;
+  }
+  run_matmul_int(state, matmul_int_avx512vnni_pooled);
+}
+
 void int_args(benchmark::internal::Benchmark* b) {
   for (int bits : {8, 4}) {
     for (int64_t m : {1, 8, 64, 256}) {
@@ -195,6 +204,10 @@ void int_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_MatmulIntAvx2)->Apply(int_args)->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})->UseRealTime();
 BENCHMARK(BM_MatmulIntAvxVnni)
+    ->Apply(int_args)
+    ->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})
+    ->UseRealTime();
+BENCHMARK(BM_MatmulIntAvx512Vnni)
     ->Apply(int_args)
     ->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})
     ->UseRealTime();

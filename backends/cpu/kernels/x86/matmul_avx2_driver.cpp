@@ -157,8 +157,10 @@ using IntPanelsFn = void (*)(const int8_t* xq, const float* s_x, const int32_t* 
                              int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
+// unsigned_int8: the leaf takes int8 codes' activations as code + 128, unsigned (the avx512vnni
+// one); the group sums stay those of the signed codes.
 void matmul_int_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool,
-                       IntPanelsFn panels_leaf) {
+                       IntPanelsFn panels_leaf, bool unsigned_int8 = false) {
   PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked && "matmul_int takes codes from pack_int_weight_avx2");
   if (m <= 0 || w.n <= 0) return;
   const int64_t kp = (w.k + 7) / 8 * 8;
@@ -184,11 +186,16 @@ void matmul_int_pooled(const float* x, int64_t m, const IntWeight& w, float* y, 
   auto quantize = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       s_x[i] = quantize_activation_row_int8_avx2(x + i * w.k, w.k, kp, w.input_scale, xq + i * kp);
-      if (xsum == nullptr) continue;
-      for (int64_t g = 0; g < groups; ++g) {
-        int32_t sum = 0;
-        for (int64_t t = g * group; t < (g + 1) * group; ++t) sum += xq[i * kp + t];
-        xsum[i * groups + g] = sum;
+      if (xsum != nullptr) {
+        for (int64_t g = 0; g < groups; ++g) {
+          int32_t sum = 0;
+          for (int64_t t = g * group; t < (g + 1) * group; ++t) sum += xq[i * kp + t];
+          xsum[i * groups + g] = sum;
+        }
+      }
+      if (unsigned_int8 && w.bits == 8) {
+        auto* u = reinterpret_cast<uint8_t*>(xq + i * kp);
+        for (int64_t t = 0; t < kp; ++t) u[t] ^= 0x80;
       }
     }
   };
@@ -222,6 +229,14 @@ void matmul_int_avxvnni_pooled(const float* x, int64_t m, const IntWeight& w, fl
 
 void matmul_int_avxvnni(const float* x, int64_t m, const IntWeight& w, float* y) {
   matmul_int_avxvnni_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_int_avx512vnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
+  matmul_int_pooled(x, m, w, y, pool, matmul_int_packed_avx512vnni, /*unsigned_int8=*/true);
+}
+
+void matmul_int_avx512vnni(const float* x, int64_t m, const IntWeight& w, float* y) {
+  matmul_int_avx512vnni_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 }  // namespace pagoda::cpu

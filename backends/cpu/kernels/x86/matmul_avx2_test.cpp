@@ -552,6 +552,18 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvxVnni, BatchSizeDoesNotChangeResults, "avxvn
   check_matmul_int_batch_invariant(matmul_int_avxvnni_pooled);
 }
 
+// The avx512vnni table: its matmul_int on 512-bit vpdpbusd, two panels per vector, int8 inputs
+// unsigned (x + 128); its other entries are the avxvnni table's very functions, tested there.
+// The problems' odd panel counts (n = 67: 9 panels) take the repeated-half tail; m = 9 a tile of
+// 8 rows and one of 1.
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx512Vnni, MatchesReferenceBitForBit, "avx512vnni", "matmul_int pack_int_weight") {
+  check_matmul_int_matches_reference(matmul_int_avx512vnni_pooled);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx512Vnni, BatchSizeDoesNotChangeResults, "avx512vnni", "matmul_int") {
+  check_matmul_int_batch_invariant(matmul_int_avx512vnni_pooled);
+}
+
 PAGODA_KERNEL_TABLE_TEST(QuantizeActivationInt8Avx2, MatchesScalarBitForBit, "avx2", "matmul_int") {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
@@ -584,8 +596,9 @@ TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_NE(bad.status().message().find("avx1024"), std::string::npos);
 }
 
-// The best table: avxvnni where the CPU has AVX-VNNI (its matmul and matmul_int; the other
-// entries the avx2 table's), else avx2, else the reference.
+// The best table: avx512vnni where the CPU has AVX-VNNI and AVX-512 VNNI (the avxvnni table's
+// entries but matmul_int), else avxvnni where it has AVX-VNNI (its matmul and matmul_int; the
+// other entries the avx2 table's), else avx2, else the reference.
 TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto forced = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kScalar});
   ASSERT_TRUE(forced.ok());
@@ -606,7 +619,16 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   const bool vnni = has_avx2() && cpu_features().avxvnni;
   auto avxvnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvxVnni});
   EXPECT_EQ(avxvnni.ok(), vnni) << (avxvnni.ok() ? "" : avxvnni.status().message());
-  if (vnni) {
+  const bool avx512 = vnni && cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vnni;
+  auto avx512vnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Vnni});
+  EXPECT_EQ(avx512vnni.ok(), avx512) << (avx512vnni.ok() ? "" : avx512vnni.status().message());
+  if (avx512) {
+    EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
+    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
+    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_NE(fast.description().find("avx512vnni"), std::string::npos) << fast.description();
+    EXPECT_EQ((*avxvnni)->kernels().matmul_int, &matmul_int_avxvnni);
+  } else if (vnni) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avxvnni);
     EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);

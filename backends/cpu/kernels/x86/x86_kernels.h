@@ -170,13 +170,23 @@ void matmul_int_packed_avxvnni(const int8_t* xq, const float* s_x, const int32_t
                                int64_t group, int bits, const void* codes, const float* scales, const int32_t* zeros,
                                int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
+// AVX-512 VNNI (the avx512vnni table): as matmul_int_packed_avxvnni on 512-bit vectors, two panels
+// per vector, except that for int8 codes xq holds each code + 128 as an unsigned byte (the XOR
+// 0x80 of the int8 code); int4 codes take xq signed, as the others. The same bits.
+void matmul_int_packed_avx512vnni(const int8_t* xq, const float* s_x, const int32_t* xsum, int64_t m, int64_t kp,
+                                  int64_t group, int bits, const void* codes, const float* scales,
+                                  const int32_t* zeros, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                  int64_t panel_end);
+
 // The Kernels::matmul_int entries: activations quantized per row, panels split over
 // cpu_thread_pool() (the pooled forms take the pool, nullptr: the calling thread), multiplied by
-// matmul_int_packed_avx2 or _avxvnni. Both take pack_int_weight_avx2's layout.
+// matmul_int_packed_avx2, _avxvnni or _avx512vnni. All take pack_int_weight_avx2's layout.
 void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
 void matmul_int_avx2(const float* x, int64_t m, const IntWeight& w, float* y);
 void matmul_int_avxvnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
 void matmul_int_avxvnni(const float* x, int64_t m, const IntWeight& w, float* y);
+void matmul_int_avx512vnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
+void matmul_int_avx512vnni(const float* x, int64_t m, const IntWeight& w, float* y);
 
 // y[m, n] = x[m, k] * w[n, k]^T (the Kernels::matmul contract) for w from
 // pack_matmul_weight_avx2, its panels split over `pool` in chunks (pool == nullptr, or a small
