@@ -241,14 +241,9 @@ PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, const int32_t* 
       const int8_t* xi = xq + i * kp;
       const int32_t* si = xsum == nullptr ? nullptr : xsum + i * groups;
       float* yi = y + i * ldy + p * kPanelRows;
-      const int64_t rows = m - i < kIntRows ? m - i : kIntRows;
-      const bool stream = m == 1;
-      switch (rows) {
-        case 1: int_tile<1, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
-        case 2: int_tile<2, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
-        case 3: int_tile<3, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
-        default: int_tile<4, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, stream); break;
-      }
+      with_rows<kIntRows>(m - i, [&](auto rows) PAGODA_LAMBDA {
+        int_tile<decltype(rows)::value, kBits>(xi, s_x + i, si, kp, group, panel, sc, zp, yi, ldy, valid, m == 1);
+      });
     }
   }
 }

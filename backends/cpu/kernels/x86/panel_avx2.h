@@ -34,6 +34,15 @@ PAGODA_INLINE void unroll(F&& f) {
   (std::make_integer_sequence<int, N>{});
 }
 
+// Calls f(Idx<R>{}) with R = rows, for rows in [1, kMax] (more than kMax: kMax): a tile of a
+// compile-time row count for a run-time one.
+template <int kMax, class F>
+PAGODA_INLINE void with_rows(int64_t rows, F&& f) {
+  unroll<kMax>([&](auto r) __attribute__((always_inline)) {
+    if (rows == r.value + 1 || (r.value + 1 == kMax && rows > kMax)) f(Idx<r.value + 1>{});
+  });
+}
+
 PAGODA_INLINE int32_t load_i32(const void* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
