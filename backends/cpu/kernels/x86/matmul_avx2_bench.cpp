@@ -41,7 +41,7 @@ Weights random_weights(DType t, int64_t n, int64_t k) {
   return out;
 }
 
-enum class Kernel { kReference, kAvx2, kAvxVnni };
+enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512Vnni };
 
 // Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
 // kernel runs on the row-major weights, the others on the packed ones.
@@ -52,11 +52,17 @@ void run(benchmark::State& state, Kernel kernel) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }
-  if (kernel == Kernel::kAvxVnni && !f.avxvnni) {
+  if ((kernel == Kernel::kAvxVnni || kernel == Kernel::kAvx512Vnni) && !f.avxvnni) {
     state.SkipWithError("CPU lacks avxvnni");
     return;
   }
-  auto* packed_matmul = kernel == Kernel::kAvxVnni ? matmul_avxvnni_pooled : matmul_avx2_pooled;
+  if (kernel == Kernel::kAvx512Vnni && !(f.avx512f && f.avx512bw && f.avx512vnni)) {
+    state.SkipWithError("CPU lacks avx512f/avx512bw/avx512vnni");
+    return;
+  }
+  auto* packed_matmul = kernel == Kernel::kAvx512Vnni ? matmul_avx512vnni_pooled
+                        : kernel == Kernel::kAvxVnni  ? matmul_avxvnni_pooled
+                                                      : matmul_avx2_pooled;
   const auto t = static_cast<DType>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   const bool threaded = state.range(4) != 0;
@@ -93,6 +99,7 @@ void run(benchmark::State& state, Kernel kernel) {
 
 void BM_MatmulAvx2(benchmark::State& state) { run(state, Kernel::kAvx2); }
 void BM_MatmulAvxVnni(benchmark::State& state) { run(state, Kernel::kAvxVnni); }
+void BM_MatmulAvx512Vnni(benchmark::State& state) { run(state, Kernel::kAvx512Vnni); }
 void BM_MatmulReference(benchmark::State& state) { run(state, Kernel::kReference); }
 
 void avx2_args(benchmark::internal::Benchmark* b) {
@@ -113,6 +120,10 @@ BENCHMARK(BM_MatmulAvx2)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();
 BENCHMARK(BM_MatmulAvxVnni)
+    ->Apply(avx2_args)
+    ->ArgNames({"dtype", "m", "n", "k", "threaded"})
+    ->UseRealTime();
+BENCHMARK(BM_MatmulAvx512Vnni)
     ->Apply(avx2_args)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();

@@ -26,8 +26,10 @@ struct QuantizedInput {
   const int32_t* sums;  // nullptr unless asked for
 };
 
+// unsigned_codes: each code + 128 as an unsigned byte (its XOR 0x80), for a leaf that takes them
+// so; the sums stay those of the signed codes.
 QuantizedInput quantize_input(const float* x, int64_t m, int64_t k, bool with_sums, bool parallel,
-                              ThreadPool* pool) {
+                              ThreadPool* pool, bool unsigned_codes = false) {
   PAGODA_CHECK(k % kQuantBlock == 0);
   thread_local std::vector<BlockQ8Act> xq;
   thread_local std::vector<int32_t> sums;
@@ -40,6 +42,11 @@ QuantizedInput quantize_input(const float* x, int64_t m, int64_t k, bool with_su
     quantize_activation_rows_avx2(x + begin * k, end - begin, k, xq_data + begin * nb);
     if (with_sums) {
       activation_block_sums_avx2(xq_data + begin * nb, (end - begin) * nb, sums_data + begin * nb);
+    }
+    if (unsigned_codes) {
+      for (int64_t b = begin * nb; b < end * nb; ++b) {
+        for (int8_t& q : xq_data[b].qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
+      }
     }
   };
   if (parallel && m >= 2 * pool->num_threads()) {
@@ -76,12 +83,17 @@ struct MatmulLeaves {
   decltype(&matmul_packed_q8act_avx2) q8act;
   decltype(&matmul_q4_k_panels_avx2) q4_k, q5_k;            // take the blocks' sums
   decltype(&matmul_q6_k_panels_avx2) q2_k, q3_k, q6_k;      // take the blocks' half sums
+  decltype(&matmul_q8_0_unsigned_avx512vnni) q8_0_batched = nullptr;  // q8_0, m > 1, unsigned codes
 };
 constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_avx2, matmul_q5_k_panels_avx2,
                                    matmul_q2_k_panels_avx2,  matmul_q3_k_panels_avx2, matmul_q6_k_panels_avx2};
 constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
                                       matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
                                       matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni};
+constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
+                                         matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
+                                         matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni,
+                                         matmul_q8_0_unsigned_avx512vnni};
 
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
@@ -106,6 +118,11 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
   const DType type = w.dtype;
   const bool nibbles = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1;
   const bool with_sums = nibbles || type == DType::kQ4_K || type == DType::kQ5_K;
+  if (type == DType::kQ8_0 && m > 1 && leaves.q8_0_batched != nullptr) {
+    const QuantizedInput xu = quantize_input(x, m, k, false, parallel, pool, /*unsigned_codes=*/true);
+    split([&](int64_t p0, int64_t p1) { leaves.q8_0_batched(xu.blocks, m, k, w.data, n, y, n, p0, p1); });
+    return;
+  }
   const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
   if (type == DType::kQ8_0 || nibbles) {
     split([&](int64_t p0, int64_t p1) {
@@ -145,6 +162,17 @@ void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y,
 
 void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y) {
   matmul_avxvnni_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
+               "the AVX-512 VNNI matmul takes weights from pack_matmul_weight_avx2");
+  if (m <= 0 || w.num_rows() <= 0) return;
+  matmul_packed_pooled(x, m, w, y, pool, kAvx512VnniLeaves);
+}
+
+void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx512vnni_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {

@@ -109,6 +109,7 @@ struct MatmulEntry {
 };
 constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2};
 constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni};
+constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni};
 
 void check_small_shapes(const MatmulEntry& matmul) {
   uint32_t seed = 1;
@@ -215,6 +216,25 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, ThreadCountDoesNotChangeResults, "avxvnn
 
 PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, BatchSizeDoesNotChangeResults, "avxvnni", "matmul") {
   check_batch_invariant(kAvxVnniMatmul);
+}
+
+// The avx512vnni table's matmul (batched q8_0 on 512-bit vpdpbusd, two panels per vector, the
+// rest the avxvnni leaves): the same checks, over every type. The shapes' odd panel counts (n = 7,
+// 33, 67) take the repeated-half tail, m = 13 and 33 tiles of 8 rows and a remainder.
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, MatchesReferenceOnSmallShapes, "avx512vnni", "matmul") {
+  check_small_shapes(kAvx512VnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, MatchesReferenceOnLongRowsThreaded, "avx512vnni", "matmul") {
+  check_long_rows_threaded(kAvx512VnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, ThreadCountDoesNotChangeResults, "avx512vnni", "matmul") {
+  check_thread_count_invariant(kAvx512VnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, BatchSizeDoesNotChangeResults, "avx512vnni", "matmul") {
+  check_batch_invariant(kAvx512VnniMatmul);
 }
 
 // The packed view keeps the weight's type and shape; its bytes (panels of 8 rows, the last one
@@ -597,7 +617,7 @@ TEST(CpuBackend, ParsesIsaNames) {
 }
 
 // The best table: avx512vnni where the CPU has AVX-VNNI and AVX-512 VNNI (the avxvnni table's
-// entries but matmul_int), else avxvnni where it has AVX-VNNI (its matmul and matmul_int; the
+// entries but matmul and matmul_int), else avxvnni where it has AVX-VNNI (its matmul and matmul_int; the
 // other entries the avx2 table's), else avx2, else the reference.
 TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto forced = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kScalar});
@@ -623,7 +643,7 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto avx512vnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Vnni});
   EXPECT_EQ(avx512vnni.ok(), avx512) << (avx512vnni.ok() ? "" : avx512vnni.status().message());
   if (avx512) {
-    EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
+    EXPECT_EQ(fast.kernels().matmul, &matmul_avx512vnni);
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
     EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
     EXPECT_NE(fast.description().find("avx512vnni"), std::string::npos) << fast.description();
