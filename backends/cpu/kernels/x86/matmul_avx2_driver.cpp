@@ -83,7 +83,7 @@ struct MatmulLeaves {
   decltype(&matmul_packed_q8act_avx2) q8act;
   decltype(&matmul_q4_k_panels_avx2) q4_k, q5_k;            // take the blocks' sums
   decltype(&matmul_q6_k_panels_avx2) q2_k, q3_k, q6_k;      // take the blocks' half sums
-  decltype(&matmul_q8_0_unsigned_avx512vnni) q8_0_batched = nullptr;  // q8_0, m > 1, unsigned codes
+  decltype(&matmul_q8act_batched_avx512vnni) q8act_batched = nullptr;  // m > 1; q8_0's codes unsigned
 };
 constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_avx2, matmul_q5_k_panels_avx2,
                                    matmul_q2_k_panels_avx2,  matmul_q3_k_panels_avx2, matmul_q6_k_panels_avx2};
@@ -93,7 +93,7 @@ constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_p
 constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
                                          matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
                                          matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni,
-                                         matmul_q8_0_unsigned_avx512vnni};
+                                         matmul_q8act_batched_avx512vnni};
 
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
@@ -118,9 +118,11 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
   const DType type = w.dtype;
   const bool nibbles = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1;
   const bool with_sums = nibbles || type == DType::kQ4_K || type == DType::kQ5_K;
-  if (type == DType::kQ8_0 && m > 1 && leaves.q8_0_batched != nullptr) {
-    const QuantizedInput xu = quantize_input(x, m, k, false, parallel, pool, /*unsigned_codes=*/true);
-    split([&](int64_t p0, int64_t p1) { leaves.q8_0_batched(xu.blocks, m, k, w.data, n, y, n, p0, p1); });
+  if ((type == DType::kQ8_0 || nibbles) && m > 1 && leaves.q8act_batched != nullptr) {
+    const QuantizedInput xb = quantize_input(x, m, k, with_sums, parallel, pool, /*unsigned_codes=*/type == DType::kQ8_0);
+    split([&](int64_t p0, int64_t p1) {
+      leaves.q8act_batched(xb.blocks, xb.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
+    });
     return;
   }
   const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);

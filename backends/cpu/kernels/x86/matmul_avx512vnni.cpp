@@ -1,82 +1,154 @@
-// The AVX-512 VNNI leaf of the avx512vnni table's matmul for q8_0 weights in batched products (m >
-// 1; decode and the other block types take the avxvnni leaves). The panels are
-// pack_matmul_weight_avx2's (x86_kernels.h): per 32-element block, the 8 rows' fp16 scales, then
-// 8 groups of 32 bytes, each the 4 int8 weights of every row. Two panels per 512-bit vector, p in
-// the low half and p + 1 in the high half, so a vpdpbusd is a 4-column step of 16 output rows.
+// The AVX-512 VNNI leaf of the avx512vnni table's matmul for the 32-element block types (q8_0,
+// q4_0, q4_1, q5_0, q5_1) in batched products (m > 1; decode and the K-quants take the avxvnni
+// leaves), over pack_matmul_weight_avx2's panels of 8 rows (x86_kernels.h; matmul_avx2.cpp
+// describes each type's block). Two panels per 512-bit vector, p in the low half and p + 1 in the
+// high half, so a vpdpbusd is a 4-column step of 16 output rows.
 // Built with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni -ffp-contract=off; read
 // x86_kernels.h before adding an #include here.
 //
-// As in int_matmul_avx512vnni.cpp, the input codes come unsigned (x + 128, made so by the
+// q8_0: as in int_matmul_avx512vnni.cpp, the input codes come unsigned (x + 128, made so by the
 // driver), a step is one vpdpbusd per input row, and each block's 128 * sum(w), one more
-// vpdpbusd per step that the tile's input rows share, comes off its dot: the block's exact
-// integer dot, then acc + float(dot) * (d_w * d_x), the reference's order and rounding, bit for
-// bit (matmul_avx2.cpp's quant_tile, on 16 rows).
+// vpdpbusd per step that the tile's input rows share, comes off its dot. The nibble types' codes
+// are unsigned already and go against the signed input codes, as in the avxvnni leaf. Then the
+// block's exact integer dot goes into acc + float(dot) * (d_w * d_x) (and the mins' term), the
+// reference's order and rounding, bit for bit (matmul_avx2.cpp's quant_tile, on 16 rows).
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/x86/panel_avx2.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "base/check.h"
 #include "tensor/quant_blocks.h"
 
 namespace pagoda::cpu {
 namespace {
 
-constexpr int64_t kBlockBytes = 16 + 8 * kQuantBlock;  // a q8_0 panel's block
-constexpr int64_t kBlockSlice = 16;                    // blocks per k slice (8.5 KiB of a panel pair)
-constexpr int kRows = 8;                               // input rows per tile
+constexpr int64_t kBlockSlice = 16;  // blocks per k slice (8.5 KiB of a q8_0 panel pair)
+constexpr int kRows = 8;             // input rows per tile
 
 PAGODA_INLINE __m512i load_pair(const uint8_t* a, const uint8_t* b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
 }
 
-// The 16 rows' fp16 scales of a block of each panel, as floats.
-PAGODA_INLINE __m512 scales_pair(const uint8_t* a, const uint8_t* b) {
+// 8 fp16 values of each panel (16 bytes at a and at b) as 16 floats.
+PAGODA_INLINE __m512 halves_pair(const uint8_t* a, const uint8_t* b) {
   const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
   return _mm512_cvtph_ps(h);
 }
 
-// y[r, lanes of mask] (+)= the blocks [b0, b1) of R input rows (row r's blocks at x + r * nb, codes
-// unsigned) against panels a and b. accumulate: continue the running sums already in y.
-template <int R>
-PAGODA_INLINE void q8_tile(const BlockQ8Act* x, int64_t nb, const uint8_t* a, const uint8_t* b, int64_t b0,
-                           int64_t b1, bool accumulate, float* y, int64_t ldy, __mmask16 mask) {
-  __m512 acc[R];
-  unroll<R>([&](auto r) PAGODA_LAMBDA {
-    acc[r.value] = accumulate ? _mm512_maskz_loadu_ps(mask, y + r.value * ldy) : _mm512_setzero_ps();
-  });
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t blk = b0; blk < b1; ++blk) {
-    const uint8_t* wa = a + blk * kBlockBytes;
-    const uint8_t* wb = b + blk * kBlockBytes;
-    __m512i dot[R];
-    unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm512_setzero_si512(); });
+// q8_0 panels (matmul_avx2.cpp's Q8Panel): 8 groups g of 32 bytes after the scales, each the 4
+// int8 weights [4g, 4g + 4) of rows 0..7. Input codes unsigned: the block's dot is sum(u w) less
+// 128 sum(w), the latter one vpdpbusd per group for all the tile's rows.
+struct Q8Pair {
+  static constexpr int64_t kBlockBytes = 16 + 8 * kQuantBlock;
+  static constexpr bool kHasMin = false;
+  static constexpr int64_t kMinAt = 0;
+  template <int R>
+  static PAGODA_INLINE void dots(const uint8_t* wa, const uint8_t* wb, const BlockQ8Act* const* xb, const int32_t*,
+                                 __m512i (&dot)[R]) {
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512i wsum = _mm512_setzero_si512();  // 128 * sum(w) per lane
+    unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm512_setzero_si512(); });
     unroll<8>([&](auto g) PAGODA_LAMBDA {
       const __m512i w = load_pair(wa + 16 + 32 * g.value, wb + 16 + 32 * g.value);
       wsum = _mm512_dpbusd_epi32(wsum, bias, w);
       unroll<R>([&](auto r) PAGODA_LAMBDA {
-        const __m512i xv = _mm512_set1_epi32(load_i32(x[r.value * nb + blk].qs + 4 * g.value));
-        dot[r.value] = _mm512_dpbusd_epi32(dot[r.value], xv, w);
+        dot[r.value] = _mm512_dpbusd_epi32(dot[r.value], _mm512_set1_epi32(load_i32(xb[r.value]->qs + 4 * g.value)), w);
       });
     });
-    const __m512 d_w = scales_pair(wa, wb);
+    unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm512_sub_epi32(dot[r.value], wsum); });
+  }
+};
+
+// Shifts each byte's bit kFrom to bit kTo (other bits: masked off by the caller).
+template <int kFrom, int kTo>
+PAGODA_INLINE __m512i move_bit(__m512i v) {
+  if constexpr (kFrom < kTo) return _mm512_slli_epi16(v, kTo - kFrom);
+  else if constexpr (kFrom > kTo) return _mm512_srli_epi16(v, kFrom - kTo);
+  else return v;
+}
+
+// q4_0 / q4_1 / q5_0 / q5_1 panels (matmul_avx2.cpp's NibblePanel, whose comment has the layout):
+// the unsigned codes against the signed input codes, less kOffset * (the block's input sum).
+template <bool kMin, bool kFifth, int kOffset>
+struct NibblePair {
+  static constexpr int64_t kMinAt = 16;
+  static constexpr int64_t kFifthAt = kMinAt + (kMin ? 16 : 0);
+  static constexpr int64_t kCodesAt = kFifthAt + (kFifth ? 32 : 0);
+  static constexpr int64_t kBlockBytes = kCodesAt + 4 * kQuantBlock;
+  static constexpr bool kHasMin = kMin;
+  template <int R>
+  static PAGODA_INLINE void dots(const uint8_t* wa, const uint8_t* wb, const BlockQ8Act* const* xb,
+                                 const int32_t* x_sums, __m512i (&dot)[R]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512i fifth = _mm512_setzero_si512();
+    if constexpr (kFifth) fifth = load_pair(wa + kFifthAt, wb + kFifthAt);
+    unroll<R>([&](auto r) PAGODA_LAMBDA { dot[r.value] = _mm512_setzero_si512(); });
+    unroll<4>([&](auto h) PAGODA_LAMBDA {
+      const __m512i bytes = load_pair(wa + kCodesAt + 32 * h.value, wb + kCodesAt + 32 * h.value);
+      __m512i lo = _mm512_and_si512(bytes, low4);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
+      if constexpr (kFifth) {
+        const __m512i bit4 = _mm512_set1_epi8(0x10);
+        lo = _mm512_or_si512(lo, _mm512_and_si512(move_bit<2 * h.value, 4>(fifth), bit4));
+        hi = _mm512_or_si512(hi, _mm512_and_si512(move_bit<2 * h.value + 1, 4>(fifth), bit4));
+      }
+      unroll<R>([&](auto r) PAGODA_LAMBDA {
+        const __m512i x_lo = _mm512_set1_epi32(load_i32(xb[r.value]->qs + 4 * h.value));
+        const __m512i x_hi = _mm512_set1_epi32(load_i32(xb[r.value]->qs + 16 + 4 * h.value));
+        dot[r.value] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(dot[r.value], lo, x_lo), hi, x_hi);
+      });
+    });
+    if constexpr (kOffset != 0) {
+      unroll<R>([&](auto r) PAGODA_LAMBDA {
+        dot[r.value] = _mm512_sub_epi32(dot[r.value], _mm512_set1_epi32(kOffset * x_sums[r.value]));
+      });
+    }
+  }
+};
+
+// y[r, lanes of mask] (+)= the blocks [b0, b1) of R input rows (row r's blocks at x + r * nb,
+// their sums at x_sums + r * nb) against panels a and b: per block acc + float(dot) * (d_w *
+// d_x), then for q4_1 / q5_1 acc + float(X) * (m * d_x), matmul_avx2.cpp's block_step.
+// accumulate: continue the running sums already in y.
+template <class W, int R>
+PAGODA_INLINE void pair_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* a,
+                             const uint8_t* b, int64_t b0, int64_t b1, bool accumulate, float* y, int64_t ldy,
+                             __mmask16 mask) {
+  __m512 acc[R];
+  unroll<R>([&](auto r) PAGODA_LAMBDA {
+    acc[r.value] = accumulate ? _mm512_maskz_loadu_ps(mask, y + r.value * ldy) : _mm512_setzero_ps();
+  });
+  for (int64_t blk = b0; blk < b1; ++blk) {
+    const uint8_t* wa = a + blk * W::kBlockBytes;
+    const uint8_t* wb = b + blk * W::kBlockBytes;
+    const BlockQ8Act* xb[R];
+    int32_t sums[R];
     unroll<R>([&](auto r) PAGODA_LAMBDA {
-      const __m512 d = _mm512_mul_ps(d_w, _mm512_set1_ps(x[r.value * nb + blk].d));
-      const __m512i exact = _mm512_sub_epi32(dot[r.value], wsum);
-      acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(exact), d));
+      xb[r.value] = x + r.value * nb + blk;
+      sums[r.value] = x_sums == nullptr ? 0 : x_sums[r.value * nb + blk];
+    });
+    __m512i dot[R];
+    W::template dots<R>(wa, wb, xb, sums, dot);
+    const __m512 d_w = halves_pair(wa, wb);
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
+      const __m512 dx = _mm512_set1_ps(xb[r.value]->d);
+      acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(dot[r.value]), _mm512_mul_ps(d_w, dx)));
+      if constexpr (W::kHasMin) {
+        const __m512 m_w = halves_pair(wa + W::kMinAt, wb + W::kMinAt);
+        acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_set1_epi32(sums[r.value])),
+                                                                 _mm512_mul_ps(m_w, dx)));
+      }
     });
   }
   unroll<R>([&](auto r) PAGODA_LAMBDA { _mm512_mask_storeu_ps(y + r.value * ldy, mask, acc[r.value]); });
 }
 
-}  // namespace
-
-PAGODA_FLATTEN void matmul_q8_0_unsigned_avx512vnni(const BlockQ8Act* x, int64_t m, int64_t k, const void* panels,
-                                                    int64_t n, float* y, int64_t ldy, int64_t panel_begin,
-                                                    int64_t panel_end) {
-  const int64_t nb = k / kQuantBlock, panel_bytes = nb * kBlockBytes;
-  const auto* w = static_cast<const uint8_t*>(panels);
+template <class W>
+PAGODA_FLATTEN void pair_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t nb, const uint8_t* w,
+                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
+  const int64_t panel_bytes = nb * W::kBlockBytes;
   for (int64_t b0 = 0; b0 < nb; b0 += kBlockSlice) {
     const int64_t b1 = b0 + kBlockSlice < nb ? b0 + kBlockSlice : nb;
     const bool accumulate = b0 > 0;
@@ -90,20 +162,44 @@ PAGODA_FLATTEN void matmul_q8_0_unsigned_avx512vnni(const BlockQ8Act* x, int64_t
       const uint8_t* b = w + q * panel_bytes;
       for (int64_t i = 0; i < m; i += kRows) {
         const BlockQ8Act* xi = x + i * nb;
+        const int32_t* si = x_sums == nullptr ? nullptr : x_sums + i * nb;
         float* yi = y + i * ldy + p * kPanelRows;
+        // A switch, as in int_matmul_avx512vnni.cpp (with_rows measured slower there).
         switch (m - i < kRows ? m - i : kRows) {
-          case 1: q8_tile<1>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          case 2: q8_tile<2>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          case 3: q8_tile<3>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          case 4: q8_tile<4>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          case 5: q8_tile<5>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          case 6: q8_tile<6>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          case 7: q8_tile<7>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
-          default: q8_tile<8>(xi, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 1: pair_tile<W, 1>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 2: pair_tile<W, 2>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 3: pair_tile<W, 3>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 4: pair_tile<W, 4>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 5: pair_tile<W, 5>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 6: pair_tile<W, 6>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          case 7: pair_tile<W, 7>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
+          default: pair_tile<W, 8>(xi, si, nb, a, b, b0, b1, accumulate, yi, ldy, mask); break;
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void matmul_q8act_batched_avx512vnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, DType type,
+                                     const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                     int64_t panel_end) {
+  const int64_t nb = k / kQuantBlock;
+  const auto* w = static_cast<const uint8_t*>(panels);
+  switch (type) {
+    case DType::kQ8_0: return pair_rows<Q8Pair>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ4_0:
+      return pair_rows<NibblePair<false, false, 8>>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ4_1:
+      return pair_rows<NibblePair<true, false, 0>>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ5_0:
+      return pair_rows<NibblePair<false, true, 16>>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    case DType::kQ5_1:
+      return pair_rows<NibblePair<true, true, 0>>(x, x_sums, m, nb, w, n, y, ldy, panel_begin, panel_end);
+    default: break;
+  }
+  PAGODA_CHECK(false && "matmul_q8act_batched_avx512vnni takes q8_0, q4_0, q4_1, q5_0 or q5_1 panels");
 }
 
 }  // namespace pagoda::cpu

@@ -196,17 +196,18 @@ void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, Th
 // The Kernels::matmul entry: matmul_avx2_pooled over cpu_thread_pool().
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y);
 
-// AVX-512 VNNI (the avx512vnni table): matmul_packed_q8act_avx2's q8_0 product for m > 1, two
-// panels per 512-bit vector, with the input codes unsigned (each code + 128: the XOR 0x80 of
-// quantize_activation_rows_avx2's). Bit for bit the reference.
-void matmul_q8_0_unsigned_avx512vnni(const BlockQ8Act* x, int64_t m, int64_t k, const void* panels, int64_t n,
-                                     float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+// AVX-512 VNNI (the avx512vnni table): matmul_packed_q8act_avx2 for m > 1, two panels per 512-bit
+// vector; for q8_0 the input codes come unsigned (each code + 128: the XOR 0x80 of
+// quantize_activation_rows_avx2's), for the others as they are. Bit for bit the reference.
+void matmul_q8act_batched_avx512vnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, DType type,
+                                     const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                     int64_t panel_end);
 
 // The avxvnni table's: the same, with every block type's product on its _avxvnni leaf.
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
-// The avx512vnni table's: the avxvnni one, with batched q8_0 products (m > 1) on
-// matmul_q8_0_unsigned_avx512vnni.
+// The avx512vnni table's: the avxvnni one, with batched products (m > 1) of q8_0, q4_0, q4_1,
+// q5_0 and q5_1 on matmul_q8act_batched_avx512vnni.
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y);
 
