@@ -255,11 +255,9 @@ PAGODA_INLINE __m256i move_bit(__m256i v) {
 // Fifth bits: byte j of row c's word holds, at bit 2h, element 4h + j's bit and, at bit 2h + 1,
 // element 16 + 4h + j's, so group h's two fifth-bit vectors are one shift and mask each.
 template <bool kMin, bool kFifth, int kOffset>
-struct NibblePanel {
-  static constexpr int64_t kMinAt = 16;
-  static constexpr int64_t kFifthAt = kMinAt + (kMin ? 16 : 0);
-  static constexpr int64_t kCodesAt = kFifthAt + (kFifth ? 32 : 0);
-  static constexpr int64_t kBlockBytes = kCodesAt + 4 * kQuantBlock;
+struct NibblePanel : NibblePanelLayout<kMin, kFifth> {
+  using NibblePanelLayout<kMin, kFifth>::kFifthAt;
+  using NibblePanelLayout<kMin, kFifth>::kCodesAt;
   static constexpr bool kHasMin = kMin;
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb,

@@ -72,11 +72,9 @@ PAGODA_INLINE __m512i move_bit(__m512i v) {
 // q4_0 / q4_1 / q5_0 / q5_1 panels (matmul_avx2.cpp's NibblePanel, whose comment has the layout):
 // the unsigned codes against the signed input codes, less kOffset * (the block's input sum).
 template <bool kMin, bool kFifth, int kOffset>
-struct NibblePair {
-  static constexpr int64_t kMinAt = 16;
-  static constexpr int64_t kFifthAt = kMinAt + (kMin ? 16 : 0);
-  static constexpr int64_t kCodesAt = kFifthAt + (kFifth ? 32 : 0);
-  static constexpr int64_t kBlockBytes = kCodesAt + 4 * kQuantBlock;
+struct NibblePair : NibblePanelLayout<kMin, kFifth> {
+  using NibblePanelLayout<kMin, kFifth>::kFifthAt;
+  using NibblePanelLayout<kMin, kFifth>::kCodesAt;
   static constexpr bool kHasMin = kMin;
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* wa, const uint8_t* wb, const BlockQ8Act* const* xb,

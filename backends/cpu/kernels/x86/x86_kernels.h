@@ -77,6 +77,16 @@ inline constexpr int64_t kQ4KPanelBlockBytes = 1184;
 inline constexpr int64_t kQ5KPanelBlockBytes = 1440;
 inline constexpr int64_t kQ2KPanelBlockBytes = 672;
 inline constexpr int64_t kQ3KPanelBlockBytes = 912;
+// Where a q4_0 / q4_1 / q5_0 / q5_1 panel's block keeps what (matmul_avx2.cpp's NibblePanel
+// describes it): the rows' fp16 d at 0, m at kMinAt (q4_1 / q5_1), the fifth bits at kFifthAt
+// (q5_0 / q5_1), the codes at kCodesAt.
+template <bool kMin, bool kFifth>
+struct NibblePanelLayout {
+  static constexpr int64_t kMinAt = 16;
+  static constexpr int64_t kFifthAt = kMinAt + (kMin ? 16 : 0);
+  static constexpr int64_t kCodesAt = kFifthAt + (kFifth ? 32 : 0);
+  static constexpr int64_t kBlockBytes = kCodesAt + 4 * 32;
+};
 int64_t packed_panel_bytes(DType type, int64_t k);
 
 // The Kernels::pack_matmul_weight entry of the AVX2 table: every type packs (w must be
