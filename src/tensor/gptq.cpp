@@ -262,6 +262,7 @@ float gptq_group_scale(const float* v, const double* imp, int64_t n, int lo, int
     for (int percent = -25; percent <= 30; ++percent) {
       const float codes = static_cast<float>(end) * (1.0f + 0.01f * static_cast<float>(percent));
       const float s = stored(sign * amax / codes);
+      if (s == 0 || !std::isfinite(s)) continue;  // below or past f16's range
       consider(s);
       // The least-squares scale of these codes: sum imp v q / sum imp q^2.
       double vq = 0, qq = 0;

@@ -16,7 +16,7 @@
 // float(dot) * (scale * s_x): the reference's integers, order and rounding, bit for bit.
 #include <immintrin.h>
 
-#include "backends/cpu/kernels/x86/panel_avx2.h"
+#include "backends/cpu/kernels/x86/panel_avx512.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 
 namespace pagoda::cpu {
@@ -28,7 +28,7 @@ constexpr int kRows = 8;                  // input rows per tile (prefill)
 constexpr int kDecodePairs = 2;           // panel pairs streamed side by side when m = 1
 
 // Two panels of the tile, p (lanes 0-7) and p + 1 (lanes 8-15); for an odd last panel, b is a
-// again and only its 8 lanes are stored. y_col: the output column of lane 0; valid: lanes stored.
+// again and only its 8 lanes are stored. y_col: the output column of lane 0; mask: lanes stored.
 struct PanelPair {
   const uint8_t* a;
   const uint8_t* b;
@@ -36,15 +36,9 @@ struct PanelPair {
   const float* scales_b;
   const int32_t* zeros_a;  // nullptr: no zero points
   const int32_t* zeros_b;
-  int64_t y_col, valid;
+  int64_t y_col;
+  __mmask16 mask;
 };
-
-PAGODA_INLINE __m512i load_pair(const void* a, const void* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(a))),
-                            _mm256_loadu_si256(static_cast<const __m256i*>(b)), 1);
-}
-
-PAGODA_INLINE __m512 load_pair_ps(const float* a, const float* b) { return _mm512_castsi512_ps(load_pair(a, b)); }
 
 PAGODA_INLINE void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
@@ -148,10 +142,8 @@ PAGODA_INLINE void int_tile(const uint8_t* xq, const float* s_x, const int32_t* 
   }
   unroll<Q>([&](auto q) PAGODA_LAMBDA {
     const PanelPair& pp = pairs[q.value];
-    const __mmask16 mask =
-        pp.valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << pp.valid) - 1);
     unroll<R>([&](auto r) PAGODA_LAMBDA {
-      _mm512_mask_storeu_ps(y + r.value * ldy + pp.y_col, mask, acc[q.value][r.value]);
+      _mm512_mask_storeu_ps(y + r.value * ldy + pp.y_col, pp.mask, acc[q.value][r.value]);
     });
   });
 }
@@ -162,10 +154,8 @@ PAGODA_FLATTEN void int_rows(const uint8_t* xq, const float* s_x, const int32_t*
                              int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = kPanelRows * kp * kBits / 8;
   const int64_t groups = kp / group, panel_scales = kPanelRows * groups;
-  // Panels p and p + 1, or p alone (p + 1 == p1: its second half repeats it, not stored).
   auto pair_at = [&](int64_t p) {
-    const int64_t b = p + 1 < p1 ? p + 1 : p;
-    const int64_t valid = n - p * kPanelRows;
+    const int64_t b = pair_partner(p, p1);
     return PanelPair{codes + p * panel_bytes,
                      codes + b * panel_bytes,
                      scales + p * panel_scales,
@@ -173,7 +163,7 @@ PAGODA_FLATTEN void int_rows(const uint8_t* xq, const float* s_x, const int32_t*
                      zeros == nullptr ? nullptr : zeros + p * panel_scales,
                      zeros == nullptr ? nullptr : zeros + b * panel_scales,
                      p * kPanelRows,
-                     b == p ? (valid < kPanelRows ? valid : kPanelRows) : valid};
+                     pair_mask(p, b, n)};
   };
   int64_t p = p0;
   if (m == 1) {  // decode: kDecodePairs pairs' weight streams in flight

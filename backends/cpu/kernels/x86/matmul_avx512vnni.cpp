@@ -14,7 +14,7 @@
 // reference's order and rounding, bit for bit (matmul_avx2.cpp's quant_tile, on 16 rows).
 #include <immintrin.h>
 
-#include "backends/cpu/kernels/x86/panel_avx2.h"
+#include "backends/cpu/kernels/x86/panel_avx512.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
 #include "base/check.h"
 #include "tensor/quant_blocks.h"
@@ -24,18 +24,6 @@ namespace {
 
 constexpr int64_t kBlockSlice = 16;  // blocks per k slice (8.5 KiB of a q8_0 panel pair)
 constexpr int kRows = 8;             // input rows per tile
-
-PAGODA_INLINE __m512i load_pair(const uint8_t* a, const uint8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
-
-// 8 fp16 values of each panel (16 bytes at a and at b) as 16 floats.
-PAGODA_INLINE __m512 halves_pair(const uint8_t* a, const uint8_t* b) {
-  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-  return _mm512_cvtph_ps(h);
-}
 
 // q8_0 panels (matmul_avx2.cpp's Q8Panel): 8 groups g of 32 bytes after the scales, each the 4
 // int8 weights [4g, 4g + 4) of rows 0..7. Input codes unsigned: the block's dot is sum(u w) less
@@ -129,12 +117,13 @@ PAGODA_INLINE void pair_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t
     });
     __m512i dot[R];
     W::template dots<R>(wa, wb, xb, sums, dot);
-    const __m512 d_w = halves_pair(wa, wb);
+    const __m512 d_w = load_pair_ph(wa, wb);
+    __m512 m_w = _mm512_setzero_ps();
+    if constexpr (W::kHasMin) m_w = load_pair_ph(wa + W::kMinAt, wb + W::kMinAt);
     unroll<R>([&](auto r) PAGODA_LAMBDA {
       const __m512 dx = _mm512_set1_ps(xb[r.value]->d);
       acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(dot[r.value]), _mm512_mul_ps(d_w, dx)));
       if constexpr (W::kHasMin) {
-        const __m512 m_w = halves_pair(wa + W::kMinAt, wb + W::kMinAt);
         acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_set1_epi32(sums[r.value])),
                                                                  _mm512_mul_ps(m_w, dx)));
       }
@@ -151,11 +140,8 @@ PAGODA_FLATTEN void pair_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_
     const int64_t b1 = b0 + kBlockSlice < nb ? b0 + kBlockSlice : nb;
     const bool accumulate = b0 > 0;
     for (int64_t p = panel_begin; p < panel_end; p += 2) {
-      // Panels p and p + 1, or p alone (its second half repeated, not stored).
-      const int64_t q = p + 1 < panel_end ? p + 1 : p;
-      int64_t valid = n - p * kPanelRows;
-      if (q == p && valid > kPanelRows) valid = kPanelRows;
-      const __mmask16 mask = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+      const int64_t q = pair_partner(p, panel_end);
+      const __mmask16 mask = pair_mask(p, q, n);
       const uint8_t* a = w + p * panel_bytes;
       const uint8_t* b = w + q * panel_bytes;
       for (int64_t i = 0; i < m; i += kRows) {

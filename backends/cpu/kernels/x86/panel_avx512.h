@@ -1,0 +1,44 @@
+// Helpers of the AVX-512 leaf files (int_matmul_avx512vnni.cpp, matmul_avx512vnni.cpp), which
+// take pack_*_avx2's panels of kPanelRows rows two at a time: panel p in the low half of a
+// 512-bit vector, its partner in the high half. Include only from files built with -mavx512f
+// -mavx512bw; internal linkage, as panel_avx2.h (see x86_kernels.h for why).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backends/cpu/kernels/x86/panel_avx2.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// 32 bytes at a (panel p's) and at b (its partner's) as one vector.
+PAGODA_INLINE __m512i load_pair(const void* a, const void* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(static_cast<const __m256i*>(b)), 1);
+}
+
+// 8 floats at a and 8 at b.
+PAGODA_INLINE __m512 load_pair_ps(const float* a, const float* b) { return _mm512_castsi512_ps(load_pair(a, b)); }
+
+// 8 fp16 values at a and 8 at b (16 bytes each), as 16 floats.
+PAGODA_INLINE __m512 load_pair_ph(const uint8_t* a, const uint8_t* b) {
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  return _mm512_cvtph_ps(h);
+}
+
+// Panel p's partner among the panels [.., p1): p + 1, or p itself where p is the last (an odd
+// count), whose repeated half is then computed and not stored.
+PAGODA_INLINE int64_t pair_partner(int64_t p, int64_t p1) { return p + 1 < p1 ? p + 1 : p; }
+
+// The lanes of the pair (p, partner) whose outputs exist, of n: at most 8 for a repeated panel.
+PAGODA_INLINE __mmask16 pair_mask(int64_t p, int64_t partner, int64_t n) {
+  int64_t valid = n - p * kPanelRows;
+  if (partner == p && valid > kPanelRows) valid = kPanelRows;
+  return valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+}
+
+}  // namespace
+}  // namespace pagoda::cpu
