@@ -135,15 +135,34 @@ int64_t single_scale_offset(DType type) {
   }
 }
 
-// sum imp_i (v_i - s q_i)^2 with q_i = clamp(round(v_i / s), lo, hi), rounded as round() rounds.
-double group_error(const float* v, const double* imp, int64_t n, int lo, int hi, float s) {
-  double e = 0;
+// clamp(nearbyint(x), lo, hi) for integer bounds, as the rounders compute it: clamped first (the
+// same result), then rounded to nearest even by adding and taking off 1.5 * 2^23, inline where
+// nearbyint is a library call on baseline x86-64 (no SSE4.1 roundps).
+inline float round_code(float x, int lo, int hi) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  const float c = std::clamp(x, static_cast<float>(lo), static_cast<float>(hi));
+  return (c + kMagic) - kMagic;
+}
+
+// The codes q_i of scale s for v (all 0 where s is 0 or not finite: an f16 out of range), as
+// sum imp v q and sum imp q^2: with vv = sum imp v^2, these codes' error at any scale t, sum imp
+// (v - t q)^2, is vv - 2 t vq + t^2 qq, least at t = vq / qq.
+struct CodeSums {
+  double vq = 0, qq = 0;
+  double error(double vv, double t) const { return vv - 2 * t * vq + t * t * qq; }
+  double ls_scale() const { return qq > 0 ? vq / qq : 0.0; }
+};
+CodeSums code_sums(const float* v, const double* imp, int64_t n, int lo, int hi, float s) {
+  CodeSums sums;
+  if (s == 0 || !std::isfinite(s)) return sums;
+  const float inv = 1.0f / s;  // a multiply per element (the rounders divide: a tie may round the
+                               // other way here, which only steers the search)
   for (int64_t i = 0; i < n; ++i) {
-    const float q = s != 0 ? std::clamp(std::nearbyint(v[i] / s), static_cast<float>(lo), static_cast<float>(hi)) : 0.0f;
-    const double d = static_cast<double>(v[i]) - static_cast<double>(s * q);
-    e += imp[i] * d * d;
+    const float q = round_code(v[i] * inv, lo, hi);
+    sums.vq += imp[i] * v[i] * q;
+    sums.qq += imp[i] * q * q;
   }
-  return e;
+  return sums;
 }
 
 // A GGUF block: the type's quantizer chooses the block's scales from the values at begin() (a
@@ -244,12 +263,12 @@ float gptq_group_scale(const float* v, const double* imp, int64_t n, int lo, int
   }
   if (amax == 0) return 0;
   auto stored = [f16_scale](float s) { return f16_scale ? fp16_to_f32(f32_to_fp16(s)) : s; };
+  auto usable = [](float s) { return s != 0 && std::isfinite(s); };  // f16 may lose a tiny or huge one
+  double vv = 0;
+  for (int64_t i = 0; i < n; ++i) vv += imp[i] * v[i] * v[i];
   float best = rtn_scale;
-  double best_error = group_error(v, imp, n, lo, hi, rtn_scale);
-  auto consider = [&](float s) {
-    s = stored(s);
-    if (s == 0 || !std::isfinite(s)) return;
-    const double e = group_error(v, imp, n, lo, hi, s);
+  double best_error = code_sums(v, imp, n, lo, hi, rtn_scale).error(vv, rtn_scale);
+  auto take = [&](float s, double e) {
     if (e < best_error) {
       best_error = e;
       best = s;
@@ -262,18 +281,20 @@ float gptq_group_scale(const float* v, const double* imp, int64_t n, int lo, int
     for (int percent = -25; percent <= 30; ++percent) {
       const float codes = static_cast<float>(end) * (1.0f + 0.01f * static_cast<float>(percent));
       const float s = stored(sign * amax / codes);
-      if (s == 0 || !std::isfinite(s)) continue;  // below or past f16's range
-      consider(s);
-      // The least-squares scale of these codes: sum imp v q / sum imp q^2.
-      double vq = 0, qq = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float q = std::clamp(std::nearbyint(v[i] / s), static_cast<float>(lo), static_cast<float>(hi));
-        vq += imp[i] * v[i] * q;
-        qq += imp[i] * q * q;
-      }
-      if (qq > 0) consider(static_cast<float>(vq / qq));
+      if (!usable(s)) continue;
+      const CodeSums sums = code_sums(v, imp, n, lo, hi, s);
+      take(s, sums.error(vv, s));
+      // The least-squares scale of these codes (as stored): their error at it bounds its own, as
+      // its nearest codes can only do better.
+      const float ls = stored(static_cast<float>(sums.ls_scale()));
+      if (usable(ls)) take(ls, sums.error(vv, ls));
     }
   }
+  // The best's own codes (its recorded error may be a bound), and their least-squares scale.
+  const CodeSums sums = code_sums(v, imp, n, lo, hi, best);
+  best_error = sums.error(vv, best);
+  const float ls = stored(static_cast<float>(sums.ls_scale()));
+  if (usable(ls)) take(ls, sums.error(vv, ls));
   return best;
 }
 
