@@ -858,6 +858,47 @@ TEST(ModelReference, W8A8CheckpointErrorsNameTheTensor) {
   EXPECT_NE(sign.find("negative or not finite"), std::string::npos) << sign;
 }
 
+// A compressed-tensors weight_shape that disagrees with the projection is refused with both
+// shapes in the message, whatever integers it holds (a float round trip once made a huge one
+// undefined behaviour; packed_linear_fuzz found it).
+TEST(ModelReference, PackedCheckpointShapeErrorsNameBothShapes) {
+  ModelConfig cfg = base_config();
+  cfg.quantization.method = "compressed-tensors";
+  cfg.quantization.format = "pack-quantized";
+  cfg.quantization.bits = 4;
+  cfg.quantization.group_size = 16;
+  cfg.quantization.symmetric = true;
+  auto backend = cpu_backend(cpu::CpuIsa::kScalar);
+  ASSERT_TRUE(backend);
+  auto with_shape = [&](DType type, int64_t rows, int64_t cols) {
+    ModelBuilder builder(cfg, 7);
+    RefWeights ref = builder.build_all();
+    builder.quantize_packed("blk.0.attn_q.weight", &ref.layers[0].wq, cfg.num_heads * cfg.head_dim, cfg.hidden_size, "ct", 16, false);
+    auto shape = std::make_shared<Buffer>(16);
+    if (type == DType::kI64) {
+      shape->as<int64_t>()[0] = rows;
+      shape->as<int64_t>()[1] = cols;
+    } else {
+      shape->as<int32_t>()[0] = static_cast<int32_t>(rows);
+      shape->as<int32_t>()[1] = static_cast<int32_t>(cols);
+    }
+    builder.source().weights.add("blk.0.attn_q.weight_shape", Tensor(shape->data(), type, {2}));
+    builder.source().weights.keep_alive(shape);
+    auto model = create_model(builder.take(), *backend);
+    return model.ok() ? std::string("loaded") : model.status().message();
+  };
+  const std::string rows = std::to_string(cfg.num_heads * cfg.head_dim), cols = std::to_string(cfg.hidden_size);
+  EXPECT_EQ(with_shape(DType::kI64, cfg.num_heads * cfg.head_dim, cfg.hidden_size), "loaded");
+  EXPECT_EQ(with_shape(DType::kI32, cfg.num_heads * cfg.head_dim, cfg.hidden_size), "loaded");
+  const std::string huge = with_shape(DType::kI64, int64_t{1} << 62, -(int64_t{1} << 62));
+  EXPECT_NE(huge.find("blk.0.attn_q.weight_shape (compressed-tensors projection blk.0.attn_q.weight) says [4611686018427387904, "
+                      "-4611686018427387904], expected [" + rows + ", " + cols + "]"),
+            std::string::npos) << huge;
+  const std::string swapped = with_shape(DType::kI32, cfg.hidden_size, cfg.num_heads * cfg.head_dim + 1);
+  EXPECT_NE(swapped.find("says [" + cols + ", " + std::to_string(cfg.num_heads * cfg.head_dim + 1) + "], expected [" + rows + ", " + cols + "]"),
+            std::string::npos) << swapped;
+}
+
 // A GGUF file typed as llama-quantize's Q4_K_M writes a Llama (token_embd and most projections
 // Q4_K; attn_v, ffn_down and output Q6_K; a Q5_0 and a Q8_0 projection as its fallbacks for
 // other shapes; norms f32) loads as it is and computes what the same weights dequantized to f32

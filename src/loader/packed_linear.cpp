@@ -165,14 +165,24 @@ Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string&
     // weight_packed [n, k / P]: slot s of word (j, w) is input w * P + s, stored as code + half.
     PAGODA_ASSIGN_OR_RETURN(Tensor qw, r.get(names.codes, {DType::kI32}, {n, k / per_word}));
     if (const Tensor* shape = r.find("weight_shape")) {
-      std::vector<float> dims(2);
       if (shape->numel() != 2 || (shape->dtype != DType::kI64 && shape->dtype != DType::kI32)) {
         return r.fail(r.name("weight_shape"), "is not two integers");
       }
-      dequantize_row(shape->dtype, shape->data, dims.data(), 2);
-      if (dims[0] != static_cast<float>(n) || dims[1] != static_cast<float>(k)) {
-        return r.fail(r.name("weight_shape"), "says [" + std::to_string(static_cast<int64_t>(dims[0])) + ", " +
-                                                  std::to_string(static_cast<int64_t>(dims[1])) + "], expected " + shape_of({n, k}));
+      // Read as the integers they are: a float round trip would turn a huge stored dimension
+      // into a value that cannot be converted back for the message.
+      int64_t dims[2];
+      for (int i = 0; i < 2; ++i) {
+        if (shape->dtype == DType::kI64) {
+          std::memcpy(&dims[i], static_cast<const uint8_t*>(shape->data) + 8 * i, 8);
+        } else {
+          int32_t d;
+          std::memcpy(&d, static_cast<const uint8_t*>(shape->data) + 4 * i, 4);
+          dims[i] = d;
+        }
+      }
+      if (dims[0] != n || dims[1] != k) {
+        return r.fail(r.name("weight_shape"), "says [" + std::to_string(dims[0]) + ", " + std::to_string(dims[1]) +
+                                                  "], expected " + shape_of({n, k}));
       }
     }
     PAGODA_ASSIGN_OR_RETURN(scale_tensor, r.get(names.scales, kFloatTypes, {n, groups}));
