@@ -186,7 +186,7 @@ ct = [("weight_packed", "I32", [8, 2], i32(*[0x01234567, 0x89ABCDEF] * 8)),
       ("weight_scale", "F16", [8, 1], f16(*[0.5] * 8)), ("weight_shape", "I64", [2], struct.pack("<2q", 8, 16))]
 out("packed_linear_fuzz", "ct-sym", packed(3, 0, 1, ct))
 out("packed_linear_fuzz", "ct-shape-disagrees", packed(3, 0, 1, ct[:2] + [("weight_shape", "I64", [2], struct.pack("<2q", 8, 32))]))
-out("packed_linear_fuzz", "ct-shape-huge", packed(3, 0, 1, ct[:2] + [("weight_shape", "I64", [2], struct.pack("<2q", 2**62, -2**62))]))
+out("packed_linear_fuzz", "ct-shape-huge", packed(3, 0, 1, ct[:2] + [("weight_shape", "I64", [2], struct.pack("<2q", 2**63 - 1, -2**63))]))
 out("packed_linear_fuzz", "ct-asym-act-order", packed(4, 0, 1, [ct[0], ("weight_scale", "F16", [8, 2], f16(*[0.5] * 16)),
                                                              ("weight_zero_point", "I32", [1, 2], i32(0x9ABCDEF0, 0x88888888)),
                                                              ("weight_g_idx", "I32", [16], i32(*[1 - t // 8 for t in range(16)]))]))

@@ -890,9 +890,10 @@ TEST(ModelReference, PackedCheckpointShapeErrorsNameBothShapes) {
   const std::string rows = std::to_string(cfg.num_heads * cfg.head_dim), cols = std::to_string(cfg.hidden_size);
   EXPECT_EQ(with_shape(DType::kI64, cfg.num_heads * cfg.head_dim, cfg.hidden_size), "loaded");
   EXPECT_EQ(with_shape(DType::kI32, cfg.num_heads * cfg.head_dim, cfg.hidden_size), "loaded");
-  const std::string huge = with_shape(DType::kI64, int64_t{1} << 62, -(int64_t{1} << 62));
-  EXPECT_NE(huge.find("blk.0.attn_q.weight_shape (compressed-tensors projection blk.0.attn_q.weight) says [4611686018427387904, "
-                      "-4611686018427387904], expected [" + rows + ", " + cols + "]"),
+  // int64's extremes: as floats they round to 2^63 and -2^63, and the first is past int64.
+  const std::string huge = with_shape(DType::kI64, INT64_MAX, INT64_MIN);
+  EXPECT_NE(huge.find("blk.0.attn_q.weight_shape (compressed-tensors projection blk.0.attn_q.weight) says [9223372036854775807, "
+                      "-9223372036854775808], expected [" + rows + ", " + cols + "]"),
             std::string::npos) << huge;
   const std::string swapped = with_shape(DType::kI32, cfg.hidden_size, cfg.num_heads * cfg.head_dim + 1);
   EXPECT_NE(swapped.find("says [" + cols + ", " + std::to_string(cfg.num_heads * cfg.head_dim + 1) + "], expected [" + rows + ", " + cols + "]"),
