@@ -52,8 +52,8 @@ void install_avx512vnni(Kernels* k) {
 constexpr CpuKernelTable kKernelTables[] = {
     {CpuIsa::kAvx512Vnni, "avx512vnni", "avx2 fma f16c avxvnni avx512f avx512bw avx512vnni", has_avx512vnni,
      install_avx512vnni,
-     "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avxvnni matmul (decode, the K-quants; f32 / f16 / "
-     "bf16 avx2); avx2+fma+f16c attention, rms_norm, silu_mul, add",
+     "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avx512 batched f32 / f16 / bf16 matmul; avxvnni "
+     "matmul (decode, the K-quants; f32 / f16 / bf16 decode avx2); avx2+fma+f16c attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
      "avxvnni matmul (every block type; f32 / f16 / bf16 avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",

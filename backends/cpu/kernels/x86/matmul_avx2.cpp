@@ -56,30 +56,7 @@ PAGODA_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<co
 // Outputs of panel p of a tile whose first panel has `valid` existing outputs.
 PAGODA_INLINE int64_t panel_valid(int64_t valid, int p) { return valid - p * kPanelRows; }
 
-// ---- f32 / f16 / bf16 panels: element (row c, column t) at t * 8 + c ----
-
-struct F32Panel {
-  static constexpr int64_t kElemBytes = 4;
-  static PAGODA_INLINE __m256 load(const uint8_t* p) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  }
-};
-
-struct F16Panel {
-  static constexpr int64_t kElemBytes = 2;
-  static PAGODA_INLINE __m256 load(const uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-};
-
-struct Bf16Panel {
-  static constexpr int64_t kElemBytes = 2;
-  static PAGODA_INLINE __m256 load(const uint8_t* p) {
-    // bf16 is the top half of an f32: widen and shift into place.
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  }
-};
+// ---- f32 / f16 / bf16 panels (panel_avx2.h's F32Panel, F16Panel, Bf16Panel) ----
 
 // y[r, 8p + c] (+)= sum over t < len of x[r, t] * w[8p + c, t], for R input rows (ldx apart)
 // and P consecutive panels (panel_bytes apart), x and the panels starting at the same column;

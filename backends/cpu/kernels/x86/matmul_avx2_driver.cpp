@@ -78,12 +78,14 @@ const int32_t* activation_half_sums(const BlockQ8Act* x, int64_t num_blocks) {
 // even a 256-row projection spreads over 8 chunks.
 constexpr int64_t kPanelsPerChunk = 4;
 
-// The block-type leaves of a table (the float ones are the AVX2 ones in every table).
+// The leaves of a table: the float ones are matmul_packed_rows_avx2 in every table, but for
+// batched products (m > 1) where float_batched is set.
 struct MatmulLeaves {
   decltype(&matmul_packed_q8act_avx2) q8act;
   decltype(&matmul_q4_k_panels_avx2) q4_k, q5_k;            // take the blocks' sums
   decltype(&matmul_q6_k_panels_avx2) q2_k, q3_k, q6_k;      // take the blocks' half sums
   decltype(&matmul_q8act_batched_avx512vnni) q8act_batched = nullptr;  // m > 1; q8_0's codes unsigned
+  decltype(&matmul_float_batched_avx512) float_batched = nullptr;      // m > 1
 };
 constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_avx2, matmul_q5_k_panels_avx2,
                                    matmul_q2_k_panels_avx2,  matmul_q3_k_panels_avx2, matmul_q6_k_panels_avx2};
@@ -93,7 +95,7 @@ constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_p
 constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
                                          matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
                                          matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni,
-                                         matmul_q8act_batched_avx512vnni};
+                                         matmul_q8act_batched_avx512vnni, matmul_float_batched_avx512};
 
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
@@ -109,6 +111,10 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
       leaf(begin * kPanelsPerChunk, std::min(num_panels, end * kPanelsPerChunk));
     });
   };
+  if (!is_quantized(w.dtype) && m > 1 && leaves.float_batched != nullptr) {
+    split([&](int64_t p0, int64_t p1) { leaves.float_batched(x, m, k, w.dtype, w.data, n, y, n, p0, p1); });
+    return;
+  }
   if (!is_quantized(w.dtype)) {
     split([&](int64_t p0, int64_t p1) {
       matmul_packed_rows_avx2(x, m, k, w.dtype, w.data, n, y, n, p0, p1);

@@ -218,9 +218,12 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, BatchSizeDoesNotChangeResults, "avxvnni"
   check_batch_invariant(kAvxVnniMatmul);
 }
 
-// The avx512vnni table's matmul (batched q8_0 on 512-bit vpdpbusd, two panels per vector, the
-// rest the avxvnni leaves): the same checks, over every type. The shapes' odd panel counts (n = 7,
-// 33, 67) take the repeated-half tail, m = 13 and 33 tiles of 8 rows and a remainder.
+// The avx512vnni table's matmul (batched q8_0 / q4_x / q5_x on 512-bit vpdpbusd, two panels per
+// vector; batched f32 / f16 / bf16 on 512-bit FMAs, four panels per converted slice; the rest the
+// avxvnni leaves): the same checks, over every type. The shapes' odd panel counts (n = 7, 33, 67)
+// take the repeated-half tail and groups of one to four panels, m = 13 and 33 tiles of 8 or 12
+// rows and a remainder, k = 257 and 512 several k slices. BatchSizeDoesNotChangeResults holds the
+// batched float leaf to the decode (avx2) leaf's bits.
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, MatchesReferenceOnSmallShapes, "avx512vnni", "matmul") {
   check_small_shapes(kAvx512VnniMatmul);
 }

@@ -1,5 +1,6 @@
-// Helpers of the AVX2 matmul leaf files (matmul_avx2.cpp, int_matmul_avx2.cpp), which work on
-// panels of kPanelRows outputs in the 8 lanes. Include only from files built with -mavx2: every
+// Helpers of the AVX2 matmul leaf files (matmul_avx2.cpp, int_matmul_avx2.cpp; the AVX-512 ones
+// through panel_avx512.h), which work on panels of kPanelRows outputs in the 8 lanes. Include
+// only from files built with -mavx2 -mfma -mf16c: every
 // function here is AVX2 code with internal linkage (see x86_kernels.h for why a baseline file
 // must never see one).
 #pragma once
@@ -65,6 +66,31 @@ PAGODA_INLINE void store_out(float* y, __m256 v, int64_t valid) {
     _mm256_maskstore_ps(y, lane_mask(valid), v);
   }
 }
+
+// Column t of an f32 / f16 / bf16 panel (element (row c, column t) at t * 8 + c, in the weight's
+// own type) as 8 floats, exactly: load(panel + t * 8 * kElemBytes).
+struct F32Panel {
+  static constexpr int64_t kElemBytes = 4;
+  static PAGODA_INLINE __m256 load(const uint8_t* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+};
+
+struct F16Panel {
+  static constexpr int64_t kElemBytes = 2;
+  static PAGODA_INLINE __m256 load(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+
+struct Bf16Panel {
+  static constexpr int64_t kElemBytes = 2;
+  static PAGODA_INLINE __m256 load(const uint8_t* p) {
+    // bf16 is the top half of an f32: widen and shift into place.
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+};
 
 }  // namespace
 }  // namespace pagoda::cpu

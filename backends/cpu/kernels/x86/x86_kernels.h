@@ -213,11 +213,18 @@ void matmul_q8act_batched_avx512vnni(const BlockQ8Act* x, const int32_t* x_sums,
                                      const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
                                      int64_t panel_end);
 
+// AVX-512 (the avx512vnni table): matmul_packed_rows_avx2 for m > 1, four panels' k slice
+// converted to f32 at a time and two panels per 512-bit vector. The same bits: each output is one
+// FMA chain in t order.
+void matmul_float_batched_avx512(const float* x, int64_t m, int64_t k, DType type, const void* panels, int64_t n,
+                                 float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
+
 // The avxvnni table's: the same, with every block type's product on its _avxvnni leaf.
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
 // The avx512vnni table's: the avxvnni one, with batched products (m > 1) of q8_0, q4_0, q4_1,
-// q5_0 and q5_1 on matmul_q8act_batched_avx512vnni.
+// q5_0 and q5_1 on matmul_q8act_batched_avx512vnni, of f32, f16 and bf16 on
+// matmul_float_batched_avx512.
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y);
 
