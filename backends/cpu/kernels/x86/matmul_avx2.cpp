@@ -44,8 +44,6 @@ constexpr int64_t kFloatSlice = 256;
 // Blocks per slice of a batched int8 product: 16 x 32 elements, 4.3 KiB of a q8_0 panel.
 constexpr int64_t kBlockSlice = 16;
 
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 // Decode streams the weights from memory. The hardware prefetcher alone leaves the int8 loops
 // waiting on memory (q8_0 decode on TinyLlama at 16 to 19 tokens/s, 22 to 24 with this); the
 // decode loops ask for the lines kPrefetchAhead bytes ahead of what they read. Tuned on Zen 2

@@ -23,8 +23,6 @@ constexpr int kGroupPanels = 4;  // panels per converted slice: two 512-bit vect
 constexpr int64_t kColumn = kGroupPanels * kPanelRows;  // floats per column of the buffer
 constexpr int kRows = 12;        // input rows per tile: 12 x 2 accumulators, 2 weights
 
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 // buf[t * kColumn + 8 q + c] = panel q's weight (row c, column t0 + t) for t < len, q <
 // num_panels; the panels missing from a group of four are zeros (their outputs are not stored).
 template <class W>
@@ -99,13 +97,7 @@ PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8
       convert_slice<W>(panels + p * panel_bytes, panel_bytes, num_panels, t0, len, buf);
       // The outputs of the group that exist: from panel p's first row to n, at most its panels'.
       const int64_t valid = min64(n - p * kPanelRows, num_panels * kPanelRows);
-      __mmask16 mask[2];
-      for (int j = 0; j < 2; ++j) {
-        const int64_t lanes = valid - 16 * j;
-        mask[j] = lanes >= 16 ? static_cast<__mmask16>(0xffff)
-                  : lanes <= 0 ? static_cast<__mmask16>(0)
-                               : static_cast<__mmask16>((1u << lanes) - 1);
-      }
+      const __mmask16 mask[2] = {first_lanes(valid), first_lanes(valid - 16)};
       float* yp = y + p * kPanelRows;
       if (num_panels <= 2) {
         slice_all_rows<1>(x + t0, m, k, buf, len, accumulate, yp, ldy, mask);

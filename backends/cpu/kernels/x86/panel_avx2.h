@@ -44,6 +44,8 @@ PAGODA_INLINE void with_rows(int64_t rows, F&& f) {
   });
 }
 
+PAGODA_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 PAGODA_INLINE int32_t load_i32(const void* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);

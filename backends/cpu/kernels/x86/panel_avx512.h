@@ -33,11 +33,17 @@ PAGODA_INLINE __m512 load_pair_ph(const uint8_t* a, const uint8_t* b) {
 // count), whose repeated half is then computed and not stored.
 PAGODA_INLINE int64_t pair_partner(int64_t p, int64_t p1) { return p + 1 < p1 ? p + 1 : p; }
 
+// Lanes [0, lanes) of a 16-lane vector (none for lanes <= 0, all from 16 on).
+PAGODA_INLINE __mmask16 first_lanes(int64_t lanes) {
+  return lanes >= 16 ? static_cast<__mmask16>(0xffff)
+         : lanes <= 0 ? static_cast<__mmask16>(0)
+                      : static_cast<__mmask16>((1u << lanes) - 1);
+}
+
 // The lanes of the pair (p, partner) whose outputs exist, of n: at most 8 for a repeated panel.
 PAGODA_INLINE __mmask16 pair_mask(int64_t p, int64_t partner, int64_t n) {
-  int64_t valid = n - p * kPanelRows;
-  if (partner == p && valid > kPanelRows) valid = kPanelRows;
-  return valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1);
+  const int64_t valid = n - p * kPanelRows;
+  return first_lanes(partner == p && valid > kPanelRows ? kPanelRows : valid);
 }
 
 }  // namespace
