@@ -9,11 +9,12 @@ namespace pagoda::cpu {
 
 Result<CpuIsa> parse_cpu_isa(std::string_view name) {
   if (name.empty() || name == "auto") return CpuIsa::kBest;
+  if (name == "avx512bf16") return CpuIsa::kAvx512Bf16;
   if (name == "avx512vnni") return CpuIsa::kAvx512Vnni;
   if (name == "avxvnni") return CpuIsa::kAvxVnni;
   if (name == "avx2") return CpuIsa::kAvx2;
   if (name == "scalar") return CpuIsa::kScalar;
-  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avx512vnni, avxvnni, avx2 or scalar)");
+  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avx512bf16, avx512vnni, avxvnni, avx2 or scalar)");
 }
 
 namespace {
@@ -49,7 +50,20 @@ void install_avx512vnni(Kernels* k) {
   k->matmul_int = matmul_int_avx512vnni;
 }
 
+bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512bf16; }
+
+void install_avx512bf16(Kernels* k) {
+  install_avx512vnni(k);
+  k->matmul = matmul_avx512bf16;
+}
+
 constexpr CpuKernelTable kKernelTables[] = {
+    {CpuIsa::kAvx512Bf16, "avx512bf16", "avx2 fma f16c avxvnni avx512f avx512bw avx512vnni avx512bf16", has_avx512bf16,
+     install_avx512bf16,
+     "avx512bf16 f16 / bf16 matmul (inputs and f16 weights rounded to bf16); avx512vnni matmul_int and batched q8_0 "
+     "/ q4_x / q5_x matmul; avx512 batched f32 matmul; avxvnni matmul (decode, the K-quants; f32 decode avx2); "
+     "avx2+fma+f16c attention, rms_norm, silu_mul, add",
+     "embedding, rope, store_kv"},
     {CpuIsa::kAvx512Vnni, "avx512vnni", "avx2 fma f16c avxvnni avx512f avx512bw avx512vnni", has_avx512vnni,
      install_avx512vnni,
      "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avx512 batched f32 / f16 / bf16 matmul; avxvnni "

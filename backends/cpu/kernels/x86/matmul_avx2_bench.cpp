@@ -41,7 +41,7 @@ Weights random_weights(DType t, int64_t n, int64_t k) {
   return out;
 }
 
-enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512Vnni };
+enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512Vnni, kAvx512Bf16 };
 
 // Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
 // kernel runs on the row-major weights, the others on the packed ones.
@@ -52,15 +52,21 @@ void run(benchmark::State& state, Kernel kernel) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }
-  if ((kernel == Kernel::kAvxVnni || kernel == Kernel::kAvx512Vnni) && !f.avxvnni) {
+  const bool avx512 = kernel == Kernel::kAvx512Vnni || kernel == Kernel::kAvx512Bf16;
+  if ((kernel == Kernel::kAvxVnni || avx512) && !f.avxvnni) {
     state.SkipWithError("CPU lacks avxvnni");
     return;
   }
-  if (kernel == Kernel::kAvx512Vnni && !(f.avx512f && f.avx512bw && f.avx512vnni)) {
+  if (avx512 && !(f.avx512f && f.avx512bw && f.avx512vnni)) {
     state.SkipWithError("CPU lacks avx512f/avx512bw/avx512vnni");
     return;
   }
-  auto* packed_matmul = kernel == Kernel::kAvx512Vnni ? matmul_avx512vnni_pooled
+  if (kernel == Kernel::kAvx512Bf16 && !f.avx512bf16) {
+    state.SkipWithError("CPU lacks avx512bf16");
+    return;
+  }
+  auto* packed_matmul = kernel == Kernel::kAvx512Bf16   ? matmul_avx512bf16_pooled
+                        : kernel == Kernel::kAvx512Vnni ? matmul_avx512vnni_pooled
                         : kernel == Kernel::kAvxVnni  ? matmul_avxvnni_pooled
                                                       : matmul_avx2_pooled;
   const auto t = static_cast<DType>(state.range(0));
@@ -100,6 +106,7 @@ void run(benchmark::State& state, Kernel kernel) {
 void BM_MatmulAvx2(benchmark::State& state) { run(state, Kernel::kAvx2); }
 void BM_MatmulAvxVnni(benchmark::State& state) { run(state, Kernel::kAvxVnni); }
 void BM_MatmulAvx512Vnni(benchmark::State& state) { run(state, Kernel::kAvx512Vnni); }
+void BM_MatmulAvx512Bf16(benchmark::State& state) { run(state, Kernel::kAvx512Bf16); }
 void BM_MatmulReference(benchmark::State& state) { run(state, Kernel::kReference); }
 
 void avx2_args(benchmark::internal::Benchmark* b) {
@@ -125,6 +132,20 @@ BENCHMARK(BM_MatmulAvxVnni)
     ->UseRealTime();
 BENCHMARK(BM_MatmulAvx512Vnni)
     ->Apply(avx2_args)
+    ->ArgNames({"dtype", "m", "n", "k", "threaded"})
+    ->UseRealTime();
+// The avx512bf16 table differs from avx512vnni only for f16 / bf16 weights.
+BENCHMARK(BM_MatmulAvx512Bf16)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        for (int64_t m : {1, 8, 64, 256}) {
+          for (int threaded : {0, 1}) {
+            b->Args({static_cast<int64_t>(t), m, 2048, 2048, threaded});
+            b->Args({static_cast<int64_t>(t), m, 5632, 2048, threaded});
+          }
+        }
+      }
+    })
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();
 // IntWeight (W8A8 / W4A8; zeros: with zero points, as AWQ / GPTQ checkpoints decode). Args: bits,

@@ -86,6 +86,7 @@ struct MatmulLeaves {
   decltype(&matmul_q6_k_panels_avx2) q2_k, q3_k, q6_k;      // take the blocks' half sums
   decltype(&matmul_q8act_batched_avx512vnni) q8act_batched = nullptr;  // m > 1; q8_0's codes unsigned
   decltype(&matmul_float_batched_avx512) float_batched = nullptr;      // m > 1
+  decltype(&matmul_bf16_rows_avx512bf16) half_bf16 = nullptr;          // f16 / bf16 weights, every m
 };
 constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_avx2, matmul_q5_k_panels_avx2,
                                    matmul_q2_k_panels_avx2,  matmul_q3_k_panels_avx2, matmul_q6_k_panels_avx2};
@@ -96,6 +97,28 @@ constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_
                                          matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
                                          matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni,
                                          matmul_q8act_batched_avx512vnni, matmul_float_batched_avx512};
+constexpr MatmulLeaves kAvx512Bf16Leaves{matmul_packed_q8act_avxvnni,     matmul_q4_k_panels_avxvnni,
+                                         matmul_q5_k_panels_avxvnni,      matmul_q2_k_panels_avxvnni,
+                                         matmul_q3_k_panels_avxvnni,      matmul_q6_k_panels_avxvnni,
+                                         matmul_q8act_batched_avx512vnni, matmul_float_batched_avx512,
+                                         matmul_bf16_rows_avx512bf16};
+
+// The input rows rounded to bf16 for the half_bf16 leaf, once per call (split by rows when there
+// are many), row i at x_bf16 + i * ld with ld = k rounded up to 16. A buffer of the calling thread.
+const uint16_t* bf16_input(const float* x, int64_t m, int64_t k, int64_t ld, bool parallel, ThreadPool* pool) {
+  thread_local std::vector<uint16_t> xb;
+  xb.resize(static_cast<size_t>(m * ld));
+  uint16_t* data = xb.data();
+  auto rows = [&](int64_t begin, int64_t end) {
+    convert_rows_bf16_avx512bf16(x + begin * k, end - begin, k, ld, data + begin * ld);
+  };
+  if (parallel && m >= 2 * pool->num_threads()) {
+    pool->parallel_for(m, rows);
+  } else {
+    rows(0, m);
+  }
+  return data;
+}
 
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
@@ -111,6 +134,12 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
       leaf(begin * kPanelsPerChunk, std::min(num_panels, end * kPanelsPerChunk));
     });
   };
+  if ((w.dtype == DType::kF16 || w.dtype == DType::kBF16) && leaves.half_bf16 != nullptr) {
+    const int64_t ld = (k + 15) / 16 * 16;
+    const uint16_t* xb = bf16_input(x, m, k, ld, parallel, pool);
+    split([&](int64_t p0, int64_t p1) { leaves.half_bf16(xb, ld, m, k, w.dtype, w.data, n, y, n, p0, p1); });
+    return;
+  }
   if (!is_quantized(w.dtype) && m > 1 && leaves.float_batched != nullptr) {
     split([&](int64_t p0, int64_t p1) { leaves.float_batched(x, m, k, w.dtype, w.data, n, y, n, p0, p1); });
     return;
@@ -181,6 +210,17 @@ void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float*
 
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y) {
   matmul_avx512vnni_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
+               "the AVX-512 BF16 matmul takes weights from pack_matmul_weight_avx2");
+  if (m <= 0 || w.num_rows() <= 0) return;
+  matmul_packed_pooled(x, m, w, y, pool, kAvx512Bf16Leaves);
+}
+
+void matmul_avx512bf16(const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx512bf16_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {

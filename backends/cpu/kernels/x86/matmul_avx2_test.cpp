@@ -72,9 +72,10 @@ Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed) {
 
 // Expects y to equal the reference matmul: bit for bit for q8_0 / q4_0 (the same integer dots,
 // scaled and summed in the same order), within f32 reassociation error for the others (1e-5 of
-// the sum of |x * w| over the row).
+// the sum of |x * w| over the row), or for f16 / bf16 weights within half_tol of it (the
+// avx512bf16 table rounds the inputs, and f16 weights, to bf16).
 void expect_matches_reference(const Problem& p, int64_t m, const std::vector<float>& y,
-                              const std::string& what) {
+                              const std::string& what, double half_tol = 1e-5) {
   const int64_t n = p.w.num_rows(), k = p.w.row_len();
   std::vector<float> want(static_cast<size_t>(m * n));
   reference_kernels().matmul(p.x.data(), m, p.w, want.data());
@@ -87,7 +88,9 @@ void expect_matches_reference(const Problem& p, int64_t m, const std::vector<flo
       for (int64_t t = 0; t < k; ++t)
         mag += std::fabs(static_cast<double>(p.x[i * k + t]) * row[t]);
       const float got = y[i * n + j], ref = want[i * n + j];
-      const bool ok = is_quantized(p.w.dtype) ? got == ref : std::fabs(got - ref) <= 1e-5 * mag + 1e-30;
+      const bool half = p.w.dtype == DType::kF16 || p.w.dtype == DType::kBF16;
+      const double tol = half ? half_tol : 1e-5;
+      const bool ok = is_quantized(p.w.dtype) ? got == ref : std::fabs(got - ref) <= tol * mag + 1e-30;
       if (!ok) {
         ADD_FAILURE() << what << " y[" << i << ", " << j << "] = " << got << ", reference " << ref
                       << ", sum |x*w| " << mag;
@@ -102,14 +105,19 @@ std::string describe(DType t, int64_t m, int64_t k, int64_t n) {
          " n=" + std::to_string(n);
 }
 
-// A table's Kernels::matmul: on a given pool, and on the shared one.
+// A table's Kernels::matmul: on a given pool, and on the shared one; half_tol: its tolerance for
+// f16 / bf16 weights (expect_matches_reference).
 struct MatmulEntry {
   void (*pooled)(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
   void (*shared)(const float* x, int64_t m, const Tensor& w, float* y);
+  double half_tol = 1e-5;
 };
 constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2};
 constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni};
 constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni};
+// Each product of bf16-rounded factors is within 2^-8 (and a little) of the exact one; the f32
+// sums add about k 2^-24 of sum |x w|.
+constexpr MatmulEntry kAvx512Bf16Matmul{matmul_avx512bf16_pooled, matmul_avx512bf16, 0x1p-7};
 
 void check_small_shapes(const MatmulEntry& matmul) {
   uint32_t seed = 1;
@@ -121,7 +129,7 @@ void check_small_shapes(const MatmulEntry& matmul) {
           Problem p = make_problem(t, m, k, n, seed++);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
           matmul.pooled(p.x.data(), m, p.packed, y.data(), nullptr);
-          expect_matches_reference(p, m, y, describe(t, m, k, n));
+          expect_matches_reference(p, m, y, describe(t, m, k, n), matmul.half_tol);
         }
       }
     }
@@ -140,10 +148,10 @@ void check_long_rows_threaded(const MatmulEntry& matmul) {
           Problem p = make_problem(t, m, k, n, seed++);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
           matmul.pooled(p.x.data(), m, p.packed, y.data(), &pool);
-          expect_matches_reference(p, m, y, describe(t, m, k, n) + " pool(3)");
+          expect_matches_reference(p, m, y, describe(t, m, k, n) + " pool(3)", matmul.half_tol);
           std::vector<float> y2(static_cast<size_t>(m * n), NAN);
           matmul.shared(p.x.data(), m, p.packed, y2.data());
-          expect_matches_reference(p, m, y2, describe(t, m, k, n) + " shared pool");
+          expect_matches_reference(p, m, y2, describe(t, m, k, n) + " shared pool", matmul.half_tol);
         }
       }
     }
@@ -238,6 +246,80 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, ThreadCountDoesNotChangeResults, "avx
 
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, BatchSizeDoesNotChangeResults, "avx512vnni", "matmul") {
   check_batch_invariant(kAvx512VnniMatmul);
+}
+
+// vdpbf16ps as the avx512bf16 leaf uses it (matmul_bf16_avx512.cpp): both factors rounded to
+// bf16 (nearest even; the test's values are never denormal), each product exact in f32, and per
+// column pair u: acc = (acc + odd product) + even product.
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void check_bf16_model(const MatmulEntry& matmul) {
+  ThreadPool pool(3);
+  uint32_t seed = 5000;
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (int64_t k : {1, 2, 7, 32, 129, 257, 300}) {
+      for (int64_t m : {1, 2, 4, 5, 12, 13, 33}) {
+        for (int64_t n : {1, 7, 8, 17, 33, 67}) {
+          Problem p = make_problem(t, m, k, n, seed++);
+          std::vector<float> y(static_cast<size_t>(m * n), NAN);
+          matmul.pooled(p.x.data(), m, p.packed, y.data(), m == 13 ? &pool : nullptr);
+          std::vector<float> row(static_cast<size_t>(k));
+          for (int64_t j = 0; j < n; ++j) {
+            dequantize_row(t, p.w.row(j), row.data(), k);
+            for (int64_t i = 0; i < m; ++i) {
+              auto term = [&](int64_t c) {
+                if (c >= k) return 0.0f;
+                return from_bf16(to_bf16(p.x[i * k + c])) * from_bf16(to_bf16(row[c]));
+              };
+              float acc = 0;
+              for (int64_t u = 0; 2 * u < k; ++u) {
+                acc += term(2 * u + 1);
+                acc += term(2 * u);
+              }
+              const float got = y[i * n + j];
+              ASSERT_EQ(std::memcmp(&got, &acc, 4), 0) << describe(t, m, k, n) << " y[" << i << ", " << j << "] = " << got
+                                                       << ", the bf16 model " << acc;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The avx512bf16 table: f16 / bf16 weights on vdpbf16ps bit for bit as modelled above (the
+// direct path up to 4 rows and the buffered one above, slices of 64 pairs with tails, k of every
+// residue mod 4, groups of 1 to 4 panels, on 1 and 3 threads), within 2^-7 of sum |x w| of the reference in the general checks; every other type
+// as the avx512vnni table.
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesBf16ModelBitForBit, "avx512bf16", "matmul") {
+  check_bf16_model(kAvx512Bf16Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesReferenceOnSmallShapes, "avx512bf16", "matmul") {
+  check_small_shapes(kAvx512Bf16Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesReferenceOnLongRowsThreaded, "avx512bf16", "matmul") {
+  check_long_rows_threaded(kAvx512Bf16Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, ThreadCountDoesNotChangeResults, "avx512bf16", "matmul") {
+  check_thread_count_invariant(kAvx512Bf16Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, BatchSizeDoesNotChangeResults, "avx512bf16", "matmul") {
+  check_batch_invariant(kAvx512Bf16Matmul);
 }
 
 // The packed view keeps the weight's type and shape; its bytes (panels of 8 rows, the last one
@@ -611,6 +693,8 @@ PAGODA_KERNEL_TABLE_TEST(QuantizeActivationInt8Avx2, MatchesScalarBitForBit, "av
 TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_EQ(*parse_cpu_isa(""), CpuIsa::kBest);
   EXPECT_EQ(*parse_cpu_isa("auto"), CpuIsa::kBest);
+  EXPECT_EQ(*parse_cpu_isa("avx512bf16"), CpuIsa::kAvx512Bf16);
+  EXPECT_EQ(*parse_cpu_isa("avx512vnni"), CpuIsa::kAvx512Vnni);
   EXPECT_EQ(*parse_cpu_isa("avxvnni"), CpuIsa::kAvxVnni);
   EXPECT_EQ(*parse_cpu_isa("avx2"), CpuIsa::kAvx2);
   EXPECT_EQ(*parse_cpu_isa("scalar"), CpuIsa::kScalar);
@@ -619,7 +703,8 @@ TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_NE(bad.status().message().find("avx1024"), std::string::npos);
 }
 
-// The best table: avx512vnni where the CPU has AVX-VNNI and AVX-512 VNNI (the avxvnni table's
+// The best table: avx512bf16 where the CPU also has AVX-512 BF16 (the avx512vnni table but its
+// matmul), else avx512vnni where the CPU has AVX-VNNI and AVX-512 VNNI (the avxvnni table's
 // entries but matmul and matmul_int), else avxvnni where it has AVX-VNNI (its matmul and matmul_int; the
 // other entries the avx2 table's), else avx2, else the reference.
 TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
@@ -645,7 +730,16 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   const bool avx512 = vnni && cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vnni;
   auto avx512vnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Vnni});
   EXPECT_EQ(avx512vnni.ok(), avx512) << (avx512vnni.ok() ? "" : avx512vnni.status().message());
-  if (avx512) {
+  const bool bf16 = avx512 && cpu_features().avx512bf16;
+  auto avx512bf16 = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Bf16});
+  EXPECT_EQ(avx512bf16.ok(), bf16) << (avx512bf16.ok() ? "" : avx512bf16.status().message());
+  if (bf16) {
+    EXPECT_EQ(fast.kernels().matmul, &matmul_avx512bf16);
+    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
+    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_NE(fast.description().find("avx512bf16"), std::string::npos) << fast.description();
+    EXPECT_EQ((*avx512vnni)->kernels().matmul, &matmul_avx512vnni);
+  } else if (avx512) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avx512vnni);
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
     EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);

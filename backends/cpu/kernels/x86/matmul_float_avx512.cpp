@@ -47,12 +47,7 @@ template <int R, int J>
 PAGODA_INLINE void tile(const float* x, int64_t ldx, const float* buf, int64_t len, bool accumulate, float* y,
                         int64_t ldy, const __mmask16* mask) {
   __m512 acc[R][J];
-  unroll<R>([&](auto r) PAGODA_LAMBDA {
-    unroll<J>([&](auto j) PAGODA_LAMBDA {
-      acc[r.value][j.value] = accumulate ? _mm512_maskz_loadu_ps(mask[j.value], y + r.value * ldy + 16 * j.value)
-                                         : _mm512_setzero_ps();
-    });
-  });
+  load_tile_sums<R, J>(acc, accumulate, y, ldy, mask);
   for (int64_t t = 0; t < len; ++t) {
     __m512 w[J];
     unroll<J>([&](auto j) PAGODA_LAMBDA { w[j.value] = _mm512_load_ps(buf + t * kColumn + 16 * j.value); });
@@ -63,11 +58,7 @@ PAGODA_INLINE void tile(const float* x, int64_t ldx, const float* buf, int64_t l
       });
     });
   }
-  unroll<R>([&](auto r) PAGODA_LAMBDA {
-    unroll<J>([&](auto j) PAGODA_LAMBDA {
-      _mm512_mask_storeu_ps(y + r.value * ldy + 16 * j.value, mask[j.value], acc[r.value][j.value]);
-    });
-  });
+  store_tile_sums<R, J>(acc, y, ldy, mask);
 }
 
 // Every group of input rows over the converted slice: J = 1 where the group's panels fit in one

@@ -1,7 +1,8 @@
-// Helpers of the AVX-512 leaf files (int_matmul_avx512vnni.cpp, matmul_avx512vnni.cpp), which
-// take pack_*_avx2's panels of kPanelRows rows two at a time: panel p in the low half of a
-// 512-bit vector, its partner in the high half. Include only from files built with -mavx512f
-// -mavx512bw; internal linkage, as panel_avx2.h (see x86_kernels.h for why).
+// Helpers of the AVX-512 leaf files (int_matmul_avx512vnni.cpp, matmul_avx512vnni.cpp,
+// matmul_float_avx512.cpp, matmul_bf16_avx512.cpp), which take pack_*_avx2's panels of kPanelRows
+// rows two at a time: panel p in the low half of a 512-bit vector, its partner in the high half.
+// Include only from files built with -mavx512f -mavx512bw; internal linkage, as panel_avx2.h (see
+// x86_kernels.h for why).
 #pragma once
 
 #include <immintrin.h>
@@ -44,6 +45,29 @@ PAGODA_INLINE __mmask16 first_lanes(int64_t lanes) {
 PAGODA_INLINE __mmask16 pair_mask(int64_t p, int64_t partner, int64_t n) {
   const int64_t valid = n - p * kPanelRows;
   return first_lanes(partner == p && valid > kPanelRows ? kPanelRows : valid);
+}
+
+// An R x J tile's running sums, y[r, 16 j + lane] (rows ldy apart), the lanes of mask[j] only:
+// loaded where accumulate (zeros in the other lanes), else zeros.
+template <int R, int J>
+PAGODA_INLINE void load_tile_sums(__m512 (&acc)[R][J], bool accumulate, const float* y, int64_t ldy,
+                                  const __mmask16* mask) {
+  unroll<R>([&](auto r) PAGODA_LAMBDA {
+    unroll<J>([&](auto j) PAGODA_LAMBDA {
+      acc[r.value][j.value] = accumulate ? _mm512_maskz_loadu_ps(mask[j.value], y + r.value * ldy + 16 * j.value)
+                                         : _mm512_setzero_ps();
+    });
+  });
+}
+
+// Stores them back, the lanes of mask[j] only.
+template <int R, int J>
+PAGODA_INLINE void store_tile_sums(const __m512 (&acc)[R][J], float* y, int64_t ldy, const __mmask16* mask) {
+  unroll<R>([&](auto r) PAGODA_LAMBDA {
+    unroll<J>([&](auto j) PAGODA_LAMBDA {
+      _mm512_mask_storeu_ps(y + r.value * ldy + 16 * j.value, mask[j.value], acc[r.value][j.value]);
+    });
+  });
 }
 
 }  // namespace

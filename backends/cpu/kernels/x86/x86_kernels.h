@@ -219,6 +219,18 @@ void matmul_q8act_batched_avx512vnni(const BlockQ8Act* x, const int32_t* x_sums,
 void matmul_float_batched_avx512(const float* x, int64_t m, int64_t k, DType type, const void* panels, int64_t n,
                                  float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
+// AVX-512 BF16 (the avx512bf16 table). x's m rows of k floats to bf16, rounded to nearest even
+// (denormals to zero), row i at out + i * ld, zeros from k to the next multiple of 16 (ld must
+// reach it).
+void convert_rows_bf16_avx512bf16(const float* x, int64_t m, int64_t k, int64_t ld, uint16_t* out);
+// y[i, j] for the rows j of panels [panel_begin, panel_end) of f16 or bf16 panels, against the
+// bf16 rows xb (from convert_rows_bf16_avx512bf16, ldx apart), on vdpbf16ps: the weights rounded
+// to bf16 too (f16 ones; bf16 are exact), each output the sum over column pairs u in order of
+// acc = (acc + xb[2u+1] wb[2u+1]) + xb[2u] wb[2u] (matmul_bf16_avx512.cpp), whatever m.
+void matmul_bf16_rows_avx512bf16(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, DType type,
+                                 const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
+                                 int64_t panel_end);
+
 // The avxvnni table's: the same, with every block type's product on its _avxvnni leaf.
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
@@ -227,6 +239,10 @@ void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
 // matmul_float_batched_avx512.
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y);
+// The avx512bf16 table's: the avx512vnni one, with f16 and bf16 weights (every m) on
+// matmul_bf16_rows_avx512bf16.
+void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
+void matmul_avx512bf16(const float* x, int64_t m, const Tensor& w, float* y);
 
 // One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
 // one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
