@@ -40,12 +40,14 @@ void install_avxvnni(Kernels* k) {
   k->matmul_int = matmul_int_avxvnni;
 }
 
-// The avxvnni kernels too (its matmul takes the 256-bit VEX vpdpbusd): a CPU with AVX-512 VNNI
-// but not AVX-VNNI (Ice Lake, Zen 4) gets the avx2 table for now.
-bool has_avx512vnni(const CpuFeatures& f) { return has_avxvnni(f) && f.avx512f && f.avx512bw && f.avx512vnni; }
+// AVX-VNNI is not needed: the block types' 256-bit leaves take the EVEX vpdpbusd of AVX-512 VNNI
+// + VL (Zen 4, Ice Lake and Cascade Lake have AVX-512 VNNI and not AVX-VNNI).
+bool has_avx512vnni(const CpuFeatures& f) {
+  return has_avx2_fma_f16c(f) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+}
 
 void install_avx512vnni(Kernels* k) {
-  install_avxvnni(k);
+  install_avx2(k);
   k->matmul = matmul_avx512vnni;
   k->matmul_int = matmul_int_avx512vnni;
 }
@@ -58,16 +60,17 @@ void install_avx512bf16(Kernels* k) {
 }
 
 constexpr CpuKernelTable kKernelTables[] = {
-    {CpuIsa::kAvx512Bf16, "avx512bf16", "avx2 fma f16c avxvnni avx512f avx512bw avx512vnni avx512bf16", has_avx512bf16,
+    {CpuIsa::kAvx512Bf16, "avx512bf16", "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni avx512bf16", has_avx512bf16,
      install_avx512bf16,
      "avx512bf16 f16 / bf16 matmul (inputs and f16 weights rounded to bf16); avx512vnni matmul_int and batched q8_0 "
-     "/ q4_x / q5_x matmul; avx512 batched f32 matmul; avxvnni matmul (decode, the K-quants; f32 decode avx2); "
-     "avx2+fma+f16c attention, rms_norm, silu_mul, add",
+     "/ q4_x / q5_x matmul; avx512 batched f32 matmul; avx512vl+vnni 256-bit matmul (decode, the K-quants; f32 "
+     "decode avx2); avx2+fma+f16c attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
-    {CpuIsa::kAvx512Vnni, "avx512vnni", "avx2 fma f16c avxvnni avx512f avx512bw avx512vnni", has_avx512vnni,
+    {CpuIsa::kAvx512Vnni, "avx512vnni", "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni", has_avx512vnni,
      install_avx512vnni,
-     "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avx512 batched f32 / f16 / bf16 matmul; avxvnni "
-     "matmul (decode, the K-quants; f32 / f16 / bf16 decode avx2); avx2+fma+f16c attention, rms_norm, silu_mul, add",
+     "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avx512 batched f32 / f16 / bf16 matmul; "
+     "avx512vl+vnni 256-bit matmul (decode, the K-quants; f32 / f16 / bf16 decode avx2); avx2+fma+f16c attention, "
+     "rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
      "avxvnni matmul (every block type; f32 / f16 / bf16 avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",

@@ -15,8 +15,9 @@
 namespace pagoda::cpu {
 
 // Which kernel table to use. kBest: the best the CPU supports. kAvx512Bf16: the avx512vnni kernels
-// with f16 and bf16 weights on vdpbf16ps (inputs, and f16 weights, rounded to bf16). kAvx512Vnni: the avxvnni kernels
-// with the integer matmul and the batched q8_0 / q4_x / q5_x products on 512-bit AVX-512 VNNI;
+// with f16 and bf16 weights on vdpbf16ps (inputs, and f16 weights, rounded to bf16). kAvx512Vnni:
+// the AVX2 kernels with the integer matmul and the batched q8_0 / q4_x / q5_x products on 512-bit
+// AVX-512 VNNI, the other block-type products on its 256-bit form (AVX-512 VL; no AVX-VNNI needed);
 // kAvxVnni: the AVX2 kernels with the block-type and integer matmuls on AVX-VNNI; kAvx2: the AVX2
 // kernels (each an error on a CPU without them). kScalar: the scalar reference kernels for every
 // op (tests compare against them; also a fallback when a SIMD kernel is suspected).

@@ -15,6 +15,7 @@ CpuFeatures detect() {
   f.fma = __builtin_cpu_supports("fma");
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   unsigned a, b, c, d;
   if (__get_cpuid(1, &a, &b, &c, &d)) f.f16c = (c & bit_F16C) != 0;
@@ -39,6 +40,7 @@ std::string CpuFeatures::to_string() const {
   add(f16c, "f16c");
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
   add(avxvnni, "avxvnni");

@@ -11,6 +11,7 @@ struct CpuFeatures {
   bool f16c = false;
   bool avx512f = false;
   bool avx512bw = false;
+  bool avx512vl = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
   bool avxvnni = false;  // AVX-VNNI: the VEX-encoded 256-bit vpdpbusd (Alder Lake, Sapphire Rapids, Zen 5)

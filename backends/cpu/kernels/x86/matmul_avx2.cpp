@@ -16,12 +16,14 @@
 // running sum is stored to y and loaded back between slices) and split over threads.
 //
 // matmul_avxvnni.cpp builds this file a second time with -mavxvnni and PAGODA_AVXVNNI set, for
-// the avxvnni table: every block type then takes each 4-byte group straight into the int32 lanes
-// with one vpdpbusd (u8 x s8 products summed in fours, exact, unsaturated) where this build uses
-// vpmaddubsw + vpmaddwd, or vpmaddubsw + int16 adds widened later (the K-quants: widened by a
-// vpmaddwd against the sub-block scales, which the VNNI build does with a vpmulld on the int32
-// dot instead); the integer dots are the same, so the results are the same bits. The block-type
-// entries are built there; the float ones only here.
+// the avxvnni table, and matmul_avx512vl.cpp a third, with -mavx512vl -mavx512vnni and
+// PAGODA_AVX512VL_VNNI as well, for the AVX-512 tables (whose CPUs need not have AVX-VNNI): every
+// block type then takes each 4-byte group straight into the int32 lanes with one vpdpbusd (u8 x
+// s8 products summed in fours, exact, unsaturated; dpbusd256) where this build uses vpmaddubsw +
+// vpmaddwd, or vpmaddubsw + int16 adds widened later (the K-quants: widened by a vpmaddwd against
+// the sub-block scales, which the VNNI build does with a vpmulld on the int32 dot instead); the
+// integer dots are the same, so the results are the same bits. The block-type entries are built
+// there; the float ones only here.
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/x86/panel_avx2.h"
@@ -29,7 +31,9 @@
 #include "base/check.h"
 #include "tensor/quant_blocks.h"
 
-#if defined(PAGODA_AVXVNNI)
+#if defined(PAGODA_AVX512VL_VNNI)
+#define PAGODA_MATMUL_KERNEL(name) name##_avx512vl
+#elif defined(PAGODA_AVXVNNI)
 #define PAGODA_MATMUL_KERNEL(name) name##_avxvnni
 #else
 #define PAGODA_MATMUL_KERNEL(name) name##_avx2
@@ -37,6 +41,18 @@
 
 namespace pagoda::cpu {
 namespace {
+
+#if defined(PAGODA_AVXVNNI)
+// acc + the sums of each 4-byte group's u8 x s8 products, per int32 lane: the VEX vpdpbusd of
+// AVX-VNNI, or the EVEX one of AVX-512 VNNI + VL (the same instruction on 256 bits).
+PAGODA_INLINE __m256i dpbusd256(__m256i acc, __m256i u, __m256i s) {
+#if defined(PAGODA_AVX512VL_VNNI)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
+#endif
 
 // k elements per slice of a batched f32-type product: a panel pair's slice (16 KiB of f32,
 // 8 KiB of f16) stays in L1 while every group of input rows passes over it.
@@ -199,7 +215,7 @@ struct Q8Panel {
       unroll<R>([&](auto r) PAGODA_LAMBDA {
         const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * g.value)), w);
 #if defined(PAGODA_AVXVNNI)
-        dot[r.value] = _mm256_dpbusd_avx_epi32(dot[r.value], abs_w, xv);
+        dot[r.value] = dpbusd256(dot[r.value], abs_w, xv);
 #else
         dot[r.value] = _mm256_add_epi32(dot[r.value], _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, xv), _mm256_set1_epi16(1)));
 #endif
@@ -259,7 +275,7 @@ struct NibblePanel : NibblePanelLayout<kMin, kFifth> {
         const __m256i x_lo = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 4 * h.value));
         const __m256i x_hi = _mm256_set1_epi32(load_i32(xb[r.value]->qs + 16 + 4 * h.value));
 #if defined(PAGODA_AVXVNNI)
-        dot[r.value] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r.value], lo, x_lo), hi, x_hi);
+        dot[r.value] = dpbusd256(dpbusd256(dot[r.value], lo, x_lo), hi, x_hi);
 #else
         sum16[r.value] = _mm256_add_epi16(
             sum16[r.value],
@@ -490,8 +506,8 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
           __m256i lo, hi;
           codes(p, g, lo, hi);
           unroll<R>([&](auto r) PAGODA_LAMBDA {
-            d32[p.value][0][r.value] = _mm256_dpbusd_avx_epi32(d32[p.value][0][r.value], lo, xl[r.value]);
-            d32[p.value][1][r.value] = _mm256_dpbusd_avx_epi32(d32[p.value][1][r.value], hi, xh[r.value]);
+            d32[p.value][0][r.value] = dpbusd256(d32[p.value][0][r.value], lo, xl[r.value]);
+            d32[p.value][1][r.value] = dpbusd256(d32[p.value][1][r.value], hi, xh[r.value]);
           });
         });
       });
@@ -609,7 +625,7 @@ PAGODA_INLINE void q6_k_block(const BlockQ8Act* x, const int32_t* x_half_sums, i
           const __m256i xv = _mm256_set1_epi32(load_i32(x[r.value * nb + c0 + t.value].qs + 4 * g.value));
           __m256i& acc_dot = dot[t.value][half][r.value];
 #if defined(PAGODA_AVXVNNI)
-          acc_dot = _mm256_dpbusd_avx_epi32(acc_dot, q[t.value], xv);
+          acc_dot = dpbusd256(acc_dot, q[t.value], xv);
 #else
           acc_dot = _mm256_add_epi32(acc_dot, _mm256_madd_epi16(_mm256_maddubs_epi16(q[t.value], xv), ones));
 #endif
@@ -724,7 +740,7 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
           unroll<R>([&](auto r) PAGODA_LAMBDA {
 #if defined(PAGODA_AVXVNNI)
             __m256i& s32 = sum32[p.value][g.value / 4][r.value];
-            s32 = _mm256_dpbusd_avx_epi32(s32, u, xv[r.value]);
+            s32 = dpbusd256(s32, u, xv[r.value]);
 #else
             __m256i& s16 = sum16[p.value][g.value / 4][r.value];
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, xv[r.value]));

@@ -93,13 +93,14 @@ constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_
 constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
                                       matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
                                       matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni};
-constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
-                                         matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
-                                         matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni,
+// The AVX-512 tables: the block types' 256-bit leaves on EVEX vpdpbusd (no AVX-VNNI needed).
+constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avx512vl, matmul_q4_k_panels_avx512vl,
+                                         matmul_q5_k_panels_avx512vl,  matmul_q2_k_panels_avx512vl,
+                                         matmul_q3_k_panels_avx512vl,  matmul_q6_k_panels_avx512vl,
                                          matmul_q8act_batched_avx512vnni, matmul_float_batched_avx512};
-constexpr MatmulLeaves kAvx512Bf16Leaves{matmul_packed_q8act_avxvnni,     matmul_q4_k_panels_avxvnni,
-                                         matmul_q5_k_panels_avxvnni,      matmul_q2_k_panels_avxvnni,
-                                         matmul_q3_k_panels_avxvnni,      matmul_q6_k_panels_avxvnni,
+constexpr MatmulLeaves kAvx512Bf16Leaves{matmul_packed_q8act_avx512vl,    matmul_q4_k_panels_avx512vl,
+                                         matmul_q5_k_panels_avx512vl,     matmul_q2_k_panels_avx512vl,
+                                         matmul_q3_k_panels_avx512vl,     matmul_q6_k_panels_avx512vl,
                                          matmul_q8act_batched_avx512vnni, matmul_float_batched_avx512,
                                          matmul_bf16_rows_avx512bf16};
 

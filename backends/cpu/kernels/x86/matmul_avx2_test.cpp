@@ -228,7 +228,7 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, BatchSizeDoesNotChangeResults, "avxvnni"
 
 // The avx512vnni table's matmul (batched q8_0 / q4_x / q5_x on 512-bit vpdpbusd, two panels per
 // vector; batched f32 / f16 / bf16 on 512-bit FMAs, four panels per converted slice; the rest the
-// avxvnni leaves): the same checks, over every type. The shapes' odd panel counts (n = 7, 33, 67)
+// avx512vl leaves, the avxvnni ones rebuilt on EVEX vpdpbusd): the same checks, over every type. The shapes' odd panel counts (n = 7, 33, 67)
 // take the repeated-half tail and groups of one to four panels, m = 13 and 33 tiles of 8 or 12
 // rows and a remainder, k = 257 and 512 several k slices. BatchSizeDoesNotChangeResults holds the
 // batched float leaf to the decode (avx2) leaf's bits.
@@ -658,7 +658,7 @@ PAGODA_KERNEL_TABLE_TEST(MatmulIntAvxVnni, BatchSizeDoesNotChangeResults, "avxvn
 }
 
 // The avx512vnni table: its matmul_int on 512-bit vpdpbusd, two panels per vector, int8 inputs
-// unsigned (x + 128); its other entries are the avxvnni table's very functions, tested there.
+// unsigned (x + 128); its other entries but matmul are the avx2 table's very functions, tested there.
 // The problems' odd panel counts (n = 67: 9 panels) take the repeated-half tail; m = 9 a tile of
 // 8 rows and one of 1.
 PAGODA_KERNEL_TABLE_TEST(MatmulIntAvx512Vnni, MatchesReferenceBitForBit, "avx512vnni", "matmul_int pack_int_weight") {
@@ -703,9 +703,49 @@ TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_NE(bad.status().message().find("avx1024"), std::string::npos);
 }
 
+// The first table each CPU family's features admit (the `needs` string names the same features):
+// Zen 4 and Ice Lake / Cascade Lake have AVX-512 VNNI without AVX-VNNI and take the AVX-512
+// tables (their 256-bit VNNI leaves are EVEX-encoded); Alder Lake takes avxvnni; Skylake-X
+// (AVX-512 without VNNI) avx2.
+TEST(CpuBackend, EachCpuFamilyGetsTheTablesItsFeaturesAllow) {
+  auto best = [](const CpuFeatures& f) -> std::string {
+    for (const CpuKernelTable& t : cpu_kernel_tables()) {
+      if (t.supported(f)) return std::string(t.name);
+    }
+    return "reference";
+  };
+  CpuFeatures avx2;
+  avx2.avx2 = avx2.fma = avx2.f16c = true;
+  CpuFeatures skylake_x = avx2;
+  skylake_x.avx512f = skylake_x.avx512bw = skylake_x.avx512vl = true;
+  CpuFeatures ice_lake = skylake_x;
+  ice_lake.avx512vnni = true;
+  CpuFeatures zen4 = ice_lake;
+  zen4.avx512bf16 = true;
+  CpuFeatures zen5 = zen4;
+  zen5.avxvnni = true;
+  CpuFeatures alder_lake = avx2;
+  alder_lake.avxvnni = true;
+  CpuFeatures no_vl = zen4;
+  no_vl.avx512vl = false;
+  EXPECT_EQ(best(CpuFeatures{}), "reference");
+  EXPECT_EQ(best(avx2), "avx2");
+  EXPECT_EQ(best(skylake_x), "avx2");
+  EXPECT_EQ(best(ice_lake), "avx512vnni");
+  EXPECT_EQ(best(zen4), "avx512bf16");
+  EXPECT_EQ(best(zen5), "avx512bf16");
+  EXPECT_EQ(best(alder_lake), "avxvnni");
+  EXPECT_EQ(best(no_vl), "avx2");
+  for (const CpuKernelTable& t : cpu_kernel_tables()) {
+    // A table needs AVX-VNNI exactly where its `needs` says so.
+    const bool names_avxvnni = (" " + std::string(t.needs) + " ").find(" avxvnni ") != std::string::npos;
+    EXPECT_EQ(t.supported(zen4), t.supported(zen5) && !names_avxvnni) << t.name;
+  }
+}
+
 // The best table: avx512bf16 where the CPU also has AVX-512 BF16 (the avx512vnni table but its
-// matmul), else avx512vnni where the CPU has AVX-VNNI and AVX-512 VNNI (the avxvnni table's
-// entries but matmul and matmul_int), else avxvnni where it has AVX-VNNI (its matmul and matmul_int; the
+// matmul), else avx512vnni where the CPU has AVX-512 F, BW, VL and VNNI, with or without AVX-VNNI
+// (the avx2 table's entries but matmul and matmul_int), else avxvnni where it has AVX-VNNI (its matmul and matmul_int; the
 // other entries the avx2 table's), else avx2, else the reference.
 TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto forced = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kScalar});
@@ -727,7 +767,8 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   const bool vnni = has_avx2() && cpu_features().avxvnni;
   auto avxvnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvxVnni});
   EXPECT_EQ(avxvnni.ok(), vnni) << (avxvnni.ok() ? "" : avxvnni.status().message());
-  const bool avx512 = vnni && cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vnni;
+  const bool avx512 = has_avx2() && cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vl &&
+                      cpu_features().avx512vnni;
   auto avx512vnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Vnni});
   EXPECT_EQ(avx512vnni.ok(), avx512) << (avx512vnni.ok() ? "" : avx512vnni.status().message());
   const bool bf16 = avx512 && cpu_features().avx512bf16;
@@ -744,7 +785,10 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
     EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
     EXPECT_NE(fast.description().find("avx512vnni"), std::string::npos) << fast.description();
-    EXPECT_EQ((*avxvnni)->kernels().matmul_int, &matmul_int_avxvnni);
+    EXPECT_EQ(fast.kernels().rms_norm, &rms_norm_avx2);
+    if (vnni) {
+      EXPECT_EQ((*avxvnni)->kernels().matmul_int, &matmul_int_avxvnni);
+    }
   } else if (vnni) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avxvnni);

@@ -1,6 +1,6 @@
 // The AVX-512 VNNI leaf of the avx512vnni table's matmul for the 32-element block types (q8_0,
-// q4_0, q4_1, q5_0, q5_1) in batched products (m > 1; decode and the K-quants take the avxvnni
-// leaves), over pack_matmul_weight_avx2's panels of 8 rows (x86_kernels.h; matmul_avx2.cpp
+// q4_0, q4_1, q5_0, q5_1) in batched products (m > 1; decode and the K-quants take the 256-bit
+// avx512vl leaves), over pack_matmul_weight_avx2's panels of 8 rows (x86_kernels.h; matmul_avx2.cpp
 // describes each type's block). Two panels per 512-bit vector, p in the low half and p + 1 in the
 // high half, so a vpdpbusd is a 4-column step of 16 output rows.
 // Built with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni -ffp-contract=off; read

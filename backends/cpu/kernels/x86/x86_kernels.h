@@ -119,24 +119,31 @@ void matmul_q5_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_sums, int64_t
 void matmul_q6_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
                              int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
 
-// AVX-VNNI (the avxvnni table): matmul_packed_q8act_avx2 and the K-quant leaves with their 4-byte
-// groups on vpdpbusd; the same bits.
-void matmul_packed_q8act_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,
-                                 DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,
-                                 int64_t panel_begin, int64_t panel_end);
-void matmul_q6_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
-                                const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
-                                int64_t panel_end);
-void matmul_q4_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
-                                int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
-void matmul_q5_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k, const void* panels,
-                                int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end);
-void matmul_q2_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
-                                const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
-                                int64_t panel_end);
-void matmul_q3_k_panels_avxvnni(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,
-                                const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
-                                int64_t panel_end);
+// AVX-VNNI (the avxvnni table; suffix avxvnni) and AVX-512 VNNI + VL (the AVX-512 tables; suffix
+// avx512vl): matmul_packed_q8act_avx2 and the K-quant leaves with their 4-byte groups on the
+// 256-bit vpdpbusd, VEX or EVEX; the same bits.
+#define PAGODA_DECLARE_VNNI_BLOCK_LEAVES(suffix)                                                                   \
+  void matmul_packed_q8act_##suffix(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,              \
+                                    DType w_type, const void* panels, int64_t n, float* y, int64_t ldy,           \
+                                    int64_t panel_begin, int64_t panel_end);                                       \
+  void matmul_q6_k_panels_##suffix(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,         \
+                                   const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,     \
+                                   int64_t panel_end);                                                             \
+  void matmul_q4_k_panels_##suffix(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,              \
+                                   const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,     \
+                                   int64_t panel_end);                                                             \
+  void matmul_q5_k_panels_##suffix(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t k,              \
+                                   const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,     \
+                                   int64_t panel_end);                                                             \
+  void matmul_q2_k_panels_##suffix(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,         \
+                                   const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,     \
+                                   int64_t panel_end);                                                             \
+  void matmul_q3_k_panels_##suffix(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k,         \
+                                   const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,     \
+                                   int64_t panel_end)
+PAGODA_DECLARE_VNNI_BLOCK_LEAVES(avxvnni);
+PAGODA_DECLARE_VNNI_BLOCK_LEAVES(avx512vl);
+#undef PAGODA_DECLARE_VNNI_BLOCK_LEAVES
 
 // AVX2. The same for q2_k / q3_k panels, with the input's half sums as for q6_k.
 void matmul_q2_k_panels_avx2(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t m, int64_t k, const void* panels,
@@ -234,9 +241,9 @@ void matmul_bf16_rows_avx512bf16(const uint16_t* xb, int64_t ldx, int64_t m, int
 // The avxvnni table's: the same, with every block type's product on its _avxvnni leaf.
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
-// The avx512vnni table's: the avxvnni one, with batched products (m > 1) of q8_0, q4_0, q4_1,
-// q5_0 and q5_1 on matmul_q8act_batched_avx512vnni, of f32, f16 and bf16 on
-// matmul_float_batched_avx512.
+// The avx512vnni table's: the avxvnni one on the _avx512vl leaves (EVEX vpdpbusd), with batched
+// products (m > 1) of q8_0, q4_0, q4_1, q5_0 and q5_1 on matmul_q8act_batched_avx512vnni, of f32,
+// f16 and bf16 on matmul_float_batched_avx512.
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y);
 // The avx512bf16 table's: the avx512vnni one, with f16 and bf16 weights (every m) on
