@@ -11,10 +11,12 @@ Result<CpuIsa> parse_cpu_isa(std::string_view name) {
   if (name.empty() || name == "auto") return CpuIsa::kBest;
   if (name == "avx512bf16") return CpuIsa::kAvx512Bf16;
   if (name == "avx512vnni") return CpuIsa::kAvx512Vnni;
+  if (name == "avx512") return CpuIsa::kAvx512;
   if (name == "avxvnni") return CpuIsa::kAvxVnni;
   if (name == "avx2") return CpuIsa::kAvx2;
   if (name == "scalar") return CpuIsa::kScalar;
-  return invalid_argument("unknown CPU ISA '" + std::string(name) + "' (auto, avx512bf16, avx512vnni, avxvnni, avx2 or scalar)");
+  return invalid_argument("unknown CPU ISA '" + std::string(name) +
+                          "' (auto, avx512bf16, avx512vnni, avx512, avxvnni, avx2 or scalar)");
 }
 
 namespace {
@@ -52,6 +54,14 @@ void install_avx512vnni(Kernels* k) {
   k->matmul_int = matmul_int_avx512vnni;
 }
 
+// AVX-512 F and BW without VNNI (Skylake-SP / -X): the batched float products on 512-bit FMAs.
+bool has_avx512(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avx512f && f.avx512bw; }
+
+void install_avx512(Kernels* k) {
+  install_avx2(k);
+  k->matmul = matmul_avx512;
+}
+
 bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512bf16; }
 
 void install_avx512bf16(Kernels* k) {
@@ -71,6 +81,10 @@ constexpr CpuKernelTable kKernelTables[] = {
      "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avx512 batched f32 / f16 / bf16 matmul; "
      "avx512vl+vnni 256-bit matmul (decode, the K-quants; f32 / f16 / bf16 decode avx2); avx2+fma+f16c attention, "
      "rms_norm, silu_mul, add",
+     "embedding, rope, store_kv"},
+    {CpuIsa::kAvx512, "avx512", "avx2 fma f16c avx512f avx512bw", has_avx512, install_avx512,
+     "avx512 batched f32 / f16 / bf16 matmul; avx2+fma+f16c matmul (decode, every block type) and matmul_int, "
+     "attention, rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
      "avxvnni matmul (every block type; f32 / f16 / bf16 avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",

@@ -18,12 +18,13 @@ namespace pagoda::cpu {
 // with f16 and bf16 weights on vdpbf16ps (inputs, and f16 weights, rounded to bf16). kAvx512Vnni:
 // the AVX2 kernels with the integer matmul and the batched q8_0 / q4_x / q5_x products on 512-bit
 // AVX-512 VNNI, the other block-type products on its 256-bit form (AVX-512 VL; no AVX-VNNI needed);
-// kAvxVnni: the AVX2 kernels with the block-type and integer matmuls on AVX-VNNI; kAvx2: the AVX2
+// kAvx512: the AVX2 kernels with the batched f32 / f16 / bf16 products on 512-bit FMAs (AVX-512
+// F and BW, no VNNI: Skylake-SP); kAvxVnni: the AVX2 kernels with the block-type and integer matmuls on AVX-VNNI; kAvx2: the AVX2
 // kernels (each an error on a CPU without them). kScalar: the scalar reference kernels for every
 // op (tests compare against them; also a fallback when a SIMD kernel is suspected).
-enum class CpuIsa { kBest, kAvx512Bf16, kAvx512Vnni, kAvxVnni, kAvx2, kScalar };
+enum class CpuIsa { kBest, kAvx512Bf16, kAvx512Vnni, kAvx512, kAvxVnni, kAvx2, kScalar };
 
-// "avx512bf16", "avx512vnni", "avxvnni", "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is
+// "avx512bf16", "avx512vnni", "avx512", "avxvnni", "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is
 // kBest.
 Result<CpuIsa> parse_cpu_isa(std::string_view name);
 

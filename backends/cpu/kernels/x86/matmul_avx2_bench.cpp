@@ -41,7 +41,7 @@ Weights random_weights(DType t, int64_t n, int64_t k) {
   return out;
 }
 
-enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512Vnni, kAvx512Bf16 };
+enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni, kAvx512Bf16 };
 
 // Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
 // kernel runs on the row-major weights, the others on the packed ones.
@@ -52,13 +52,17 @@ void run(benchmark::State& state, Kernel kernel) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }
-  const bool avx512 = kernel == Kernel::kAvx512Vnni || kernel == Kernel::kAvx512Bf16;
-  if ((kernel == Kernel::kAvxVnni || avx512) && !f.avxvnni) {
+  const bool avx512_vnni = kernel == Kernel::kAvx512Vnni || kernel == Kernel::kAvx512Bf16;
+  if (kernel == Kernel::kAvxVnni && !f.avxvnni) {
     state.SkipWithError("CPU lacks avxvnni");
     return;
   }
-  if (avx512 && !(f.avx512f && f.avx512bw && f.avx512vnni)) {
-    state.SkipWithError("CPU lacks avx512f/avx512bw/avx512vnni");
+  if ((kernel == Kernel::kAvx512 || avx512_vnni) && !(f.avx512f && f.avx512bw)) {
+    state.SkipWithError("CPU lacks avx512f/avx512bw");
+    return;
+  }
+  if (avx512_vnni && !(f.avx512vl && f.avx512vnni)) {
+    state.SkipWithError("CPU lacks avx512vl/avx512vnni");
     return;
   }
   if (kernel == Kernel::kAvx512Bf16 && !f.avx512bf16) {
@@ -67,8 +71,9 @@ void run(benchmark::State& state, Kernel kernel) {
   }
   auto* packed_matmul = kernel == Kernel::kAvx512Bf16   ? matmul_avx512bf16_pooled
                         : kernel == Kernel::kAvx512Vnni ? matmul_avx512vnni_pooled
-                        : kernel == Kernel::kAvxVnni  ? matmul_avxvnni_pooled
-                                                      : matmul_avx2_pooled;
+                        : kernel == Kernel::kAvx512     ? matmul_avx512_pooled
+                        : kernel == Kernel::kAvxVnni    ? matmul_avxvnni_pooled
+                                                        : matmul_avx2_pooled;
   const auto t = static_cast<DType>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
   const bool threaded = state.range(4) != 0;
@@ -105,6 +110,7 @@ void run(benchmark::State& state, Kernel kernel) {
 
 void BM_MatmulAvx2(benchmark::State& state) { run(state, Kernel::kAvx2); }
 void BM_MatmulAvxVnni(benchmark::State& state) { run(state, Kernel::kAvxVnni); }
+void BM_MatmulAvx512(benchmark::State& state) { run(state, Kernel::kAvx512); }
 void BM_MatmulAvx512Vnni(benchmark::State& state) { run(state, Kernel::kAvx512Vnni); }
 void BM_MatmulAvx512Bf16(benchmark::State& state) { run(state, Kernel::kAvx512Bf16); }
 void BM_MatmulReference(benchmark::State& state) { run(state, Kernel::kReference); }
@@ -127,6 +133,10 @@ BENCHMARK(BM_MatmulAvx2)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();
 BENCHMARK(BM_MatmulAvxVnni)
+    ->Apply(avx2_args)
+    ->ArgNames({"dtype", "m", "n", "k", "threaded"})
+    ->UseRealTime();
+BENCHMARK(BM_MatmulAvx512)
     ->Apply(avx2_args)
     ->ArgNames({"dtype", "m", "n", "k", "threaded"})
     ->UseRealTime();

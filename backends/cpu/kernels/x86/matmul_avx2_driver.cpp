@@ -93,7 +93,11 @@ constexpr MatmulLeaves kAvx2Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_
 constexpr MatmulLeaves kAvxVnniLeaves{matmul_packed_q8act_avxvnni, matmul_q4_k_panels_avxvnni,
                                       matmul_q5_k_panels_avxvnni,  matmul_q2_k_panels_avxvnni,
                                       matmul_q3_k_panels_avxvnni,  matmul_q6_k_panels_avxvnni};
-// The AVX-512 tables: the block types' 256-bit leaves on EVEX vpdpbusd (no AVX-VNNI needed).
+// The avx512 table (no VNNI): the AVX2 leaves but the batched float products.
+constexpr MatmulLeaves kAvx512Leaves{matmul_packed_q8act_avx2, matmul_q4_k_panels_avx2, matmul_q5_k_panels_avx2,
+                                     matmul_q2_k_panels_avx2,  matmul_q3_k_panels_avx2, matmul_q6_k_panels_avx2,
+                                     nullptr,                  matmul_float_batched_avx512};
+// The AVX-512 VNNI tables: the block types' 256-bit leaves on EVEX vpdpbusd (no AVX-VNNI needed).
 constexpr MatmulLeaves kAvx512VnniLeaves{matmul_packed_q8act_avx512vl, matmul_q4_k_panels_avx512vl,
                                          matmul_q5_k_panels_avx512vl,  matmul_q2_k_panels_avx512vl,
                                          matmul_q3_k_panels_avx512vl,  matmul_q6_k_panels_avx512vl,
@@ -211,6 +215,17 @@ void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float*
 
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y) {
   matmul_avx512vnni_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_avx512_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
+               "the AVX-512 matmul takes weights from pack_matmul_weight_avx2");
+  if (m <= 0 || w.num_rows() <= 0) return;
+  matmul_packed_pooled(x, m, w, y, pool, kAvx512Leaves);
+}
+
+void matmul_avx512(const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx512_pooled(x, m, w, y, &cpu_thread_pool());
 }
 
 void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {

@@ -115,6 +115,7 @@ struct MatmulEntry {
 constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2};
 constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni};
 constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni};
+constexpr MatmulEntry kAvx512Matmul{matmul_avx512_pooled, matmul_avx512};
 // Each product of bf16-rounded factors is within 2^-8 (and a little) of the exact one; the f32
 // sums add about k 2^-24 of sum |x w|.
 constexpr MatmulEntry kAvx512Bf16Matmul{matmul_avx512bf16_pooled, matmul_avx512bf16, 0x1p-7};
@@ -246,6 +247,24 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, ThreadCountDoesNotChangeResults, "avx
 
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, BatchSizeDoesNotChangeResults, "avx512vnni", "matmul") {
   check_batch_invariant(kAvx512VnniMatmul);
+}
+
+// The avx512 table's matmul (AVX-512 F and BW without VNNI): the batched float products on
+// 512-bit FMAs, everything else the AVX2 leaves: the same checks.
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, MatchesReferenceOnSmallShapes, "avx512", "matmul") {
+  check_small_shapes(kAvx512Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, MatchesReferenceOnLongRowsThreaded, "avx512", "matmul") {
+  check_long_rows_threaded(kAvx512Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, ThreadCountDoesNotChangeResults, "avx512", "matmul") {
+  check_thread_count_invariant(kAvx512Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, BatchSizeDoesNotChangeResults, "avx512", "matmul") {
+  check_batch_invariant(kAvx512Matmul);
 }
 
 // vdpbf16ps as the avx512bf16 leaf uses it (matmul_bf16_avx512.cpp): both factors rounded to
@@ -695,6 +714,7 @@ TEST(CpuBackend, ParsesIsaNames) {
   EXPECT_EQ(*parse_cpu_isa("auto"), CpuIsa::kBest);
   EXPECT_EQ(*parse_cpu_isa("avx512bf16"), CpuIsa::kAvx512Bf16);
   EXPECT_EQ(*parse_cpu_isa("avx512vnni"), CpuIsa::kAvx512Vnni);
+  EXPECT_EQ(*parse_cpu_isa("avx512"), CpuIsa::kAvx512);
   EXPECT_EQ(*parse_cpu_isa("avxvnni"), CpuIsa::kAvxVnni);
   EXPECT_EQ(*parse_cpu_isa("avx2"), CpuIsa::kAvx2);
   EXPECT_EQ(*parse_cpu_isa("scalar"), CpuIsa::kScalar);
@@ -706,7 +726,7 @@ TEST(CpuBackend, ParsesIsaNames) {
 // The first table each CPU family's features admit (the `needs` string names the same features):
 // Zen 4 and Ice Lake / Cascade Lake have AVX-512 VNNI without AVX-VNNI and take the AVX-512
 // tables (their 256-bit VNNI leaves are EVEX-encoded); Alder Lake takes avxvnni; Skylake-X
-// (AVX-512 without VNNI) avx2.
+// (AVX-512 without VNNI) avx512.
 TEST(CpuBackend, EachCpuFamilyGetsTheTablesItsFeaturesAllow) {
   auto best = [](const CpuFeatures& f) -> std::string {
     for (const CpuKernelTable& t : cpu_kernel_tables()) {
@@ -730,12 +750,12 @@ TEST(CpuBackend, EachCpuFamilyGetsTheTablesItsFeaturesAllow) {
   no_vl.avx512vl = false;
   EXPECT_EQ(best(CpuFeatures{}), "reference");
   EXPECT_EQ(best(avx2), "avx2");
-  EXPECT_EQ(best(skylake_x), "avx2");
+  EXPECT_EQ(best(skylake_x), "avx512");
   EXPECT_EQ(best(ice_lake), "avx512vnni");
   EXPECT_EQ(best(zen4), "avx512bf16");
   EXPECT_EQ(best(zen5), "avx512bf16");
   EXPECT_EQ(best(alder_lake), "avxvnni");
-  EXPECT_EQ(best(no_vl), "avx2");
+  EXPECT_EQ(best(no_vl), "avx512");
   for (const CpuKernelTable& t : cpu_kernel_tables()) {
     // A table needs AVX-VNNI exactly where its `needs` says so.
     const bool names_avxvnni = (" " + std::string(t.needs) + " ").find(" avxvnni ") != std::string::npos;
@@ -771,6 +791,13 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
                       cpu_features().avx512vnni;
   auto avx512vnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Vnni});
   EXPECT_EQ(avx512vnni.ok(), avx512) << (avx512vnni.ok() ? "" : avx512vnni.status().message());
+  const bool avx512_fma = has_avx2() && cpu_features().avx512f && cpu_features().avx512bw;
+  auto avx512_table = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512});
+  EXPECT_EQ(avx512_table.ok(), avx512_fma) << (avx512_table.ok() ? "" : avx512_table.status().message());
+  if (avx512_fma) {
+    EXPECT_EQ((*avx512_table)->kernels().matmul, &matmul_avx512);
+    EXPECT_EQ((*avx512_table)->kernels().matmul_int, &matmul_int_avx2);
+  }
   const bool bf16 = avx512 && cpu_features().avx512bf16;
   auto avx512bf16 = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Bf16});
   EXPECT_EQ(avx512bf16.ok(), bf16) << (avx512bf16.ok() ? "" : avx512bf16.status().message());
@@ -789,6 +816,9 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
     if (vnni) {
       EXPECT_EQ((*avxvnni)->kernels().matmul_int, &matmul_int_avxvnni);
     }
+  } else if (avx512_fma) {
+    EXPECT_EQ(fast.kernels().matmul, &matmul_avx512);
+    EXPECT_NE(fast.description().find("avx512"), std::string::npos) << fast.description();
   } else if (vnni) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avxvnni);

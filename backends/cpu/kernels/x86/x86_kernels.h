@@ -246,6 +246,10 @@ void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
 // f16 and bf16 on matmul_float_batched_avx512.
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y);
+// The avx512 table's: the avx2 one, with batched products (m > 1) of f32, f16 and bf16 on
+// matmul_float_batched_avx512.
+void matmul_avx512_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
+void matmul_avx512(const float* x, int64_t m, const Tensor& w, float* y);
 // The avx512bf16 table's: the avx512vnni one, with f16 and bf16 weights (every m) on
 // matmul_bf16_rows_avx512bf16.
 void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
