@@ -125,8 +125,12 @@ const uint16_t* bf16_input(const float* x, int64_t m, int64_t k, int64_t ld, boo
   return data;
 }
 
+// Every table's matmul: y = x w^T on weights from pack_matmul_weight_avx2, by `leaves`.
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
+  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
+               "the x86 matmul takes weights from pack_matmul_weight_avx2");
+  if (m <= 0 || w.num_rows() <= 0) return;
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
   const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
@@ -189,16 +193,10 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, 
 }  // namespace
 
 void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
-               "the AVX2 matmul takes weights from pack_matmul_weight_avx2");
-  if (m <= 0 || w.num_rows() <= 0) return;
   matmul_packed_pooled(x, m, w, y, pool, kAvx2Leaves);
 }
 
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
-               "the AVX-VNNI matmul takes weights from pack_matmul_weight_avx2");
-  if (m <= 0 || w.num_rows() <= 0) return;
   matmul_packed_pooled(x, m, w, y, pool, kAvxVnniLeaves);
 }
 
@@ -207,9 +205,6 @@ void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y) {
 }
 
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
-               "the AVX-512 VNNI matmul takes weights from pack_matmul_weight_avx2");
-  if (m <= 0 || w.num_rows() <= 0) return;
   matmul_packed_pooled(x, m, w, y, pool, kAvx512VnniLeaves);
 }
 
@@ -218,9 +213,6 @@ void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y) {
 }
 
 void matmul_avx512_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
-               "the AVX-512 matmul takes weights from pack_matmul_weight_avx2");
-  if (m <= 0 || w.num_rows() <= 0) return;
   matmul_packed_pooled(x, m, w, y, pool, kAvx512Leaves);
 }
 
@@ -229,9 +221,6 @@ void matmul_avx512(const float* x, int64_t m, const Tensor& w, float* y) {
 }
 
 void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
-               "the AVX-512 BF16 matmul takes weights from pack_matmul_weight_avx2");
-  if (m <= 0 || w.num_rows() <= 0) return;
   matmul_packed_pooled(x, m, w, y, pool, kAvx512Bf16Leaves);
 }
 
