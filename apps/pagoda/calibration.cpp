@@ -128,7 +128,8 @@ const GptqHessian* InputHessians::find(const std::string& weight_name) const {
   return it == h_.end() ? nullptr : it->second.get();
 }
 
-Result<const std::vector<double>*> GptqFactors::get(const InputHessians& hessians, const std::string& weight_name) {
+Result<const GptqFactors::Factor*> GptqFactors::get(const InputHessians& hessians, const std::string& weight_name,
+                                                    int64_t group_len) {
   const GptqHessian* h = hessians.find(weight_name);
   if (h == nullptr) return invalid_argument("calibration saw no input of " + weight_name);
   const size_t dot = weight_name.starts_with("blk.") ? weight_name.find('.', 4) : std::string::npos;
@@ -137,12 +138,15 @@ Result<const std::vector<double>*> GptqFactors::get(const InputHessians& hessian
     factors_.clear();
     layer_ = layer;
   }
-  const std::string key = InputHessians::input_key(weight_name);
+  // In stored order every group length shares one factor.
+  const std::pair<std::string, int64_t> key{InputHessians::input_key(weight_name), act_order_ ? group_len : 0};
   auto it = factors_.find(key);
   if (it == factors_.end()) {
-    auto u = gptq_inverse_factor(*h, kGptqDamp, pool_);
-    if (!u.ok()) return Status(u.status().code(), key + ": " + u.status().message());
-    it = factors_.emplace(key, std::move(*u)).first;
+    Factor factor{act_order_ ? gptq_act_order(*h, group_len) : std::vector<int64_t>{}, {}};
+    auto u = gptq_inverse_factor(*h, kGptqDamp, pool_, factor.order);
+    if (!u.ok()) return Status(u.status().code(), key.first + ": " + u.status().message());
+    factor.u = std::move(*u);
+    it = factors_.emplace(key, std::move(factor)).first;
   }
   return &it->second;
 }

@@ -75,14 +75,22 @@ class InputHessians final : public LinearInputObserver {
 // another layer ("blk.N.") drops them (a 5632-wide factor takes 254 MB).
 class GptqFactors {
  public:
-  explicit GptqFactors(ThreadPool* pool) : pool_(pool) {}
-  // The factor of the input `weight_name` multiplies; an error if calibration never saw it.
-  Result<const std::vector<double>*> get(const InputHessians& hessians, const std::string& weight_name);
+  // act_order: sweeps in gptq_act_order's column order, else in the stored one.
+  GptqFactors(ThreadPool* pool, bool act_order) : pool_(pool), act_order_(act_order) {}
+  // The column order a sweep of `weight_name` in groups of group_len takes (empty: the stored
+  // one), and its factor.
+  struct Factor {
+    std::vector<int64_t> order;
+    std::vector<double> u;
+  };
+  // Of the input `weight_name` multiplies; an error if calibration never saw it.
+  Result<const Factor*> get(const InputHessians& hessians, const std::string& weight_name, int64_t group_len);
 
  private:
   ThreadPool* pool_;
+  bool act_order_;
   std::string layer_;
-  std::map<std::string, std::vector<double>> factors_;
+  std::map<std::pair<std::string, int64_t>, Factor> factors_;  // by input and group length
 };
 
 }  // namespace pagoda::app

@@ -56,6 +56,7 @@ struct QuantizeFlags {
   // (tensor/gptq.h) and w8a8 / w4a8 activations stay per token.
   std::string calibration_file;
   bool gptq = false;
+  bool act_order = true;  // with gptq: gptq_act_order's column order (tensor/gptq.h)
   double smooth_alpha = -1;
   int64_t num_calibration_samples = 128;
   int64_t max_seq_len = 512;

@@ -142,6 +142,11 @@ int main_impl(int argc, char** argv) {
   quant_cmd->add_flag("--gptq", quant.gptq,
                       "round the weights with GPTQ against the calibration texts' activations (needs "
                       "--calibration-file); w8a8 / w4a8 activations stay per token");
+  quant_cmd->add_option("--act-order", quant.act_order,
+                        "with --gptq: round the columns in the order of their inputs' energy, largest first (GPTQ's "
+                        "act-order; each group or block kept whole, so the output needs no g_idx); false: in "
+                        "stored order")
+      ->capture_default_str();
   quant_cmd->add_option("--smooth-alpha", quant.smooth_alpha,
                         "w8a8 / w4a8 with --calibration-file: SmoothQuant's migration strength in [0, 1] (0.5 is "
                         "its usual value)");

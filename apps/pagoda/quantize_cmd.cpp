@@ -42,7 +42,7 @@ Status quantize_by_gptq(const QuantizeFlags& f, const QuantMix& mix, const Weigh
   std::printf("calibration: %lld texts, %lld tokens through the float model\n",
               static_cast<long long>(calibration.num_texts()), static_cast<long long>(tokens));
   ThreadPool pool;
-  GptqFactors factors(&pool);
+  GptqFactors factors(&pool, f.act_order);
   for (const auto& [name, t] : source.weights.all()) {
     if (t.ndim != 2 || hessians.find(name) == nullptr) continue;
     const DType to = quant_mix_type(mix, WeightSlot{name, shape.num_layers, shape.gqa}, t.row_len());
@@ -50,8 +50,8 @@ Status quantize_by_gptq(const QuantizeFlags& f, const QuantMix& mix, const Weigh
     const int64_t rows = t.num_rows(), cols = t.row_len();
     std::vector<float> w(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r) dequantize_row(t.dtype, t.row(r), w.data() + r * cols, cols);
-    PAGODA_ASSIGN_OR_RETURN(const std::vector<double>* u, factors.get(hessians, name));
-    (*out)[name] = gptq_quantize_blocks(to, w.data(), rows, cols, *u, &pool);
+    PAGODA_ASSIGN_OR_RETURN(const GptqFactors::Factor* factor, factors.get(hessians, name, dtype_traits(to).block_elems));
+    (*out)[name] = gptq_quantize_blocks(to, w.data(), rows, cols, factor->u, &pool, factor->order);
   }
   return Status();
 }

@@ -222,7 +222,7 @@ int run_quantize_compressed(const QuantizeFlags& f) {
 
   SafetensorsWriter out;
   ThreadPool pool;
-  GptqFactors factors(&pool);
+  GptqFactors factors(&pool, f.act_order);
   std::map<std::string, int> kinds;
   uint64_t bytes_out = 0;
   for (const auto& [name, t] : src.weights.all()) {
@@ -259,10 +259,10 @@ int run_quantize_compressed(const QuantizeFlags& f) {
     std::vector<uint8_t> codes(static_cast<size_t>(w.rows * w.cols));
     std::vector<float> scales(static_cast<size_t>(w.rows * groups));
     if (f.gptq) {
-      auto u = factors.get(hessians, name);
-      if (!u.ok()) return fail(u.status());
-      gptq_quantize_int(w.v.data(), w.rows, w.cols, bits, group, **u, reinterpret_cast<int8_t*>(codes.data()),
-                        scales.data(), &pool);
+      auto factor = factors.get(hessians, name, group);
+      if (!factor.ok()) return fail(factor.status());
+      gptq_quantize_int(w.v.data(), w.rows, w.cols, bits, group, (*factor)->u, reinterpret_cast<int8_t*>(codes.data()),
+                        scales.data(), &pool, (*factor)->order);
     } else {
       for (int64_t r = 0; r < w.rows; ++r) {
         quantize_weight_row_symmetric(w.row(r), w.cols, bits, group, reinterpret_cast<int8_t*>(codes.data()) + r * w.cols,

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "base/check.h"
 #include "tensor/convert.h"
@@ -165,9 +166,24 @@ CodeSums code_sums(const float* v, const double* imp, int64_t n, int lo, int hi,
   return sums;
 }
 
+// Q4_1 and Q5_1 blocks store value = d * q + m with q in [0, 15] or [0, 31]: where their d and m
+// lie (offsets of each block), or nullopt for the other types.
+struct AffineOffsets {
+  int64_t d, m;
+  int hi;
+};
+std::optional<AffineOffsets> affine_offsets(DType type) {
+  switch (type) {
+    case DType::kQ4_1: return AffineOffsets{offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m), 15};
+    case DType::kQ5_1: return AffineOffsets{offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m), 31};
+    default: return std::nullopt;
+  }
+}
+
 // A GGUF block: the type's quantizer chooses the block's scales from the values at begin() (a
-// type with one scale then searches it: gptq_group_scale); each element is then rounded on the
-// grid those scales give ((d * sc) * q - dmin * mn) and stored.
+// type with one scale then searches it: gptq_group_scale; Q4_1 / Q5_1 their scale and offset:
+// gptq_group_affine); each element is then rounded on the grid those scales give ((d * sc) * q -
+// dmin * mn) and stored.
 class BlockRounder final : public GptqGroupRounder {
  public:
   BlockRounder(DType type, uint8_t* out, int64_t row_bytes)
@@ -183,6 +199,15 @@ class BlockRounder final : public GptqGroupRounder {
       std::memcpy(&d, block_.data() + at, sizeof d);
       d = f32_to_fp16(gptq_group_scale(values, importance, elems_, range_.lo, range_.hi, fp16_to_f32(d), true, true));
       std::memcpy(block_.data() + at, &d, sizeof d);
+    } else if (const std::optional<AffineOffsets> o = affine_offsets(type_)) {
+      uint16_t d = 0, m = 0;
+      std::memcpy(&d, block_.data() + o->d, sizeof d);
+      std::memcpy(&m, block_.data() + o->m, sizeof m);
+      const AffineScale best = gptq_group_affine(values, importance, elems_, o->hi, {fp16_to_f32(d), fp16_to_f32(m)});
+      d = f32_to_fp16(best.d);
+      m = f32_to_fp16(best.m);
+      std::memcpy(block_.data() + o->d, &d, sizeof d);
+      std::memcpy(block_.data() + o->m, &m, sizeof m);
     }
     dtype_traits(type_).decode_chunks(block_.data(), chunks_.data());
   }
@@ -298,6 +323,76 @@ float gptq_group_scale(const float* v, const double* imp, int64_t n, int lo, int
   return best;
 }
 
+AffineScale gptq_group_affine(const float* v, const double* imp, int64_t n, int hi, AffineScale rtn) {
+  PAGODA_CHECK(hi > 0);
+  float lo_v = v[0], hi_v = v[0];
+  for (int64_t i = 1; i < n; ++i) {
+    lo_v = std::min(lo_v, v[i]);
+    hi_v = std::max(hi_v, v[i]);
+  }
+  auto stored = [](float x) { return fp16_to_f32(f32_to_fp16(x)); };
+  auto usable = [](AffineScale s) { return std::isfinite(s.d) && std::isfinite(s.m); };
+  // The sums of imp over v^2, v, 1 give the error of any codes at any (d, m) from their own sums.
+  double vv = 0, sv = 0, sw = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    vv += imp[i] * v[i] * v[i];
+    sv += imp[i] * v[i];
+    sw += imp[i];
+  }
+  struct Sums {
+    double vq = 0, q = 0, qq = 0;
+  };
+  auto codes = [&](AffineScale s) {  // the nearest codes of (d, m), as the rounder takes them
+    Sums c;
+    for (int64_t i = 0; i < n; ++i) {
+      const float q = s.d != 0 ? round_code((v[i] - s.m) / s.d, 0, hi) : 0.0f;
+      c.vq += imp[i] * v[i] * q;
+      c.q += imp[i] * q;
+      c.qq += imp[i] * q * q;
+    }
+    return c;
+  };
+  auto error = [&](const Sums& c, AffineScale s) {
+    const double d = s.d, m = s.m;
+    return vv - 2 * d * c.vq - 2 * m * sv + d * d * c.qq + 2 * d * m * c.q + m * m * sw;
+  };
+  // The least-squares (d, m) of these codes (as stored): the 2 x 2 normal equations.
+  auto fit = [&](const Sums& c) -> std::optional<AffineScale> {
+    const double det = c.qq * sw - c.q * c.q;
+    if (!(det > 0)) return std::nullopt;
+    const AffineScale s{stored(static_cast<float>((c.vq * sw - c.q * sv) / det)),
+                        stored(static_cast<float>((c.qq * sv - c.q * c.vq) / det))};
+    return usable(s) ? std::optional(s) : std::nullopt;
+  };
+  AffineScale best = rtn;
+  double best_error = usable(rtn) ? error(codes(rtn), rtn) : INFINITY;
+  auto take = [&](AffineScale s, double e) {
+    if (e < best_error) {
+      best_error = e;
+      best = s;
+    }
+  };
+  if (hi_v > lo_v) {
+    for (int percent = -25; percent <= 30; ++percent) {
+      // The range [lo_v, hi_v] over hi codes, stretched or shrunk, from the smallest value, to the
+      // largest, or about the middle (a shrunk range clips the bottom, the top, or both).
+      const float d = (hi_v - lo_v) / (static_cast<float>(hi) * (1.0f + 0.01f * static_cast<float>(percent)));
+      for (const float m : {lo_v, hi_v - d * static_cast<float>(hi), 0.5f * (lo_v + hi_v - d * static_cast<float>(hi))}) {
+        const AffineScale s{stored(d), stored(m)};
+        if (!usable(s) || s.d == 0) continue;
+        const Sums c = codes(s);
+        take(s, error(c, s));
+        if (const auto ls = fit(c)) take(*ls, error(c, *ls));
+      }
+    }
+  }
+  if (!usable(best)) return rtn;
+  const Sums c = codes(best);  // the best's own codes (its recorded error may be a bound)
+  best_error = error(c, best);
+  if (const auto ls = fit(c)) take(*ls, error(c, *ls));
+  return best;
+}
+
 GptqHessian::GptqHessian(int64_t cols) : cols_(cols), upper_(static_cast<size_t>(cols * cols), 0.0f) {}
 
 void GptqHessian::add(const float* x, int64_t m) {
@@ -317,8 +412,11 @@ double GptqHessian::at(int64_t i, int64_t j) const {
   return i <= j ? upper_[static_cast<size_t>(i * cols_ + j)] : upper_[static_cast<size_t>(j * cols_ + i)];
 }
 
-Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double damp, ThreadPool* pool) {
+Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double damp, ThreadPool* pool,
+                                                const std::vector<int64_t>& order) {
   const int64_t k = h.cols();
+  PAGODA_CHECK(order.empty() || static_cast<int64_t>(order.size()) == k);
+  auto stored = [&order](int64_t p) { return order.empty() ? p : order[static_cast<size_t>(p)]; };
   auto at = [k](std::vector<double>& a, int64_t i, int64_t j) -> double& { return a[static_cast<size_t>(i * k + j)]; };
   std::vector<double> u(static_cast<size_t>(k * k), 0.0);
   double mean = 0;
@@ -336,7 +434,7 @@ Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double dam
   // rather than once per column: first the panel's columns less what every column before the
   // panel contributes (rows split among the threads), then the panel column by column.
   std::vector<double> l(static_cast<size_t>(k * k), 0.0);
-  auto a = [&](int64_t i, int64_t j) { return h.at(k - 1 - i, k - 1 - j) + (i == j ? damp * mean : 0.0); };
+  auto a = [&](int64_t i, int64_t j) { return h.at(stored(k - 1 - i), stored(k - 1 - j)) + (i == j ? damp * mean : 0.0); };
   for (int64_t j0 = 0; j0 < k; j0 += kPanel) {
     const int64_t jb = std::min(kPanel, k - j0);
     auto update = [&](int64_t begin, int64_t end) {
@@ -392,12 +490,44 @@ Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double dam
   return u;
 }
 
+std::vector<int64_t> gptq_act_order(const GptqHessian& h, int64_t group_len) {
+  const int64_t cols = h.cols();
+  PAGODA_CHECK(group_len > 0 && cols % group_len == 0);
+  std::vector<int64_t> groups(static_cast<size_t>(cols / group_len));
+  std::vector<double> group_sum(groups.size(), 0.0);
+  for (int64_t j = 0; j < cols; ++j) group_sum[static_cast<size_t>(j / group_len)] += h.at(j, j);
+  for (size_t g = 0; g < groups.size(); ++g) groups[g] = static_cast<int64_t>(g);
+  std::stable_sort(groups.begin(), groups.end(), [&](int64_t a, int64_t b) {
+    return group_sum[static_cast<size_t>(a)] > group_sum[static_cast<size_t>(b)];
+  });
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(cols));
+  for (const int64_t g : groups) {
+    const auto first = static_cast<std::ptrdiff_t>(order.size());
+    for (int64_t e = 0; e < group_len; ++e) order.push_back(g * group_len + e);
+    std::stable_sort(order.begin() + first, order.end(), [&](int64_t a, int64_t b) { return h.at(a, a) > h.at(b, b); });
+  }
+  return order;
+}
+
 void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const std::vector<double>& u,
-                const std::function<std::unique_ptr<GptqGroupRounder>()>& make_rounder, ThreadPool* pool) {
+                const std::function<std::unique_ptr<GptqGroupRounder>()>& make_rounder, ThreadPool* pool,
+                const std::vector<int64_t>& order) {
   PAGODA_CHECK(group_len > 0 && cols % group_len == 0);
   PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);
+  // at[p]: the stored column swept p-th. Each group's columns must stay together.
+  std::vector<int64_t> at(static_cast<size_t>(cols));
+  for (int64_t p = 0; p < cols; ++p) at[static_cast<size_t>(p)] = order.empty() ? p : order[static_cast<size_t>(p)];
+  PAGODA_CHECK(order.empty() || static_cast<int64_t>(order.size()) == cols);
+  std::vector<bool> seen(static_cast<size_t>(cols), false);
+  for (int64_t p = 0; p < cols; ++p) {
+    const int64_t c = at[static_cast<size_t>(p)];
+    PAGODA_CHECK(c >= 0 && c < cols && !seen[static_cast<size_t>(c)]);
+    PAGODA_CHECK(c / group_len == at[static_cast<size_t>(p - p % group_len)] / group_len);
+    seen[static_cast<size_t>(c)] = true;
+  }
   const int64_t batches = (rows + kSweepRows - 1) / kSweepRows;
-  std::vector<double> importance(static_cast<size_t>(cols));
+  std::vector<double> importance(static_cast<size_t>(cols));  // by sweep position
   for (int64_t j = 0; j < cols; ++j) {
     const double d = u[static_cast<size_t>(j * cols + j)];
     importance[static_cast<size_t>(j)] = 1.0 / (d * d);
@@ -406,26 +536,44 @@ void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const s
     std::vector<std::unique_ptr<GptqGroupRounder>> rounders;
     for (int64_t i = 0; i < kSweepRows; ++i) rounders.push_back(make_rounder());
     std::vector<double> err(kSweepRows);
+    std::vector<float> work(static_cast<size_t>(kSweepRows * cols));  // the batch's rows in sweep order
+    std::vector<float> values(static_cast<size_t>(group_len));        // a group in stored order
+    std::vector<double> group_importance(static_cast<size_t>(group_len));
     for (int64_t batch = first; batch < last; ++batch) {
       const int64_t r0 = batch * kSweepRows, n = std::min(kSweepRows, rows - r0);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t p = 0; p < cols; ++p) work[static_cast<size_t>(r * cols + p)] = w[(r0 + r) * cols + at[static_cast<size_t>(p)]];
+      }
       for (int64_t j = 0; j < cols; ++j) {
-        const int64_t group = j / group_len, in_group = j % group_len;
+        const int64_t stored = at[static_cast<size_t>(j)], group = stored / group_len, in_group = stored % group_len;
+        const bool group_begins = j % group_len == 0, group_ends = j % group_len == group_len - 1;
+        if (group_begins) {
+          for (int64_t e = 0; e < group_len; ++e) {
+            group_importance[static_cast<size_t>(at[static_cast<size_t>(j + e)] % group_len)] = importance[static_cast<size_t>(j + e)];
+          }
+        }
         const double* uj = u.data() + j * cols;
         for (int64_t r = 0; r < n; ++r) {
-          float* wr = w + (r0 + r) * cols;
+          float* wr = work.data() + r * cols;
           GptqGroupRounder& rounder = *rounders[static_cast<size_t>(r)];
-          if (in_group == 0) rounder.begin(r0 + r, group, wr + j, importance.data() + j);
+          if (group_begins) {
+            for (int64_t e = 0; e < group_len; ++e) values[static_cast<size_t>(at[static_cast<size_t>(j + e)] % group_len)] = wr[j + e];
+            rounder.begin(r0 + r, group, values.data(), group_importance.data());
+          }
           const float y = rounder.round(in_group, wr[j]);
           err[static_cast<size_t>(r)] = (static_cast<double>(wr[j]) - y) / uj[j];
           wr[j] = y;
-          if (in_group == group_len - 1) rounder.end();
+          if (group_ends) rounder.end();
         }
         for (int64_t r = 0; r < n; ++r) {
           const double e = err[static_cast<size_t>(r)];
           if (e == 0) continue;
-          float* wr = w + (r0 + r) * cols;
+          float* wr = work.data() + r * cols;
           for (int64_t t = j + 1; t < cols; ++t) wr[t] = static_cast<float>(wr[t] - e * uj[t]);
         }
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t p = 0; p < cols; ++p) w[(r0 + r) * cols + at[static_cast<size_t>(p)]] = work[static_cast<size_t>(r * cols + p)];
       }
     }
   };
@@ -437,23 +585,24 @@ void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const s
 }
 
 std::vector<uint8_t> gptq_quantize_blocks(DType type, const float* w, int64_t rows, int64_t cols,
-                                          const std::vector<double>& u, ThreadPool* pool) {
+                                          const std::vector<double>& u, ThreadPool* pool,
+                                          const std::vector<int64_t>& order) {
   const DTypeTraits& tr = dtype_traits(type);
   PAGODA_CHECK(is_quantized(type) && cols % tr.block_elems == 0);
   const int64_t row_bytes = cols / tr.block_elems * tr.block_bytes;
   std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
   std::vector<float> work(w, w + rows * cols);
   gptq_sweep(work.data(), rows, cols, tr.block_elems, u,
-             [&] { return std::make_unique<BlockRounder>(type, out.data(), row_bytes); }, pool);
+             [&] { return std::make_unique<BlockRounder>(type, out.data(), row_bytes); }, pool, order);
   return out;
 }
 
 void gptq_quantize_int(const float* w, int64_t rows, int64_t cols, int bits, int64_t group, const std::vector<double>& u,
-                       int8_t* codes, float* scales, ThreadPool* pool) {
+                       int8_t* codes, float* scales, ThreadPool* pool, const std::vector<int64_t>& order) {
   PAGODA_CHECK((bits == 8 || bits == 4) && group > 0 && cols % group == 0);
   std::vector<float> work(w, w + rows * cols);
   gptq_sweep(work.data(), rows, cols, group, u,
-             [&] { return std::make_unique<IntRounder>(bits, cols, group, codes, scales); }, pool);
+             [&] { return std::make_unique<IntRounder>(bits, cols, group, codes, scales); }, pool, order);
 }
 
 }  // namespace pagoda
