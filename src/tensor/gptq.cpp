@@ -516,9 +516,9 @@ void gptq_sweep(float* w, int64_t rows, int64_t cols, int64_t group_len, const s
   PAGODA_CHECK(group_len > 0 && cols % group_len == 0);
   PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);
   // at[p]: the stored column swept p-th. Each group's columns must stay together.
+  PAGODA_CHECK(order.empty() || static_cast<int64_t>(order.size()) == cols);
   std::vector<int64_t> at(static_cast<size_t>(cols));
   for (int64_t p = 0; p < cols; ++p) at[static_cast<size_t>(p)] = order.empty() ? p : order[static_cast<size_t>(p)];
-  PAGODA_CHECK(order.empty() || static_cast<int64_t>(order.size()) == cols);
   std::vector<bool> seen(static_cast<size_t>(cols), false);
   for (int64_t p = 0; p < cols; ++p) {
     const int64_t c = at[static_cast<size_t>(p)];
