@@ -25,6 +25,7 @@ bool has_avx2_fma_f16c(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c;
 
 void install_avx2(Kernels* k) {
   k->matmul = matmul_avx2;
+  k->matmul_many = matmul_avx2_many;
   k->pack_matmul_weight = pack_matmul_weight_avx2;
   k->matmul_int = matmul_int_avx2;
   k->pack_int_weight = pack_int_weight_avx2;
@@ -39,6 +40,7 @@ bool has_avxvnni(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avxvnn
 void install_avxvnni(Kernels* k) {
   install_avx2(k);
   k->matmul = matmul_avxvnni;
+  k->matmul_many = matmul_avxvnni_many;
   k->matmul_int = matmul_int_avxvnni;
 }
 
@@ -51,6 +53,7 @@ bool has_avx512vnni(const CpuFeatures& f) {
 void install_avx512vnni(Kernels* k) {
   install_avx2(k);
   k->matmul = matmul_avx512vnni;
+  k->matmul_many = matmul_avx512vnni_many;
   k->matmul_int = matmul_int_avx512vnni;
 }
 
@@ -60,6 +63,7 @@ bool has_avx512(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avx512f
 void install_avx512(Kernels* k) {
   install_avx2(k);
   k->matmul = matmul_avx512;
+  k->matmul_many = matmul_avx512_many;
 }
 
 bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512bf16; }
@@ -67,6 +71,7 @@ bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512
 void install_avx512bf16(Kernels* k) {
   install_avx512vnni(k);
   k->matmul = matmul_avx512bf16;
+  k->matmul_many = matmul_avx512bf16_many;
 }
 
 constexpr CpuKernelTable kKernelTables[] = {

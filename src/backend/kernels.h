@@ -104,6 +104,12 @@ struct Kernels {
   // the row-major weight. Called at load.
   Tensor (*pack_matmul_weight)(const Tensor& w, Buffer* storage);
 
+  // Optional (nullptr: one matmul per weight). Several products of one input, y[i] = x w[i]^T for
+  // i < count, each bit for bit what matmul(x, m, *w[i], y[i]) writes, as one parallel step: the
+  // input converted once and one wait for the workers instead of count (q/k/v, gate/up). The
+  // weights share dtype, row length and layout.
+  void (*matmul_many)(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) = nullptr;
+
   // y[i, j] = sum_t x[i, t] * w(j, t) with x's rows quantized to int8 first. Row i: s_i =
   // w.input_scale, or max_t |x[i, t]| / 127 per token; xq[i, t] = x[i, t] * (1 / s_i) (127 /
   // max|x_i| per token) rounded to nearest even and saturated to [-127, 127] (an all-zero row stays

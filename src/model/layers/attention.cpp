@@ -42,9 +42,9 @@ void AttentionBlock::forward(const Kernels& k, const ForwardBatch& batch, const 
   const int64_t n = batch.num_tokens(), nh = params_.num_heads, nkv = params_.num_kv_heads, hd = params_.head_dim;
   float *h = ws.h.data(), *q = ws.q.data(), *kk = ws.k.data(), *v = ws.v.data(), *attn = ws.attn.data();
   k.rms_norm(x, norm_.ptr(), n, hidden_, eps_, h);
-  wq_.apply(k, h, n, q);
-  wk_.apply(k, h, n, kk);
-  wv_.apply(k, h, n, v);
+  const Linear* qkv[] = {&wq_, &wk_, &wv_};
+  float* const qkv_out[] = {q, kk, v};
+  Linear::apply_many(k, h, n, qkv, qkv_out, 3);
   if (bq_.bytes() > 0) {
     add_bias(k, q, n, bq_, nh * hd);
     add_bias(k, kk, n, bk_, nkv * hd);

@@ -136,6 +136,28 @@ void Linear::apply(const Kernels& kernels, const float* x, int64_t m, float* y) 
   }
 }
 
+void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const Linear* const* ls,
+                        float* const* ys, int count) {
+  constexpr int kMax = 4;
+  PAGODA_CHECK(count >= 1 && count <= kMax);
+  bool fuse = kernels.matmul_many != nullptr && count > 1;
+  const Tensor* ws[kMax];
+  for (int i = 0; i < count && fuse; ++i) {
+    const Tensor& w = ls[i]->dense_;
+    ws[i] = &w;
+    fuse = !ls[i]->is_int_ && w.dtype == ls[0]->dense_.dtype && w.layout == ls[0]->dense_.layout &&
+           w.row_len() == ls[0]->dense_.row_len();
+  }
+  if (!fuse) {
+    for (int i = 0; i < count; ++i) ls[i]->apply(kernels, x, m, ys[i]);
+    return;
+  }
+  if (t_observer != nullptr) {
+    for (int i = 0; i < count; ++i) t_observer->observe(ls[i]->name_, x, m, ls[i]->in_features());
+  }
+  kernels.matmul_many(x, m, ws, ys, count);
+}
+
 int64_t Linear::weight_bytes() const {
   if (!is_int_) return dense_.nbytes();
   const int64_t per_group = int_.zero_points != nullptr ? 8 : 4;  // f32 scale, int32 zero point

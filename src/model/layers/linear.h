@@ -67,6 +67,12 @@ class Linear {
   // y[m, out] = x[m, in] W^T.
   void apply(const Kernels& kernels, const float* x, int64_t m, float* y) const;
 
+  // y[i] = x ls[i]^T for i < count (count <= 4, one input width): what apply writes for each,
+  // bit for bit. Dense weights of one dtype go through kernels.matmul_many where the table has
+  // it (one parallel step: q/k/v, gate/up); the others one apply at a time.
+  static void apply_many(const Kernels& kernels, const float* x, int64_t m, const Linear* const* ls,
+                         float* const* ys, int count);
+
   int64_t out_features() const { return is_int_ ? int_.n : dense_.num_rows(); }
   int64_t in_features() const { return is_int_ ? int_.k : dense_.row_len(); }
   // Bytes of the weights as multiplied (codes and scales for integer ones).

@@ -17,8 +17,9 @@ Result<std::unique_ptr<FeedForward>> GatedMlp::load(WeightLoader& w, const std::
 void GatedMlp::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) const {
   float *h = ws.h.data(), *gate = ws.gate.data(), *up = ws.up.data();
   k.rms_norm(x, norm_.ptr(), n, hidden_, eps_, h);
-  gate_.apply(k, h, n, gate);
-  up_.apply(k, h, n, up);
+  const Linear* gate_up[] = {&gate_, &up_};
+  float* const gate_up_out[] = {gate, up};
+  Linear::apply_many(k, h, n, gate_up, gate_up_out, 2);
   k.silu_mul(gate, up, n * inter_, gate);
   down_.apply(k, gate, n, h);
   k.add(x, h, n * hidden_);

@@ -210,6 +210,7 @@ const Kernels& reference_kernels() {
   static const Kernels kernels{
       .matmul = matmul,
       .pack_matmul_weight = nullptr,
+      .matmul_many = nullptr,
       .matmul_int = matmul_int,
       .pack_int_weight = nullptr,
       .embedding = embedding,

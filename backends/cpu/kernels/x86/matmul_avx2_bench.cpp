@@ -6,6 +6,7 @@
 // build/.../cpu_kernels_bench by hand.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -81,7 +82,10 @@ void run(benchmark::State& state, Kernel kernel) {
   copies[0] = random_weights(t, n, k);
   const int64_t bytes = copies[0].w.nbytes();
   if (m == 1) {
-    constexpr int64_t kStreamBytes = int64_t{64} << 20;
+    // Decode reads every weight once per step: cycle through copies that together exceed the
+    // caches. PAGODA_BENCH_STREAM_MIB sets the stream (default 64 MiB; a model is 0.5-2 GiB).
+    const char* mib = std::getenv("PAGODA_BENCH_STREAM_MIB");
+    const int64_t kStreamBytes = (mib != nullptr && std::atoll(mib) > 0 ? std::atoll(mib) : 64) << 20;
     copies.resize(static_cast<size_t>((kStreamBytes + bytes - 1) / bytes));
     for (size_t c = 1; c < copies.size(); ++c) copies[c] = random_weights(t, n, k);
   }

@@ -126,68 +126,102 @@ const uint16_t* bf16_input(const float* x, int64_t m, int64_t k, int64_t ld, boo
 }
 
 // Every table's matmul: y = x w^T on weights from pack_matmul_weight_avx2, by `leaves`.
-void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
-                          const MatmulLeaves& leaves) {
-  PAGODA_CHECK(w.layout == TensorLayout::kBackendPacked &&
-               "the x86 matmul takes weights from pack_matmul_weight_avx2");
-  if (m <= 0 || w.num_rows() <= 0) return;
-  const int64_t n = w.num_rows();
-  const int64_t k = w.row_len();
-  const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
-  const int64_t num_chunks = (num_panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
-  const bool parallel = pool != nullptr && pool->num_threads() > 1 && num_chunks > 1 &&
-                        m * n * k >= kMinParallelMacs;
+// y[i] = x w[i]^T for i < count: weights of one dtype and row length, their panels split together
+// over the pool (chunks of kPanelsPerChunk panels of one weight, weight after weight), the input
+// converted once. Each output comes from the same leaf call whatever count is.
+void matmul_packed_pooled(const float* x, int64_t m, const Tensor* const* ws, float* const* ys, int count,
+                          ThreadPool* pool, const MatmulLeaves& leaves) {
+  PAGODA_CHECK(count >= 1);
+  const Tensor& w0 = *ws[0];
+  const int64_t k = w0.row_len();
+  const DType type = w0.dtype;
+  int64_t total_chunks = 0, macs = 0;
+  for (int i = 0; i < count; ++i) {
+    PAGODA_CHECK(ws[i]->layout == TensorLayout::kBackendPacked &&
+                 "the x86 matmul takes weights from pack_matmul_weight_avx2");
+    PAGODA_CHECK(ws[i]->dtype == type && ws[i]->row_len() == k && "matmul_many takes weights of one type and k");
+    const int64_t panels = (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows;
+    total_chunks += (panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
+    macs += m * ws[i]->num_rows() * k;
+  }
+  if (m <= 0 || macs <= 0) return;
+  const bool parallel = pool != nullptr && pool->num_threads() > 1 && total_chunks > 1 && macs >= kMinParallelMacs;
+  // leaf(w, y, p0, p1): the outputs of panels [p0, p1) of w into y ([m, w.num_rows()]).
   auto split = [&](auto&& leaf) {
-    if (!parallel) return leaf(0, num_panels);
-    pool->parallel_for(num_chunks, [&](int64_t begin, int64_t end) {
-      leaf(begin * kPanelsPerChunk, std::min(num_panels, end * kPanelsPerChunk));
+    if (!parallel) {
+      for (int i = 0; i < count; ++i) leaf(*ws[i], ys[i], 0, (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows);
+      return;
+    }
+    pool->parallel_for(total_chunks, [&](int64_t begin, int64_t end) {
+      int64_t first = 0;  // weight i's chunks are [first, first + chunks) of the whole
+      for (int i = 0; i < count && first < end; ++i) {
+        const int64_t panels = (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows;
+        const int64_t chunks = (panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
+        const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + chunks) - first;
+        if (lo < hi) leaf(*ws[i], ys[i], lo * kPanelsPerChunk, std::min(panels, hi * kPanelsPerChunk));
+        first += chunks;
+      }
     });
   };
-  if ((w.dtype == DType::kF16 || w.dtype == DType::kBF16) && leaves.half_bf16 != nullptr) {
+  if ((type == DType::kF16 || type == DType::kBF16) && leaves.half_bf16 != nullptr) {
     const int64_t ld = (k + 15) / 16 * 16;
     const uint16_t* xb = bf16_input(x, m, k, ld, parallel, pool);
-    split([&](int64_t p0, int64_t p1) { leaves.half_bf16(xb, ld, m, k, w.dtype, w.data, n, y, n, p0, p1); });
-    return;
-  }
-  if (!is_quantized(w.dtype) && m > 1 && leaves.float_batched != nullptr) {
-    split([&](int64_t p0, int64_t p1) { leaves.float_batched(x, m, k, w.dtype, w.data, n, y, n, p0, p1); });
-    return;
-  }
-  if (!is_quantized(w.dtype)) {
-    split([&](int64_t p0, int64_t p1) {
-      matmul_packed_rows_avx2(x, m, k, w.dtype, w.data, n, y, n, p0, p1);
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      leaves.half_bf16(xb, ld, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
     });
     return;
   }
-  const DType type = w.dtype;
+  if (!is_quantized(type) && m > 1 && leaves.float_batched != nullptr) {
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      leaves.float_batched(x, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    });
+    return;
+  }
+  if (!is_quantized(type)) {
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      matmul_packed_rows_avx2(x, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    });
+    return;
+  }
   const bool nibbles = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1;
   const bool with_sums = nibbles || type == DType::kQ4_K || type == DType::kQ5_K;
   if ((type == DType::kQ8_0 || nibbles) && m > 1 && leaves.q8act_batched != nullptr) {
     const QuantizedInput xb = quantize_input(x, m, k, with_sums, parallel, pool, /*unsigned_codes=*/type == DType::kQ8_0);
-    split([&](int64_t p0, int64_t p1) {
-      leaves.q8act_batched(xb.blocks, xb.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      leaves.q8act_batched(xb.blocks, xb.sums, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
     });
     return;
   }
   const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
   if (type == DType::kQ8_0 || nibbles) {
-    split([&](int64_t p0, int64_t p1) {
-      leaves.q8act(xq.blocks, xq.sums, m, k, w.dtype, w.data, n, y, n, p0, p1);
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      leaves.q8act(xq.blocks, xq.sums, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
     });
     return;
   }
   if (type == DType::kQ4_K || type == DType::kQ5_K) {
     auto* leaf = type == DType::kQ4_K ? leaves.q4_k : leaves.q5_k;
-    split([&](int64_t p0, int64_t p1) { leaf(xq.blocks, xq.sums, m, k, w.data, n, y, n, p0, p1); });
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      leaf(xq.blocks, xq.sums, m, k, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    });
     return;
   }
   if (type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ6_K) {
     const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
     auto* leaf = type == DType::kQ2_K ? leaves.q2_k : type == DType::kQ3_K ? leaves.q3_k : leaves.q6_k;
-    split([&](int64_t p0, int64_t p1) { leaf(xq.blocks, half_sums, m, k, w.data, n, y, n, p0, p1); });
+    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
+      leaf(xq.blocks, half_sums, m, k, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    });
     return;
   }
   PAGODA_CHECK(false && "the AVX2 matmul has no kernel for this block type");
+}
+
+void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
+                          const MatmulLeaves& leaves) {
+  const Tensor* ws[1] = {&w};
+  float* ys[1] = {y};
+  matmul_packed_pooled(x, m, ws, ys, 1, pool, leaves);
 }
 
 }  // namespace
@@ -230,6 +264,26 @@ void matmul_avx512bf16(const float* x, int64_t m, const Tensor& w, float* y) {
 
 void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {
   matmul_avx2_pooled(x, m, w, y, &cpu_thread_pool());
+}
+
+void matmul_avx2_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx2Leaves);
+}
+
+void matmul_avxvnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvxVnniLeaves);
+}
+
+void matmul_avx512_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512Leaves);
+}
+
+void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512VnniLeaves);
+}
+
+void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512Bf16Leaves);
 }
 
 namespace {

@@ -110,15 +110,17 @@ std::string describe(DType t, int64_t m, int64_t k, int64_t n) {
 struct MatmulEntry {
   void (*pooled)(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
   void (*shared)(const float* x, int64_t m, const Tensor& w, float* y);
+  void (*many)(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
   double half_tol = 1e-5;
 };
-constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2};
-constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni};
-constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni};
-constexpr MatmulEntry kAvx512Matmul{matmul_avx512_pooled, matmul_avx512};
+constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2, matmul_avx2_many};
+constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni, matmul_avxvnni_many};
+constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni, matmul_avx512vnni_many};
+constexpr MatmulEntry kAvx512Matmul{matmul_avx512_pooled, matmul_avx512, matmul_avx512_many};
 // Each product of bf16-rounded factors is within 2^-8 (and a little) of the exact one; the f32
 // sums add about k 2^-24 of sum |x w|.
-constexpr MatmulEntry kAvx512Bf16Matmul{matmul_avx512bf16_pooled, matmul_avx512bf16, 0x1p-7};
+constexpr MatmulEntry kAvx512Bf16Matmul{matmul_avx512bf16_pooled, matmul_avx512bf16, matmul_avx512bf16_many,
+                                        0x1p-7};
 
 void check_small_shapes(const MatmulEntry& matmul) {
   uint32_t seed = 1;
@@ -186,6 +188,63 @@ void check_batch_invariant(const MatmulEntry& matmul) {
       EXPECT_EQ(alone, batched) << dtype_name(t) << " batches of " << batch;
     }
   }
+}
+
+// matmul_many: three weights of one type (output counts that end in a partial panel and a
+// partial chunk, so the split's chunks cross from one weight to the next), decode and batched,
+// small (one thread) and large enough for the shared pool: each output the bits of one matmul.
+void check_many_matches_one_at_a_time(const MatmulEntry& matmul) {
+  uint32_t seed = 500;
+  for (DType t : kAllTypes) {
+    const int64_t k = fits(t, 1120) ? 1120 : 1280;
+    for (int64_t m : {1, 2, 7}) {
+      for (int64_t scale : {1, 8}) {
+        const int64_t ns[3] = {37 * scale, 8 * scale + 3, 64 * scale};
+        Problem p[3] = {make_problem(t, m, k, ns[0], seed), make_problem(t, m, k, ns[1], seed + 1),
+                        make_problem(t, m, k, ns[2], seed + 2)};
+        seed += 3;
+        const std::vector<float>& x = p[0].x;
+        std::vector<float> want[3], got[3];
+        const Tensor* ws[3];
+        float* ys[3];
+        for (int i = 0; i < 3; ++i) {
+          want[i].assign(static_cast<size_t>(m * ns[i]), NAN);
+          got[i].assign(static_cast<size_t>(m * ns[i]), NAN);
+          matmul.shared(x.data(), m, p[i].packed, want[i].data());
+          ws[i] = &p[i].packed;
+          ys[i] = got[i].data();
+        }
+        matmul.many(x.data(), m, ws, ys, 3);
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+              << describe(t, m, k, ns[i]) << ": weight " << i << " of 3";
+        }
+        matmul.many(x.data(), m, ws, ys, 1);  // one weight: matmul itself
+        EXPECT_EQ(0, std::memcmp(want[0].data(), got[0].data(), want[0].size() * sizeof(float)))
+            << describe(t, m, k, ns[0]) << " alone";
+      }
+    }
+  }
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, ManyIsEachMatmulBitForBit, "avx2", "matmul_many") {
+  check_many_matches_one_at_a_time(kAvx2Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, ManyIsEachMatmulBitForBit, "avxvnni", "matmul_many") {
+  check_many_matches_one_at_a_time(kAvxVnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, ManyIsEachMatmulBitForBit, "avx512vnni", "matmul_many") {
+  check_many_matches_one_at_a_time(kAvx512VnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, ManyIsEachMatmulBitForBit, "avx512", "matmul_many") {
+  check_many_matches_one_at_a_time(kAvx512Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, ManyIsEachMatmulBitForBit, "avx512bf16", "matmul_many") {
+  check_many_matches_one_at_a_time(kAvx512Bf16Matmul);
 }
 
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "matmul pack_matmul_weight") {

@@ -254,6 +254,13 @@ void matmul_avx512(const float* x, int64_t m, const Tensor& w, float* y);
 // matmul_bf16_rows_avx512bf16.
 void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 void matmul_avx512bf16(const float* x, int64_t m, const Tensor& w, float* y);
+// The Kernels::matmul_many entries of the tables above: their matmuls of several weights (one
+// dtype and k) over cpu_thread_pool() in one parallel step.
+void matmul_avx2_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avxvnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx512_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
 
 // One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
 // one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
