@@ -135,16 +135,17 @@ void matmul_packed_pooled(const float* x, int64_t m, const Tensor* const* ws, fl
   const Tensor& w0 = *ws[0];
   const int64_t k = w0.row_len();
   const DType type = w0.dtype;
-  int64_t total_chunks = 0, macs = 0;
+  int64_t total_chunks = 0, rows = 0, macs = 0;
   for (int i = 0; i < count; ++i) {
     PAGODA_CHECK(ws[i]->layout == TensorLayout::kBackendPacked &&
                  "the x86 matmul takes weights from pack_matmul_weight_avx2");
     PAGODA_CHECK(ws[i]->dtype == type && ws[i]->row_len() == k && "matmul_many takes weights of one type and k");
     const int64_t panels = (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows;
     total_chunks += (panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
+    rows += ws[i]->num_rows();
     macs += m * ws[i]->num_rows() * k;
   }
-  if (m <= 0 || macs <= 0) return;
+  if (m <= 0 || rows <= 0) return;
   const bool parallel = pool != nullptr && pool->num_threads() > 1 && total_chunks > 1 && macs >= kMinParallelMacs;
   // leaf(w, y, p0, p1): the outputs of panels [p0, p1) of w into y ([m, w.num_rows()]).
   auto split = [&](auto&& leaf) {
