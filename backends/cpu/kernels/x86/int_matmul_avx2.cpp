@@ -153,12 +153,14 @@ PAGODA_INLINE void int_tile(const int8_t* xq, const float* s_x, const int32_t* x
   unroll<R>([&](auto r) { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
-// Decode (one input row): P panels at once, each through all of kp: P weight streams in flight
+// Decode (one input row): P panels at once (codes panel_bytes apart, scales and zero points
+// panel_scales apart, outputs out_step apart), each through all of kp: P weight streams in flight
 // and P independent chains, the same operations per panel as int_tile<1>.
 template <int P, int kBits>
 PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t* xsum, int64_t kp, int64_t group,
                                      const uint8_t* panels, int64_t panel_bytes, const float* scales,
-                                     const int32_t* zeros, int64_t panel_scales, float* y, int64_t valid) {
+                                     const int32_t* zeros, int64_t panel_scales, float* y, int64_t valid,
+                                     int64_t out_step) {
   __m256 acc[P];
   unroll<P>([&](auto p) { acc[p.value] = _mm256_setzero_ps(); });
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -205,7 +207,7 @@ PAGODA_INLINE void int_decode_panels(const int8_t* xq, float s_x, const int32_t*
       acc[p.value] = _mm256_add_ps(acc[p.value], _mm256_mul_ps(_mm256_cvtepi32_ps(dot[p.value][0]), scale));
     });
   }
-  unroll<P>([&](auto p) { store_out(y + p.value * kPanelRows, acc[p.value], valid - p.value * kPanelRows); });
+  unroll<P>([&](auto p) { store_out(y + p.value * out_step, acc[p.value], valid - p.value * out_step); });
 }
 
 constexpr int kIntRows = 4;  // input rows per tile
@@ -219,16 +221,16 @@ PAGODA_FLATTEN void int_rows(const int8_t* xq, const float* s_x, const int32_t* 
   const int64_t groups = kp / group, panel_scales = kPanelRows * groups;
   auto zeros_of = [&](int64_t p) { return zeros == nullptr ? nullptr : zeros + p * panel_scales; };
   if (m == 1) {
-    int64_t p = p0;
-    for (; p + kIntDecodePanels <= p1; p += kIntDecodePanels) {
-      int_decode_panels<kIntDecodePanels, kBits>(xq, s_x[0], xsum, kp, group, codes + p * panel_bytes, panel_bytes,
-                                                 scales + p * panel_scales, zeros_of(p), panel_scales,
-                                                 y + p * kPanelRows, n - p * kPanelRows);
-    }
+    int64_t p = decode_runs<kIntDecodePanels>(p0, p1, [&](int64_t q, int64_t run) {
+      int_decode_panels<kIntDecodePanels, kBits>(xq, s_x[0], xsum, kp, group, codes + q * panel_bytes,
+                                                 run * panel_bytes, scales + q * panel_scales, zeros_of(q),
+                                                 run * panel_scales, y + q * kPanelRows, n - q * kPanelRows,
+                                                 run * kPanelRows);
+    });
     for (; p < p1; ++p) {
       int_decode_panels<1, kBits>(xq, s_x[0], xsum, kp, group, codes + p * panel_bytes, panel_bytes,
                                   scales + p * panel_scales, zeros_of(p), panel_scales, y + p * kPanelRows,
-                                  n - p * kPanelRows);
+                                  n - p * kPanelRows, kPanelRows);
     }
     return;
   }

@@ -27,8 +27,8 @@ constexpr int64_t kScaleGroupsAhead = 4;  // groups ahead in the scale and zero 
 constexpr int kRows = 8;                  // input rows per tile (prefill)
 constexpr int kDecodePairs = 2;           // panel pairs streamed side by side when m = 1
 
-// Two panels of the tile, p (lanes 0-7) and p + 1 (lanes 8-15); for an odd last panel, b is a
-// again and only its 8 lanes are stored. y_col: the output column of lane 0; mask: lanes stored.
+// Two panels of the tile, a (lanes 0-7) and b (lanes 8-15): p and p + 1 in prefill; for an odd
+// last panel, b is a again and only its 8 lanes are stored. mask: the lanes stored.
 struct PanelPair {
   const uint8_t* a;
   const uint8_t* b;
@@ -36,7 +36,8 @@ struct PanelPair {
   const float* scales_b;
   const int32_t* zeros_a;  // nullptr: no zero points
   const int32_t* zeros_b;
-  int64_t y_col;
+  int64_t y_col;    // the output column of lane 0
+  int64_t y_col_b;  // of lane 8: y_col + 8 for consecutive panels (prefill), further in decode
   __mmask16 mask;
 };
 
@@ -142,8 +143,15 @@ PAGODA_INLINE void int_tile(const uint8_t* xq, const float* s_x, const int32_t* 
   }
   unroll<Q>([&](auto q) PAGODA_LAMBDA {
     const PanelPair& pp = pairs[q.value];
+    const __mmask16 low = pp.mask & 0x00ff, high = pp.mask & 0xff00;
     unroll<R>([&](auto r) PAGODA_LAMBDA {
-      _mm512_mask_storeu_ps(y + r.value * ldy + pp.y_col, pp.mask, acc[q.value][r.value]);
+      float* yr = y + r.value * ldy;
+      if (pp.y_col_b == pp.y_col + kPanelRows) {
+        _mm512_mask_storeu_ps(yr + pp.y_col, pp.mask, acc[q.value][r.value]);
+      } else {  // lanes 8-15 go to their own columns (high is empty for a repeated panel)
+        _mm512_mask_storeu_ps(yr + pp.y_col, low, acc[q.value][r.value]);
+        if (high != 0) _mm512_mask_storeu_ps(yr + pp.y_col_b - kPanelRows, high, acc[q.value][r.value]);
+      }
     });
   });
 }
@@ -154,24 +162,29 @@ PAGODA_FLATTEN void int_rows(const uint8_t* xq, const float* s_x, const int32_t*
                              int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = kPanelRows * kp * kBits / 8;
   const int64_t groups = kp / group, panel_scales = kPanelRows * groups;
-  auto pair_at = [&](int64_t p) {
-    const int64_t b = pair_partner(p, p1);
-    return PanelPair{codes + p * panel_bytes,
+  // Panels a (lanes 0-7) and b (lanes 8-15; a again for an odd last panel).
+  auto pair_of = [&](int64_t a, int64_t b) {
+    const __mmask16 high = b == a ? 0 : static_cast<__mmask16>(first_lanes(n - b * kPanelRows) << 8);
+    return PanelPair{codes + a * panel_bytes,
                      codes + b * panel_bytes,
-                     scales + p * panel_scales,
+                     scales + a * panel_scales,
                      scales + b * panel_scales,
-                     zeros == nullptr ? nullptr : zeros + p * panel_scales,
+                     zeros == nullptr ? nullptr : zeros + a * panel_scales,
                      zeros == nullptr ? nullptr : zeros + b * panel_scales,
-                     p * kPanelRows,
-                     pair_mask(p, b, n)};
+                     a * kPanelRows,
+                     b * kPanelRows,
+                     static_cast<__mmask16>((first_lanes(n - a * kPanelRows) & 0x00ff) | high)};
   };
+  auto pair_at = [&](int64_t p) { return pair_of(p, pair_partner(p, p1)); };
   int64_t p = p0;
-  if (m == 1) {  // decode: kDecodePairs pairs' weight streams in flight
-    for (; p + 2 * kDecodePairs <= p1; p += 2 * kDecodePairs) {
+  if (m == 1) {
+    // Decode: 2 kDecodePairs weight streams in flight, each through a run of consecutive panels
+    // (decode_runs, panel_avx2.h); the panels left over go by pairs below.
+    p = decode_runs<2 * kDecodePairs>(p0, p1, [&](int64_t i, int64_t run) PAGODA_LAMBDA {
       PanelPair pairs[kDecodePairs];
-      for (int q = 0; q < kDecodePairs; ++q) pairs[q] = pair_at(p + 2 * q);
+      for (int q = 0; q < kDecodePairs; ++q) pairs[q] = pair_of(i + 2 * q * run, i + (2 * q + 1) * run);
       int_tile<1, kDecodePairs, kBits>(xq, s_x, xsum, kp, group, pairs, y, ldy, true);
-    }
+    });
   }
   for (; p < p1; p += 2) {
     const PanelPair pairs[1] = {pair_at(p)};

@@ -67,24 +67,26 @@ constexpr int64_t kBlockSlice = 16;
 constexpr int64_t kPrefetchAhead = 768;
 PAGODA_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
-// Outputs of panel p of a tile whose first panel has `valid` existing outputs.
-PAGODA_INLINE int64_t panel_valid(int64_t valid, int p) { return valid - p * kPanelRows; }
+// Outputs of panel p of a tile whose first panel has `valid` existing outputs, its panels'
+// outputs out_step apart.
+PAGODA_INLINE int64_t panel_valid(int64_t valid, int p, int64_t out_step = kPanelRows) { return valid - p * out_step; }
 
 // ---- f32 / f16 / bf16 panels (panel_avx2.h's F32Panel, F16Panel, Bf16Panel) ----
 
-// y[r, 8p + c] (+)= sum over t < len of x[r, t] * w[8p + c, t], for R input rows (ldx apart)
-// and P consecutive panels (panel_bytes apart), x and the panels starting at the same column;
-// `valid` outputs exist from the first panel's first row on. accumulate: continue the running
-// sums already in y. kStream: prefetch ahead (decode).
+// y[r, out_step p + c] (+)= sum over t < len of x[r, t] * w[panel p's row c, t], for R input
+// rows (ldx apart) and P panels (panel_bytes apart, their outputs out_step apart: consecutive
+// panels by default), x and the panels starting at the same column; `valid` outputs exist from
+// the first panel's first row on. accumulate: continue the running sums already in y. kStream:
+// prefetch ahead (decode).
 template <class W, int R, int P, bool kStream = false>
 PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels,
                               int64_t panel_bytes, int64_t len, bool accumulate, float* y,
-                              int64_t ldy, int64_t valid) {
+                              int64_t ldy, int64_t valid, int64_t out_step = kPanelRows) {
   __m256 acc[R][P];
   unroll<R>([&](auto r) PAGODA_LAMBDA {
     unroll<P>([&](auto p) PAGODA_LAMBDA {
-      acc[r.value][p.value] = accumulate ? load_out(y + r.value * ldy + p.value * kPanelRows,
-                                                    panel_valid(valid, p.value))
+      acc[r.value][p.value] = accumulate ? load_out(y + r.value * ldy + p.value * out_step,
+                                                    panel_valid(valid, p.value, out_step))
                                          : _mm256_setzero_ps();
     });
   });
@@ -106,8 +108,8 @@ PAGODA_INLINE void float_tile(const float* x, int64_t ldx, const uint8_t* panels
   }
   unroll<R>([&](auto r) PAGODA_LAMBDA {
     unroll<P>([&](auto p) PAGODA_LAMBDA {
-      store_out(y + r.value * ldy + p.value * kPanelRows, acc[r.value][p.value],
-                panel_valid(valid, p.value));
+      store_out(y + r.value * ldy + p.value * out_step, acc[r.value][p.value],
+                panel_valid(valid, p.value, out_step));
     });
   });
 }
@@ -156,14 +158,13 @@ PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8
   if (m == 1) {
     // Decode: bound by the weight stream. Four panels at once, each through all of k: four
     // independent FMA chains, every weight byte read once, front to back.
-    int64_t p = p0;
-    for (; p + 4 <= p1; p += 4) {
-      float_tile<W, 1, 4, true>(x, k, panels + p * panel_bytes, panel_bytes, k, false,
-                                y + p * kPanelRows, ldy, n - p * kPanelRows);
-    }
+    int64_t p = decode_runs<4>(p0, p1, [&](int64_t q, int64_t run) PAGODA_LAMBDA {
+      float_tile<W, 1, 4, true>(x, k, panels + q * panel_bytes, run * panel_bytes, k, false, y + q * kPanelRows, ldy,
+                                n - q * kPanelRows, run * kPanelRows);
+    });
     for (; p < p1; ++p) {
-      float_tile<W, 1, 1, true>(x, k, panels + p * panel_bytes, panel_bytes, k, false,
-                                y + p * kPanelRows, ldy, n - p * kPanelRows);
+      float_tile<W, 1, 1, true>(x, k, panels + p * panel_bytes, panel_bytes, k, false, y + p * kPanelRows, ldy,
+                                n - p * kPanelRows);
     }
     return;
   }
@@ -349,12 +350,13 @@ PAGODA_INLINE void quant_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_
   unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy, acc[r.value], valid); });
 }
 
-// Decode (one input row): y[c] of P panels at once, each streamed front to back through all nb
-// blocks; P independent chains and P streams in flight.
+// Decode (one input row): y[c] of P panels at once (panel_bytes apart, their outputs out_step
+// apart), each streamed front to back through all nb blocks; P independent chains and P streams
+// in flight.
 template <class W, int P>
 PAGODA_INLINE void quant_decode_panels(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb,
                                        const uint8_t* panels, int64_t panel_bytes, float* y,
-                                       int64_t valid) {
+                                       int64_t valid, int64_t out_step) {
   __m256 acc[P];
   unroll<P>([&](auto p) PAGODA_LAMBDA { acc[p.value] = _mm256_setzero_ps(); });
   for (int64_t b = 0; b < nb; ++b) {
@@ -369,7 +371,7 @@ PAGODA_INLINE void quant_decode_panels(const BlockQ8Act* x, const int32_t* x_sum
     });
   }
   unroll<P>([&](auto p) PAGODA_LAMBDA {
-    store_out(y + p.value * kPanelRows, acc[p.value], valid - p.value * kPanelRows);
+    store_out(y + p.value * out_step, acc[p.value], valid - p.value * out_step);
   });
 }
 
@@ -382,14 +384,13 @@ PAGODA_FLATTEN void quant_rows(const BlockQ8Act* x, const int32_t* x_sums, int64
   const int64_t panel_bytes = nb * W::kBlockBytes;
   if (m == 1) {
     // Decode: each panel streams once through all its blocks, kQuantDecodePanels at a time.
-    int64_t p = p0;
-    for (; p + kQuantDecodePanels <= p1; p += kQuantDecodePanels) {
-      quant_decode_panels<W, kQuantDecodePanels>(x, x_sums, nb, panels + p * panel_bytes,
-                                                 panel_bytes, y + p * kPanelRows, n - p * kPanelRows);
-    }
+    int64_t p = decode_runs<kQuantDecodePanels>(p0, p1, [&](int64_t q, int64_t run) PAGODA_LAMBDA {
+      quant_decode_panels<W, kQuantDecodePanels>(x, x_sums, nb, panels + q * panel_bytes, run * panel_bytes,
+                                                 y + q * kPanelRows, n - q * kPanelRows, run * kPanelRows);
+    });
     for (; p < p1; ++p) {
-      quant_decode_panels<W, 1>(x, x_sums, nb, panels + p * panel_bytes, panel_bytes,
-                                y + p * kPanelRows, n - p * kPanelRows);
+      quant_decode_panels<W, 1>(x, x_sums, nb, panels + p * panel_bytes, panel_bytes, y + p * kPanelRows,
+                                n - p * kPanelRows, kPanelRows);
     }
     return;
   }
@@ -448,7 +449,8 @@ PAGODA_INLINE __m256i scale_pairs_u8(const uint8_t* p) {
 
 template <int R, int P, bool kFifth>
 PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* panels,
-                           int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
+                           int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid,
+                           int64_t out_step) {
   using L = K4Layout<kFifth>;
   __m256 acc[P][R];
   unroll<P>([&](auto p) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
@@ -574,7 +576,7 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
     });
   }
   unroll<P>([&](auto p) PAGODA_LAMBDA {
-    unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
+    unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy + p.value * out_step, acc[p.value][r.value], valid - p.value * out_step); });
   });
 }
 
@@ -661,7 +663,7 @@ PAGODA_INLINE void q6_k_tile(const BlockQ8Act* x, const int32_t* x_half_sums, in
 template <int P>
 PAGODA_INLINE void q6_k_decode_panels(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb,
                                       const uint8_t* panels, int64_t panel_bytes, int64_t num_blocks, float* y,
-                                      int64_t valid) {
+                                      int64_t valid, int64_t out_step) {
   __m256 acc[P][1];
   unroll<P>([&](auto p) PAGODA_LAMBDA { acc[p.value][0] = _mm256_setzero_ps(); });
   for (int64_t b = 0; b < num_blocks; ++b) {
@@ -670,7 +672,7 @@ PAGODA_INLINE void q6_k_decode_panels(const BlockQ8Act* x, const int32_t* x_half
     });
   }
   unroll<P>([&](auto p) PAGODA_LAMBDA {
-    store_out(y + p.value * kPanelRows, acc[p.value][0], valid - p.value * kPanelRows);
+    store_out(y + p.value * out_step, acc[p.value][0], valid - p.value * out_step);
   });
 }
 
@@ -695,7 +697,8 @@ static_assert(K16Layout<false>::kBlockBytes == kQ2KPanelBlockBytes && K16Layout<
 
 template <int R, int P, bool kQ3>
 PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panels,
-                            int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid) {
+                            int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid,
+                            int64_t out_step) {
   using L = K16Layout<kQ3>;
   __m256 acc[P][R];
   unroll<P>([&](auto p) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
@@ -794,7 +797,7 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
     });
   }
   unroll<P>([&](auto p) PAGODA_LAMBDA {
-    unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy + p.value * kPanelRows, acc[p.value][r.value], valid - p.value * kPanelRows); });
+    unroll<R>([&](auto r) PAGODA_LAMBDA { store_out(y + r.value * ldy + p.value * out_step, acc[p.value][r.value], valid - p.value * out_step); });
   });
 }
 
@@ -912,15 +915,20 @@ constexpr int kK4DecodePanels = 2;
 // TinyLlama decode 19.7 against 24.2 tokens/s; four: 22.8).
 constexpr int kQ6KDecodePanels = 2;
 
-// tile(rows, panels, i, p) over the super-block panels [panel_begin, panel_end): decode (m = 1)
-// streams kK4DecodePanels panels side by side, the rest goes by input-row tiles of up to kMaxRows.
+// tile(rows, panels, i, p, run) over the super-block panels [panel_begin, panel_end): decode
+// (m = 1) streams kK4DecodePanels panels side by side (run panels apart, decode_runs),
+// the rest goes by input-row tiles of up to kMaxRows, one panel each (run 1).
 template <int kMaxRows, class Tile>
 PAGODA_INLINE void over_super_block_tiles(int64_t m, int64_t panel_begin, int64_t panel_end, Tile&& tile) {
-  int64_t p0 = panel_begin;
   if (m == 1) {
-    for (; p0 + kK4DecodePanels <= panel_end; p0 += kK4DecodePanels) tile(Idx<1>{}, Idx<kK4DecodePanels>{}, 0, p0);
+    int64_t p = decode_runs<kK4DecodePanels>(panel_begin, panel_end, [&](int64_t q, int64_t run) PAGODA_LAMBDA {
+      tile(Idx<1>{}, Idx<kK4DecodePanels>{}, 0, q, run);
+    });
+    for (; p < panel_end; ++p) tile(Idx<1>{}, Idx<1>{}, 0, p, 1);
+    return;
   }
-  over_row_tiles<kMaxRows>(m, p0, panel_end, [&](auto rows, int64_t i, int64_t p) PAGODA_LAMBDA { tile(rows, Idx<1>{}, i, p); });
+  over_row_tiles<kMaxRows>(m, panel_begin, panel_end,
+                           [&](auto rows, int64_t i, int64_t p) PAGODA_LAMBDA { tile(rows, Idx<1>{}, i, p, 1); });
 }
 
 template <bool kFifth>
@@ -930,10 +938,10 @@ PAGODA_FLATTEN void k4_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t 
   const int64_t panel_bytes = num_blocks * K4Layout<kFifth>::kBlockBytes;
   const auto* w = static_cast<const uint8_t*>(panels);
   // q5_k's tile holds its widened sums besides the int16 ones: 2 rows keep it in registers.
-  over_super_block_tiles<kFifth ? 2 : 4>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) PAGODA_LAMBDA {
+  over_super_block_tiles<kFifth ? 2 : 4>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p, int64_t run) PAGODA_LAMBDA {
     k4_tile<decltype(rows)::value, decltype(tile_panels)::value, kFifth>(
-        x + i * nb, x_sums + i * nb, nb, w + p * panel_bytes, panel_bytes, num_blocks, y + i * ldy + p * kPanelRows, ldy,
-        n - p * kPanelRows);
+        x + i * nb, x_sums + i * nb, nb, w + p * panel_bytes, run * panel_bytes, num_blocks, y + i * ldy + p * kPanelRows, ldy,
+        n - p * kPanelRows, run * kPanelRows);
   });
 }
 
@@ -943,10 +951,10 @@ PAGODA_FLATTEN void k16_rows(const BlockQ8Act* x, const int32_t* x_half_sums, in
   const int64_t nb = k / kQuantBlock, num_blocks = k / 256;
   const int64_t panel_bytes = num_blocks * K16Layout<kQ3>::kBlockBytes;
   const auto* w = static_cast<const uint8_t*>(panels);
-  over_super_block_tiles<2>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p) PAGODA_LAMBDA {
+  over_super_block_tiles<2>(m, panel_begin, panel_end, [&](auto rows, auto tile_panels, int64_t i, int64_t p, int64_t run) PAGODA_LAMBDA {
     k16_tile<decltype(rows)::value, decltype(tile_panels)::value, kQ3>(
-        x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * panel_bytes, panel_bytes, num_blocks,
-        y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
+        x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * panel_bytes, run * panel_bytes, num_blocks,
+        y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows, run * kPanelRows);
   });
 }
 
@@ -969,14 +977,18 @@ PAGODA_FLATTEN void PAGODA_MATMUL_KERNEL(matmul_q6_k_panels)(const BlockQ8Act* x
                                              int64_t panel_end) {
   const int64_t nb = k / kQuantBlock, num_blocks = k / 256, panel_bytes = num_blocks * kQ6KPanelBlockBytes;
   const auto* w = static_cast<const uint8_t*>(panels);
-  int64_t p0 = panel_begin;
   if (m == 1) {
-    for (; p0 + kQ6KDecodePanels <= panel_end; p0 += kQ6KDecodePanels) {
-      q6_k_decode_panels<kQ6KDecodePanels>(x, x_half_sums, nb, w + p0 * panel_bytes, panel_bytes, num_blocks,
-                                           y + p0 * kPanelRows, n - p0 * kPanelRows);
+    int64_t p = decode_runs<kQ6KDecodePanels>(panel_begin, panel_end, [&](int64_t q, int64_t run) PAGODA_LAMBDA {
+      q6_k_decode_panels<kQ6KDecodePanels>(x, x_half_sums, nb, w + q * panel_bytes, run * panel_bytes, num_blocks,
+                                           y + q * kPanelRows, n - q * kPanelRows, run * kPanelRows);
+    });
+    for (; p < panel_end; ++p) {
+      q6_k_decode_panels<1>(x, x_half_sums, nb, w + p * panel_bytes, panel_bytes, num_blocks, y + p * kPanelRows,
+                            n - p * kPanelRows, kPanelRows);
     }
+    return;
   }
-  over_row_tiles(m, p0, panel_end, [&](auto rows, int64_t i, int64_t p) PAGODA_LAMBDA {
+  over_row_tiles(m, panel_begin, panel_end, [&](auto rows, int64_t i, int64_t p) PAGODA_LAMBDA {
     q6_k_tile<decltype(rows)::value>(x + i * nb, x_half_sums + 2 * i * nb, nb, w + p * panel_bytes, num_blocks,
                                      y + i * ldy + p * kPanelRows, ldy, n - p * kPanelRows);
   });

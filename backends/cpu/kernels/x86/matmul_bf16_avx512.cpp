@@ -79,12 +79,14 @@ PAGODA_INLINE void two_pairs(const uint8_t* a, const uint8_t* b, int64_t t, int6
   w[1] = _mm512_permutex2var_epi16(va, idx1, vb);
 }
 
-// The panels of a group of up to four (p, p + 1, p + 2, p + 3 of p1) as the two vectors' halves:
-// a missing panel repeats its neighbour (its outputs are computed and not stored).
+// The panels of a group of up to four as the two vectors' halves: p, p + 1, p + 2, p + 3 of p1
+// (group_at), where a missing panel repeats its neighbour (its outputs are computed and not
+// stored), or four runs' panels in decode (group_of_runs).
 struct Group {
   const uint8_t* panel[kGroupPanels];
-  __mmask16 mask[2];  // the lanes of each vector whose outputs exist
-  int vectors;        // 1 or 2
+  int64_t col[kGroupPanels];  // the output column of each panel's first row
+  __mmask16 mask[2];          // the lanes of each vector whose outputs exist
+  int vectors;                // 1 or 2
 };
 
 PAGODA_INLINE Group group_at(const uint8_t* panels, int64_t panel_bytes, int64_t p, int64_t p1, int64_t n) {
@@ -93,11 +95,27 @@ PAGODA_INLINE Group group_at(const uint8_t* panels, int64_t panel_bytes, int64_t
   for (int q = 0; q < kGroupPanels; ++q) {
     const int64_t src = q < num ? q : (q % 2 == 1 && q - 1 < num ? q - 1 : 0);
     g.panel[q] = panels + (p + src) * panel_bytes;
+    g.col[q] = (p + q) * kPanelRows;
   }
   const int64_t valid = min64(n - p * kPanelRows, num * kPanelRows);
   g.mask[0] = first_lanes(valid);
   g.mask[1] = first_lanes(valid - 16);
   g.vectors = num <= 2 ? 1 : 2;
+  return g;
+}
+
+// The panels p, p + run, p + 2 run and p + 3 run (decode_runs in panel_avx2.h).
+PAGODA_INLINE Group group_of_runs(const uint8_t* panels, int64_t panel_bytes, int64_t p, int64_t run, int64_t n) {
+  Group g;
+  for (int q = 0; q < kGroupPanels; ++q) {
+    g.panel[q] = panels + (p + q * run) * panel_bytes;
+    g.col[q] = (p + q * run) * kPanelRows;
+  }
+  for (int v = 0; v < 2; ++v) {
+    g.mask[v] = static_cast<__mmask16>((first_lanes(n - g.col[2 * v]) & 0x00ff) |
+                                       (first_lanes(n - g.col[2 * v + 1]) << kPanelRows));
+  }
+  g.vectors = 2;
   return g;
 }
 
@@ -176,13 +194,14 @@ PAGODA_FLATTEN void buffered_rows(const uint16_t* xb, int64_t ldx, int64_t m, in
 }
 
 // R rows (decode and small batches) against a group, the weights converted in registers as the
-// pairs stream by: the same operations on each output as the buffered path.
+// pairs stream by: the same operations on each output as the buffered path. y: the rows' first
+// outputs (the group's columns are g.col).
 template <class W, int R, int J>
 PAGODA_INLINE void direct_tile(const uint16_t* xb, int64_t ldx, int64_t k, const Group& g, float* y, int64_t ldy) {
   const __m512i idx0 = pair_index(0), idx1 = pair_index(2);
   const int64_t num_pairs = (k + 1) / 2;
   __m512 acc[R][J];
-  load_tile_sums<R, J>(acc, false, y, ldy, g.mask);
+  unroll<R>([&](auto r) PAGODA_LAMBDA { unroll<J>([&](auto j) PAGODA_LAMBDA { acc[r.value][j.value] = _mm512_setzero_ps(); }); });
   for (int64_t u = 0; u < num_pairs; u += 2) {
     __m512i w[2][J];
     unroll<J>([&](auto j) PAGODA_LAMBDA {
@@ -198,24 +217,35 @@ PAGODA_INLINE void direct_tile(const uint16_t* xb, int64_t ldx, int64_t k, const
     dot_pair<R, J>(acc, xb, ldx, u, w[0]);
     if (u + 1 < num_pairs) dot_pair<R, J>(acc, xb, ldx, u + 1, w[1]);
   }
-  store_tile_sums<R, J>(acc, y, ldy, g.mask);
+  // Each vector's halves to their panels' columns (high is empty for a repeated panel).
+  unroll<J>([&](auto j) PAGODA_LAMBDA {
+    const __mmask16 low = g.mask[j.value] & 0x00ff, high = g.mask[j.value] & 0xff00;
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
+      float* yr = y + r.value * ldy;
+      _mm512_mask_storeu_ps(yr + g.col[2 * j.value], low, acc[r.value][j.value]);
+      if (high != 0) _mm512_mask_storeu_ps(yr + g.col[2 * j.value + 1] - kPanelRows, high, acc[r.value][j.value]);
+    });
+  });
 }
 
 template <class W>
 PAGODA_FLATTEN void direct_rows(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, const uint8_t* panels,
                                 int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = k * kPanelRows * 2;
-  for (int64_t p = p0; p < p1; p += kGroupPanels) {
-    const Group g = group_at(panels, panel_bytes, p, p1, n);
-    float* yp = y + p * kPanelRows;
+  auto tile = [&](const Group& g) PAGODA_LAMBDA {
     with_rows<kDirectRows>(m, [&](auto r) PAGODA_LAMBDA {
       if (g.vectors == 1) {
-        direct_tile<W, r.value, 1>(xb, ldx, k, g, yp, ldy);
+        direct_tile<W, r.value, 1>(xb, ldx, k, g, y, ldy);
       } else {
-        direct_tile<W, r.value, 2>(xb, ldx, k, g, yp, ldy);
+        direct_tile<W, r.value, 2>(xb, ldx, k, g, y, ldy);
       }
     });
-  }
+  };
+  // The weights stream from memory (decode): four runs of panels side by side, then the rest.
+  int64_t p = decode_runs<kGroupPanels>(p0, p1, [&](int64_t q, int64_t run) PAGODA_LAMBDA {
+    tile(group_of_runs(panels, panel_bytes, q, run, n));
+  });
+  for (; p < p1; p += kGroupPanels) tile(group_at(panels, panel_bytes, p, p1, n));
 }
 
 template <class W>
