@@ -143,15 +143,8 @@ PAGODA_INLINE void int_tile(const uint8_t* xq, const float* s_x, const int32_t* 
   }
   unroll<Q>([&](auto q) PAGODA_LAMBDA {
     const PanelPair& pp = pairs[q.value];
-    const __mmask16 low = pp.mask & 0x00ff, high = pp.mask & 0xff00;
     unroll<R>([&](auto r) PAGODA_LAMBDA {
-      float* yr = y + r.value * ldy;
-      if (pp.y_col_b == pp.y_col + kPanelRows) {
-        _mm512_mask_storeu_ps(yr + pp.y_col, pp.mask, acc[q.value][r.value]);
-      } else {  // lanes 8-15 go to their own columns (high is empty for a repeated panel)
-        _mm512_mask_storeu_ps(yr + pp.y_col, low, acc[q.value][r.value]);
-        if (high != 0) _mm512_mask_storeu_ps(yr + pp.y_col_b - kPanelRows, high, acc[q.value][r.value]);
-      }
+      store_halves(y + r.value * ldy, pp.y_col, pp.y_col_b, pp.mask, acc[q.value][r.value]);
     });
   });
 }
@@ -164,7 +157,7 @@ PAGODA_FLATTEN void int_rows(const uint8_t* xq, const float* s_x, const int32_t*
   const int64_t groups = kp / group, panel_scales = kPanelRows * groups;
   // Panels a (lanes 0-7) and b (lanes 8-15; a again for an odd last panel).
   auto pair_of = [&](int64_t a, int64_t b) {
-    const __mmask16 high = b == a ? 0 : static_cast<__mmask16>(first_lanes(n - b * kPanelRows) << 8);
+    const __mmask16 mask = halves_mask(a * kPanelRows, b * kPanelRows, n) & (b == a ? 0x00ff : 0xffff);
     return PanelPair{codes + a * panel_bytes,
                      codes + b * panel_bytes,
                      scales + a * panel_scales,
@@ -173,7 +166,7 @@ PAGODA_FLATTEN void int_rows(const uint8_t* xq, const float* s_x, const int32_t*
                      zeros == nullptr ? nullptr : zeros + b * panel_scales,
                      a * kPanelRows,
                      b * kPanelRows,
-                     static_cast<__mmask16>((first_lanes(n - a * kPanelRows) & 0x00ff) | high)};
+                     mask};
   };
   auto pair_at = [&](int64_t p) { return pair_of(p, pair_partner(p, p1)); };
   int64_t p = p0;

@@ -111,10 +111,7 @@ PAGODA_INLINE Group group_of_runs(const uint8_t* panels, int64_t panel_bytes, in
     g.panel[q] = panels + (p + q * run) * panel_bytes;
     g.col[q] = (p + q * run) * kPanelRows;
   }
-  for (int v = 0; v < 2; ++v) {
-    g.mask[v] = static_cast<__mmask16>((first_lanes(n - g.col[2 * v]) & 0x00ff) |
-                                       (first_lanes(n - g.col[2 * v + 1]) << kPanelRows));
-  }
+  for (int v = 0; v < 2; ++v) g.mask[v] = halves_mask(g.col[2 * v], g.col[2 * v + 1], n);
   g.vectors = 2;
   return g;
 }
@@ -217,13 +214,9 @@ PAGODA_INLINE void direct_tile(const uint16_t* xb, int64_t ldx, int64_t k, const
     dot_pair<R, J>(acc, xb, ldx, u, w[0]);
     if (u + 1 < num_pairs) dot_pair<R, J>(acc, xb, ldx, u + 1, w[1]);
   }
-  // Each vector's halves to their panels' columns (high is empty for a repeated panel).
   unroll<J>([&](auto j) PAGODA_LAMBDA {
-    const __mmask16 low = g.mask[j.value] & 0x00ff, high = g.mask[j.value] & 0xff00;
     unroll<R>([&](auto r) PAGODA_LAMBDA {
-      float* yr = y + r.value * ldy;
-      _mm512_mask_storeu_ps(yr + g.col[2 * j.value], low, acc[r.value][j.value]);
-      if (high != 0) _mm512_mask_storeu_ps(yr + g.col[2 * j.value + 1] - kPanelRows, high, acc[r.value][j.value]);
+      store_halves(y + r.value * ldy, g.col[2 * j.value], g.col[2 * j.value + 1], g.mask[j.value], acc[r.value][j.value]);
     });
   });
 }

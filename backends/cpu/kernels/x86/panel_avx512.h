@@ -47,6 +47,19 @@ PAGODA_INLINE __mmask16 pair_mask(int64_t p, int64_t partner, int64_t n) {
   return first_lanes(partner == p && valid > kPanelRows ? kPanelRows : valid);
 }
 
+// Two panels' outputs in one vector, decode's runs (decode_runs in panel_avx2.h) included: panel a's
+// in lanes 0-7 (output columns from col_a), panel b's in lanes 8-15 (from col_b; col_a + 8 for
+// consecutive panels). The lanes whose outputs exist, of n outputs:
+PAGODA_INLINE __mmask16 halves_mask(int64_t col_a, int64_t col_b, int64_t n) {
+  return static_cast<__mmask16>((first_lanes(n - col_a) & 0x00ff) | (first_lanes(n - col_b) << kPanelRows));
+}
+
+// Stores the lanes of mask of such a vector to y + col_a and y + col_b.
+PAGODA_INLINE void store_halves(float* y, int64_t col_a, int64_t col_b, __mmask16 mask, __m512 v) {
+  _mm512_mask_storeu_ps(y + col_a, mask & 0x00ff, v);
+  if ((mask & 0xff00) != 0) _mm512_mask_storeu_ps(y + col_b - kPanelRows, mask & 0xff00, v);
+}
+
 // An R x J tile's running sums, y[r, 16 j + lane] (rows ldy apart), the lanes of mask[j] only:
 // loaded where accumulate (zeros in the other lanes), else zeros.
 template <int R, int J>
