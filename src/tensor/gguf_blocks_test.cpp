@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -319,6 +320,34 @@ TEST(DTypeTraits, QuantizersRoundTripWithinTheirStep) {
     // The zero sub-block stays zero.
     for (int64_t e = 256; e < 288; ++e) EXPECT_EQ(back[static_cast<size_t>(e)], 0.0f) << t.name << " " << e;
   }
+}
+
+// Codes round half away from zero (std::lround's rule, and llama.cpp's): a block whose step is
+// exactly 1 puts x = k + 0.5 on a tie. Q5_0's step is its largest magnitude / -16 (here -16 / -16);
+// Q4_1's is (max - min) / 15 with min 0 (here 15 / 15). Round half to even would give 2 for 2.5;
+// floor(x + 0.5) would give 1 for the float just below 0.5.
+TEST(DTypeTraits, QuantizersRoundHalfAwayFromZero) {
+  const float below_half = std::nextafter(0.5f, 0.0f);
+  std::vector<float> x(32, 0.0f);
+  x[0] = -16;
+  const float q5_in[] = {2.5f, -2.5f, 0.5f, -0.5f, below_half, -below_half, 3.5f, 15.5f, -15.5f};
+  const float q5_out[] = {3, -3, 1, -1, 0, 0, 4, 15, -16};
+  for (size_t i = 0; i < std::size(q5_in); ++i) x[1 + i] = q5_in[i];
+  std::vector<uint8_t> q(static_cast<size_t>(*dtype_bytes(DType::kQ5_0, 32)));
+  std::vector<float> back(32);
+  dtype_traits(DType::kQ5_0).quantize_row(x.data(), q.data(), 32);
+  dtype_traits(DType::kQ5_0).dequantize_row(q.data(), back.data(), 32);
+  for (size_t i = 0; i < std::size(q5_in); ++i) EXPECT_EQ(back[1 + i], q5_out[i]) << "q5_0, x = " << q5_in[i];
+
+  std::fill(x.begin(), x.end(), 0.0f);
+  x[0] = 15;
+  const float q4_in[] = {2.5f, 0.5f, below_half, 1.5f, 14.5f};
+  const float q4_out[] = {3, 1, 0, 2, 15};
+  for (size_t i = 0; i < std::size(q4_in); ++i) x[1 + i] = q4_in[i];
+  q.assign(static_cast<size_t>(*dtype_bytes(DType::kQ4_1, 32)), 0);
+  dtype_traits(DType::kQ4_1).quantize_row(x.data(), q.data(), 32);
+  dtype_traits(DType::kQ4_1).dequantize_row(q.data(), back.data(), 32);
+  for (size_t i = 0; i < std::size(q4_in); ++i) EXPECT_EQ(back[1 + i], q4_out[i]) << "q4_1, x = " << q4_in[i];
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "base/check.h"
@@ -16,9 +17,18 @@ int64_t num_blocks(int64_t n, int64_t per_block) {
   return n / per_block;
 }
 
+// std::clamp(std::lround(v), lo, hi) for every float, without lroundf's libm call (loading a
+// TinyLlama-sized dummy model as q4_k took 32% less CPU time without it). Below 2^30 v - trunc(v)
+// is exact; lround's results beyond long's range, infinities and NaN (LONG_MIN on x86) clamp to
+// lo. An exhaustive comparison over all 2^32 floats, for [0, 63] and [-32, 31], found no
+// difference.
 int clamp_round(float v, int lo, int hi) {
-  const long r = std::lround(v);
-  return static_cast<int>(std::clamp<long>(r, lo, hi));
+  const float a = std::fabs(v);
+  if (!(a < 0x1p30f)) return a < 0x1p63f && v > 0 ? hi : lo;
+  const auto t = static_cast<int32_t>(v);  // toward zero
+  const float frac = v - static_cast<float>(t);
+  const int32_t r = t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
+  return std::clamp(r, static_cast<int32_t>(lo), static_cast<int32_t>(hi));
 }
 
 // A value stored as fp16 and read back: the scale the decoder will use.
