@@ -88,8 +88,8 @@ FUZZ_SECONDS ?= 60
 TEST_FUZZ_SECONDS ?= 30
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz $(FUZZ_TARGETS)
-test-fuzz: setup
-	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz $(FUZZ_TARGETS)
+test-fuzz: FUZZ_SECONDS = $(TEST_FUZZ_SECONDS)
+test-fuzz: fuzz
 
 # A mixed workload against `pagoda serve` for DURATION seconds, every request accounted for; the
 # report (ledger, /metrics, RSS / fds / threads over time) goes to SOAK_REPORT as JSON.
