@@ -541,7 +541,7 @@ PAGODA_INLINE void k4_pair(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
 // R input rows x P panels (panel_bytes apart, their outputs out_step apart); decode (R = 1)
 // streams the P panels side by side, one chunk pair of each in turn. A pair is finished for one
 // panel before the next panel's starts: with the panels' groups interleaved instead (sharing
-// the input broadcasts), q4_k decode from memory read 8.9 GB/s of weights on 2 threads against
+// the input broadcasts), q4_k decode from memory read 8.9 GiB/s of weights on 2 threads against
 // 14.5 (Zen 3), though it was 10% faster from the cache.
 template <int R, int P, bool kFifth>
 PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* panels,
