@@ -541,8 +541,8 @@ PAGODA_INLINE void k4_pair(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
 // R input rows x P panels (panel_bytes apart, their outputs out_step apart); decode (R = 1)
 // streams the P panels side by side, one chunk pair of each in turn. A pair is finished for one
 // panel before the next panel's starts: with the panels' groups interleaved instead (sharing
-// the input broadcasts), q4_k decode from memory read 8.9 GiB/s of weights on 2 threads against
-// 14.5 (Zen 3), though it was 10% faster from the cache.
+// the input broadcasts), engine decode was 21% (q4_k) and 29% (q5_k) slower on a Zen 3, though
+// the tile was about 14% and 5% faster from the cache (docs/benchmarks.md, "q4_k / q5_k decode").
 template <int R, int P, bool kFifth>
 PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* panels,
                            int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid,
@@ -564,10 +564,10 @@ PAGODA_INLINE void k4_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t n
             if constexpr (at < L::kBlockBytes) prefetch(ahead + at);
           });
         }
-        // Each panel loads its inputs itself: GCC would keep the 16 broadcasts of the first
-        // panel's for the next, which spills them.
+        // Each panel loads its own inputs: otherwise GCC keeps the first panel's 16 input
+        // broadcasts live for the second and spills them. The empty asm hides that xp == x.
         const BlockQ8Act* xp = x;
-        asm volatile("" : "+r"(xp));
+        if constexpr (P > 1) asm volatile("" : "+r"(xp));
         k4_pair<R, kFifth, decltype(pair)::value>(xp, x_sums, nb, block, b, acc[p.value]);
       });
     });
@@ -692,6 +692,8 @@ struct K16Layout {
 };
 static_assert(K16Layout<false>::kBlockBytes == kQ2KPanelBlockBytes && K16Layout<true>::kBlockBytes == kQ3KPanelBlockBytes);
 
+// Decode interleaves the P panels group by group (one chunk of one panel at a time, as k4_tile
+// goes, measured mixed here: docs/benchmarks.md, "q4_k / q5_k decode").
 template <int R, int P, bool kQ3>
 PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int64_t nb, const uint8_t* panels,
                             int64_t panel_bytes, int64_t num_blocks, float* y, int64_t ldy, int64_t valid,
@@ -907,6 +909,8 @@ PAGODA_INLINE void over_row_tiles(int64_t m, int64_t p0, int64_t p1, Tile&& tile
   }
 }
 
+// q4_k / q5_k and q2_k / q3_k decode: two panels' weight streams at once (four measured no
+// better, docs/benchmarks.md).
 constexpr int kK4DecodePanels = 2;
 // q6_k decode: two panels' weight streams at once (one alone left the loop waiting on memory:
 // TinyLlama decode 19.7 against 24.2 tokens/s; four: 22.8).
