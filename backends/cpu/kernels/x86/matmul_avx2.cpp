@@ -692,6 +692,30 @@ struct K16Layout {
 };
 static_assert(K16Layout<false>::kBlockBytes == kQ2KPanelBlockBytes && K16Layout<true>::kBlockBytes == kQ3KPanelBlockBytes);
 
+// vpshufb controls over q2_k's 16 scale bytes of a chunk (sub-block 2c's 8 rows, then 2c + 1's),
+// held in both halves of a vector: lane r (rows 0..3 in the low half, 4..7 in the high one) gets
+// bytes a0 + r and a1 + r as int16 (kWide: byte a0 + r as int32), zero-extended (-128: a zero).
+struct ShuffleControl {
+  alignas(32) int8_t bytes[32];
+};
+template <int kA0, int kA1, bool kWide>
+constexpr ShuffleControl spread_control() {
+  ShuffleControl c{};
+  for (int r = 0; r < 8; ++r) {
+    c.bytes[4 * r] = static_cast<int8_t>(kA0 + r);
+    c.bytes[4 * r + 1] = -128;
+    c.bytes[4 * r + 2] = kWide ? -128 : static_cast<int8_t>(kA1 + r);
+    c.bytes[4 * r + 3] = -128;
+  }
+  return c;
+}
+template <int kA0, int kA1, bool kWide>
+constexpr ShuffleControl kSpread = spread_control<kA0, kA1, kWide>();
+template <int kA0, int kA1, bool kWide>
+PAGODA_INLINE __m256i load_spread() {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread<kA0, kA1, kWide>.bytes));
+}
+
 // Decode interleaves the P panels group by group (one chunk of one panel at a time, as k4_tile
 // goes, measured mixed here: docs/benchmarks.md, "q4_k / q5_k decode").
 template <int R, int P, bool kQ3>
@@ -701,8 +725,14 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
   using L = K16Layout<kQ3>;
   __m256 acc[P][R];
   unroll<P>([&](auto p) PAGODA_LAMBDA { unroll<R>([&](auto r) PAGODA_LAMBDA { acc[p.value][r.value] = _mm256_setzero_ps(); }); });
-  const __m256i low2 = _mm256_set1_epi8(0x03), bit2 = _mm256_set1_epi8(0x04);
-  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m256i low2 = _mm256_set1_epi8(0x03), bit2 = _mm256_set1_epi8(0x04), low4 = _mm256_set1_epi8(0x0f);
+#if defined(PAGODA_AVXVNNI)
+  constexpr bool kInt32Scales = true;  // vpmulld takes q2_k's scales as int32
+#else
+  constexpr bool kInt32Scales = false;
+#endif
+  const __m256i spread_s0 = load_spread<0, 0, kInt32Scales>(), spread_s1 = load_spread<8, 8, kInt32Scales>();
+  const __m256i spread_pair = load_spread<0, 8, false>();
   for (int64_t b = 0; b < num_blocks; ++b) {
     const uint8_t* block[P];
     unroll<P>([&](auto p) PAGODA_LAMBDA { block[p.value] = panels + p.value * panel_bytes + b * L::kBlockBytes; });
@@ -752,24 +782,26 @@ PAGODA_INLINE void k16_tile(const BlockQ8Act* x, const int32_t* x_half_sums, int
       });
       unroll<P>([&](auto p) PAGODA_LAMBDA {
         const uint8_t* scales = block[p.value] + L::kScalesAt + 8 * (2 * c.value);
-        __m128i s0 = load8(scales), s1 = load8(scales + 8), m0 = s0, m1 = s1;
-        if constexpr (!kQ3) {  // q2_k: scale in the low nibble, min in the high one
-          s0 = _mm_and_si128(s0, low4);
-          s1 = _mm_and_si128(s1, low4);
-          m0 = _mm_and_si128(_mm_srli_epi16(m0, 4), low4);
-          m1 = _mm_and_si128(_mm_srli_epi16(m1, 4), low4);
-        }
-        // (s, s) and (s0, s1) int16 pairs per lane (VNNI: the scales as int32); q3_k's are signed.
-        auto widen = [](__m128i v) PAGODA_LAMBDA {
-          return kQ3 ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
-        };
+        __m256i sc0, sc1, pairs;  // (s0, s0), (s1, s1) and (s0, s1) int16 pairs per lane (VNNI: sc0, sc1 int32)
+        if constexpr (!kQ3) {
+          // q2_k: scale in the low nibble, min in the high one; both halves of the vector hold
+          // the 16 bytes, and one vpshufb each spreads them (zero-extended) to the lanes.
+          const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+          const __m256i sc = _mm256_and_si256(both, low4), mn = _mm256_and_si256(_mm256_srli_epi16(both, 4), low4);
+          sc0 = _mm256_shuffle_epi8(sc, spread_s0);
+          sc1 = _mm256_shuffle_epi8(sc, spread_s1);
+          pairs = _mm256_shuffle_epi8(mn, spread_pair);  // (mn0, mn1)
+        } else {  // q3_k: signed scales, (sc0, sc1) for the offset term
+          const __m128i s0 = load8(scales), s1 = load8(scales + 8);
 #if defined(PAGODA_AVXVNNI)
-        const __m256i sc0 = kQ3 ? _mm256_cvtepi8_epi32(s0) : _mm256_cvtepu8_epi32(s0);
-        const __m256i sc1 = kQ3 ? _mm256_cvtepi8_epi32(s1) : _mm256_cvtepu8_epi32(s1);
+          sc0 = _mm256_cvtepi8_epi32(s0);
+          sc1 = _mm256_cvtepi8_epi32(s1);
 #else
-        const __m256i sc0 = widen(_mm_unpacklo_epi8(s0, s0)), sc1 = widen(_mm_unpacklo_epi8(s1, s1));
+          sc0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0));
+          sc1 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1));
 #endif
-        const __m256i pairs = widen(_mm_unpacklo_epi8(m0, m1));  // q2_k: (mn0, mn1); q3_k: (sc0, sc1)
+          pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+        }
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[p.value] + L::kDAt)));
         unroll<R>([&](auto r) PAGODA_LAMBDA {
           const int32_t* hs = x_half_sums + 2 * (r.value * nb + xc);
