@@ -200,8 +200,41 @@ std::vector<SampledToken> Sampler::sample(float* logits, int64_t vocab_size, std
 }
 
 TokenId Sampler::draw(const float* x, int64_t vocab_size, const SamplingParams& p, SamplerRng& rng) {
+  double total = 0;
+  if (!collect(x, vocab_size, p, &total)) return argmax(x, vocab_size);  // nothing left to draw from
+  // 4. One 64-bit draw per sampled token, mapped to [0, 1) with 53 bits; the walk follows the
+  //    candidates' order, which depends only on this row.
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double acc = 0;
+  TokenId last = candidates_.front().id;
+  for (const Candidate& cand : candidates_) {
+    if (cand.weight <= 0) continue;
+    acc += cand.weight;
+    last = cand.id;
+    if (u < acc) return cand.id;
+  }
+  return last;  // rounding put u at the very end
+}
+
+std::vector<TokenProb> Sampler::distribution(float* logits, int64_t vocab_size, const SamplingRow& row) {
+  PAGODA_CHECK(vocab_size > 0 && row.params != nullptr);
+  if (counts_.size() != static_cast<size_t>(vocab_size)) counts_.assign(static_cast<size_t>(vocab_size), 0);
+  apply_bias_and_penalties(logits, vocab_size, row, counts_);
+  double total = 0;
+  if (row.params->greedy() || !collect(logits, vocab_size, *row.params, &total)) {
+    return {{argmax(logits, vocab_size), 1.0}};
+  }
+  std::vector<TokenProb> out;
+  out.reserve(candidates_.size());
+  for (const Candidate& cand : candidates_) {
+    if (cand.weight > 0) out.push_back({cand.id, cand.weight / total});
+  }
+  return out;
+}
+
+bool Sampler::collect(const float* x, int64_t vocab_size, const SamplingParams& p, double* total_out) {
   const float m = max_of(x, vocab_size);
-  if (!std::isfinite(m)) return argmax(x, vocab_size);  // nothing left to draw from
+  if (!std::isfinite(m)) return false;
   const double temperature = p.temperature;
   // min_p in logit space: p_i >= min_p * p_max  <=>  logit_i >= max + T * ln(min_p).
   const double min_p_floor = p.min_p > 0 ? m + temperature * std::log(p.min_p) : -HUGE_VAL;
@@ -262,19 +295,8 @@ TokenId Sampler::draw(const float* x, int64_t vocab_size, const SamplingParams& 
     total = 0;
     for (const Candidate& cand : c) total += cand.weight;
   }
-
-  // 4. One 64-bit draw per sampled token, mapped to [0, 1) with 53 bits; the walk follows the
-  //    candidates' order, which depends only on this row.
-  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
-  double acc = 0;
-  TokenId last = c.front().id;
-  for (const Candidate& cand : c) {
-    if (cand.weight <= 0) continue;
-    acc += cand.weight;
-    last = cand.id;
-    if (u < acc) return cand.id;
-  }
-  return last;  // rounding put u at the very end
+  *total_out = total;
+  return true;
 }
 
 void Sampler::keep_nucleus(double target) {

@@ -110,6 +110,12 @@ struct SampledToken {
                                   // first, lowest id on ties; empty when N is 0 or unset
 };
 
+// A token and the probability a row draws it with.
+struct TokenProb {
+  TokenId token;
+  double prob;
+};
+
 class Sampler {
  public:
   // logits: [rows.size(), vocab_size] f32, row-major. Row i is sampled with rows[i]. The logits
@@ -121,6 +127,13 @@ class Sampler {
   std::vector<SampledToken> sample(float* logits, int64_t vocab_size,
                                    std::span<const SamplingRow> rows);
 
+  // The distribution sample() draws `row`'s token from: the row's logits processed as sample()
+  // does (in place, the same way), then temperature, top_k, top_p and min_p. Returns the tokens
+  // it can draw with their probabilities (summing to 1 up to rounding), in no particular order;
+  // a greedy row, or one whose logits are all -inf, gives its argmax with probability 1. Draws
+  // nothing. logits: [vocab_size] f32.
+  std::vector<TokenProb> distribution(float* logits, int64_t vocab_size, const SamplingRow& row);
+
  private:
   struct Candidate {
     float weight;  // exp((logit - max) / temperature), in [0, 1]
@@ -128,6 +141,9 @@ class Sampler {
     TokenId id;
   };
   TokenId draw(const float* row, int64_t vocab_size, const SamplingParams& p, SamplerRng& rng);
+  // Step 4's cuts: fills candidates_ with the tokens left and their weights (their sum in
+  // *total); false when every logit is -inf.
+  bool collect(const float* row, int64_t vocab_size, const SamplingParams& p, double* total);
   // Cuts candidates_ to the nucleus: best-first, keep a token while the mass before it is < target.
   void keep_nucleus(double target);
 
