@@ -85,6 +85,34 @@ TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
 // converts them (it runs; its text may drift from the golden one); q8_0 converts the matrices
 // whose rows are whole 32-element blocks and gives the 172-wide feed-forward f16, as
 // llama-quantize would, saying so in the log. --quantization takes llama-quantize's file types.
+// Speculative decoding (n-gram drafts) leaves greedy output as it is: the golden text, from the
+// reference implementation, with drafts verified several tokens a step. Bad configs: one line.
+TEST(Cli, SpeculativeConfigKeepsTheGoldenText) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  for (const char* config : {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})",
+                             R"({"model": "ngram", "num_speculative_tokens": 7})"}) {
+    RunResult r = run_pagoda(greedy_256_args(model) + " --speculative-config '" + config + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, golden_text(txt)) << config;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"method": "eagle", "num_speculative_tokens": 4})", "method 'eagle' is not supported"},
+      {R"({"model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 4})", "draft models are not supported yet"},
+      {R"({"method": "ngram"})", "needs num_speculative_tokens"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": "x"})", "prompt_lookup_max must be an integer"},
+      {R"({"method": "ngram", "num_speculative_tokens": 999})", "num_speculative_tokens must be in [1, 128]"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "typo": 1})", "unknown field 'typo'"},
+      {R"({"method": "ngram", )", "not valid JSON"},
+  };
+  for (const auto& [config, words] : bad) {
+    RunResult r = run_pagoda(greedy_256_args(model) + " --speculative-config '" + config + "'");
+    EXPECT_NE(r.exit_code, 0) << config;
+    EXPECT_NE(r.err.find(words), std::string::npos) << config << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  }
+}
+
 TEST(Cli, DtypeConvertsFileWeights) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");

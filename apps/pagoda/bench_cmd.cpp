@@ -55,6 +55,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   auto setup = make_engine(f.model, f.engine);
   if (!setup.ok()) return fail(setup.status());
   std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
+  if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
   std::vector<GenerateRequest> requests;
   if (f.dataset_path.empty()) {
     requests = random_requests(f.num_prompts, f.input_len, f.output_len, setup->core->model_config().vocab_size,
@@ -79,6 +80,17 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
               (prompt_tokens + output_tokens) / elapsed, output_tokens / elapsed);
   std::printf("Total num prompt tokens:  %lld\nTotal num output tokens:  %lld\nElapsed: %.2f s\n",
               static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens), elapsed);
+  const SpecDecodeStats& spec = llm.core().spec_stats();
+  const double acceptance_rate =
+      spec.num_draft_tokens > 0 ? static_cast<double>(spec.num_accepted_tokens) / spec.num_draft_tokens : 0;
+  const double acceptance_length =
+      spec.num_drafts > 0 ? 1.0 + static_cast<double>(spec.num_accepted_tokens) / spec.num_drafts : 0;
+  if (spec.num_drafts > 0) {
+    std::printf("Spec decoding: %lld drafts, %lld draft tokens, %lld accepted; acceptance rate %.1f%%, mean "
+                "acceptance length %.2f\n",
+                static_cast<long long>(spec.num_drafts), static_cast<long long>(spec.num_draft_tokens),
+                static_cast<long long>(spec.num_accepted_tokens), 100 * acceptance_rate, acceptance_length);
+  }
   if (!f.output_json.empty()) {
     nlohmann::json j = {{"elapsed_time", elapsed},
                         {"num_requests", results->size()},
@@ -88,6 +100,13 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                         {"tokens_per_second", (prompt_tokens + output_tokens) / elapsed},
                         {"output_tokens_per_second", output_tokens / elapsed},
                         {"max_num_seqs", f.engine.max_num_seqs}};
+    if (spec.num_drafts > 0) {
+      j["spec_decode_num_drafts"] = spec.num_drafts;
+      j["spec_decode_num_draft_tokens"] = spec.num_draft_tokens;
+      j["spec_decode_num_accepted_tokens"] = spec.num_accepted_tokens;
+      j["spec_decode_acceptance_rate"] = acceptance_rate;
+      j["spec_decode_acceptance_length"] = acceptance_length;
+    }
     std::ofstream(f.output_json) << j.dump(2) << "\n";
   }
   return 0;
@@ -101,6 +120,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   auto setup = make_engine(f.model, f.engine);
   if (!setup.ok()) return fail(setup.status());
   std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
+  if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
   const int64_t vocab = setup->core->model_config().vocab_size;
   LLM llm(std::move(setup->core));
   // Each iteration gets prompts of its own: repeating one would hit the prefix cache and

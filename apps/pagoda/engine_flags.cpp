@@ -1,6 +1,7 @@
 #include "apps/pagoda/engine_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/log.h"
 
@@ -18,6 +19,51 @@ std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& name) {
   return std::nullopt;
 }
 
+
+Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
+  const auto bad = [](const std::string& why) { return invalid_argument("--speculative-config: " + why); };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return bad(std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) return bad("must be a JSON object, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4}");
+  SpeculativeConfig c;
+  for (const auto& [key, value] : j.items()) {
+    auto integer = [&](int64_t* out) -> Status {
+      if (!value.is_number_integer()) return bad(key + " must be an integer");
+      *out = value.get<int64_t>();
+      return Status::ok_status();
+    };
+    Status st = Status::ok_status();
+    if (key == "method" || key == "model") {
+      if (!value.is_string()) return bad(key + " must be a string");
+      const std::string v = value.get<std::string>();
+      if (key == "model" && v != "ngram") {
+        return bad("draft models are not supported yet (model \"" + v + "\"); use {\"method\": \"ngram\", ...}");
+      }
+      if (v != "ngram") return bad("method '" + v + "' is not supported (supported: ngram)");
+      c.method = v;
+    } else if (key == "num_speculative_tokens") {
+      st = integer(&c.num_speculative_tokens);
+    } else if (key == "prompt_lookup_max") {
+      st = integer(&c.prompt_lookup_max);
+    } else if (key == "prompt_lookup_min") {
+      st = integer(&c.prompt_lookup_min);
+    } else if (key == "disable_by_batch_size") {
+      st = integer(&c.disable_by_batch_size);
+    } else {
+      return bad("unknown field '" + key +
+                 "' (supported: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
+                 "disable_by_batch_size)");
+    }
+    if (!st.ok()) return st;
+  }
+  if (c.method.empty()) return bad("needs a method (supported: ngram)");
+  if (c.num_speculative_tokens == 0) return bad("needs num_speculative_tokens");
+  return c;
+}
 
 void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--block-size", block_size, "tokens per KV cache block (1..256)")
@@ -63,6 +109,11 @@ void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority (lower first)")
       ->capture_default_str()
       ->group(kSchedulerConfig);
+
+  app.add_option("--speculative-config", speculative_config,
+                 "speculative decoding, vLLM's JSON object: {\"method\": \"ngram\", \"num_speculative_tokens\": k, "
+                 "\"prompt_lookup_max\": n, \"prompt_lookup_min\": m, \"disable_by_batch_size\": b}")
+      ->group(kSpeculativeConfig);
 
   app.add_option("--max-model-len", max_model_len,
                  "longest prompt + output in tokens (default: the model's context length)")
@@ -158,6 +209,9 @@ Result<EngineConfig> EngineFlags::to_config() const {
     return invalid_argument("--scheduling-policy must be fcfs or priority, got '" + scheduling_policy + "'");
   }
   c.enable_prefix_caching = enable_prefix_caching;
+  if (!speculative_config.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(c.speculative, parse_speculative_config(speculative_config));
+  }
   c.seed = seed;
   c.max_logprobs = max_logprobs;
   return c;
@@ -165,7 +219,8 @@ Result<EngineConfig> EngineFlags::to_config() const {
 
 std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv) {
   static const std::pair<const char*, const char*> kLong[] = {
-      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"}};
+      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"},
+      {"-sc", "--speculative-config"}};
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];

@@ -21,12 +21,20 @@ namespace pagoda::app {
 // A --kv-cache-dtype value (vLLM's names, plus float32 and int8): nullopt for any other.
 std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& name);
 
+// A --speculative-config value: vLLM's JSON object, e.g. {"method": "ngram",
+// "num_speculative_tokens": 4, "prompt_lookup_max": 4}. `model: "ngram"` also selects n-gram
+// (as in vLLM). Fails, naming the field, on malformed JSON, a field of the wrong type, a method
+// Pagoda does not run (draft_model, eagle, mtp, ...) or a field it does not know. Ranges are
+// checked by EngineCore::create.
+Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
+
 // vLLM's help groups (`pagoda serve --help=CacheConfig`).
 inline constexpr const char* kModelConfig = "ModelConfig";
 inline constexpr const char* kLoadConfig = "LoadConfig";
 inline constexpr const char* kCacheConfig = "CacheConfig";
 inline constexpr const char* kParallelConfig = "ParallelConfig";
 inline constexpr const char* kSchedulerConfig = "SchedulerConfig";
+inline constexpr const char* kSpeculativeConfig = "SpeculativeConfig";
 inline constexpr const char* kFrontend = "Frontend";
 inline constexpr const char* kPagodaGroup = "Pagoda";  // ours, with no vLLM counterpart
 
@@ -44,6 +52,8 @@ struct EngineFlags {
   int64_t long_prefill_token_threshold = 0;
   bool enable_chunked_prefill = true;
   std::string scheduling_policy = "fcfs";
+  // SpeculativeConfig
+  std::string speculative_config;           // JSON; "" = no speculation
   // ModelConfig
   int64_t max_model_len = 0;                // 0 = the model's context length
   uint64_t seed = 0;
@@ -63,8 +73,8 @@ struct EngineFlags {
   Result<EngineConfig> to_config() const;
 };
 
-// vLLM writes -tp / -pp / -dp as single-dash long options, which CLI11 cannot parse: rewrites
-// them (and -tp=N) to --tensor-parallel-size and friends before parsing.
+// vLLM writes -tp / -pp / -dp / -sc as single-dash long options, which CLI11 cannot parse:
+// rewrites them (and -tp=N) to --tensor-parallel-size and friends before parsing.
 std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv);
 
 }  // namespace pagoda::app

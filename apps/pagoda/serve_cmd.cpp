@@ -266,6 +266,7 @@ int run_serve(ServeFlags f) {
   });
   if (!setup.ok()) return fail(setup.status());
   log_line(LogLevel::kInfo, "serve", setup->core->kv_cache_summary());
+  if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) log_line(LogLevel::kInfo, "serve", spec);
 
   served.served_model_names = f.served_model_names;
   if (served.served_model_names.empty()) served.served_model_names.push_back(default_served_name(f.model.model));

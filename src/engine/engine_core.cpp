@@ -111,6 +111,19 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
                             std::to_string(config.gpu_memory_utilization));
   }
 
+  SpeculativeConfig& spec = core->config_.speculative;
+  if (spec.method == "ngram") {
+    if (spec.prompt_lookup_min == 0 && spec.prompt_lookup_max == 0) spec.prompt_lookup_min = spec.prompt_lookup_max = 5;
+    if (spec.prompt_lookup_min == 0) spec.prompt_lookup_min = spec.prompt_lookup_max;
+    if (spec.prompt_lookup_max == 0) spec.prompt_lookup_max = spec.prompt_lookup_min;
+    const NgramProposerConfig ngram{spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max};
+    if (Status st = ngram.validate(); !st.ok()) return invalid_argument("--speculative-config: " + st.message());
+    if (spec.disable_by_batch_size < 0) return invalid_argument("--speculative-config: disable_by_batch_size must be >= 0");
+    core->proposer_.emplace(ngram);
+  } else if (!spec.method.empty()) {
+    return invalid_argument("--speculative-config: method '" + spec.method + "' is not supported (supported: ngram)");
+  }
+
   const int64_t bs = config.block_size;
   core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs, config.kv_cache_dtype);
   const int64_t blocks_per_seq = (sc.max_model_len + bs - 1) / bs;
@@ -173,6 +186,18 @@ std::string EngineCore::kv_cache_summary() const {
          " tokens (" + std::string(kv_cache_dtype_name(config_.kv_cache_dtype)) + ", " + std::to_string(bytes_per_block_) +
          " bytes each" + gain + "), up to " + std::to_string(num_blocks_ * config_.block_size) +
          " tokens at once; sized by " + kv_sizing_;
+}
+
+std::string EngineCore::speculative_summary() const {
+  if (!proposer_) return "";
+  const SpeculativeConfig& s = config_.speculative;
+  std::string text = "Speculative decoding: ngram, up to " + std::to_string(s.num_speculative_tokens) +
+                     " draft tokens per step from prompt lookup of " + std::to_string(s.prompt_lookup_min) + " to " +
+                     std::to_string(s.prompt_lookup_max) + " tokens";
+  if (s.disable_by_batch_size > 0) {
+    text += ", off in steps of more than " + std::to_string(s.disable_by_batch_size) + " sequences";
+  }
+  return text;
 }
 
 RequestLimits EngineCore::request_limits() const {
@@ -298,6 +323,15 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     auto& pending = seqs_.at(p.request_id).pending_prompt_logprobs;
     pending.insert(pending.end(), p.entries.begin(), p.entries.end());
   }
+  for (const SpecDecodeCounts& c : produced.spec) {
+    ++spec_stats_.num_drafts;
+    spec_stats_.num_draft_tokens += c.num_draft_tokens;
+    spec_stats_.num_accepted_tokens += c.num_accepted;
+    auto& per_pos = spec_stats_.num_accepted_per_pos;
+    if (per_pos.size() < static_cast<size_t>(c.num_draft_tokens)) per_pos.resize(static_cast<size_t>(c.num_draft_tokens), 0);
+    for (int64_t i = 0; i < c.num_accepted; ++i) ++per_pos[static_cast<size_t>(i)];
+    if (metrics_) metrics_->record_spec_decode(c.num_draft_tokens, c.num_accepted);
+  }
   std::vector<RequestUpdate> updates = scheduler_->update_from_output(scheduled, produced);
 
   std::vector<OutputChunk> chunks;
@@ -328,9 +362,11 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
       if (s.want_logprobs) c.logprobs.push_back(u.samples[i]);
       if (reason == FinishReason::kStop && t == u.stop_token) continue;  // a stop id shows no text
       if (s.output->push(t)) {
+        // A stop string ends the sequence here: tokens after it (accepted drafts) are dropped.
         if (reason == FinishReason::kNone) scheduler_->finish_request(u.request_id, FinishReason::kStop);
         reason = FinishReason::kStop;
         u.stop_token = -1;
+        break;
       }
     }
     if (s.want_prompt_logprobs) c.prompt_logprobs = std::move(s.pending_prompt_logprobs);
@@ -348,7 +384,23 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     }
   }
   record_step(scheduled.num_scheduled_tokens);
+  if (proposer_) propose_drafts();
   return chunks;
+}
+
+void EngineCore::propose_drafts() {
+  const SpeculativeConfig& spec = config_.speculative;
+  if (spec.disable_by_batch_size > 0 && scheduler_->stats().num_running > spec.disable_by_batch_size) return;
+  for (const auto& [seq_id, s] : seqs_) {
+    const Request* r = scheduler_->find(seq_id);
+    if (r == nullptr || r->status != RequestStatus::kRunning || r->num_computed_tokens != r->num_tokens() - 1) continue;
+    // Room left: positions up to max_model_len - 1, and no more tokens than max_tokens allows
+    // (a step emits the drafts it accepts plus one).
+    const int64_t room = std::min(config_.scheduler.max_model_len - r->num_tokens(),
+                                  r->stop.max_tokens - r->num_output_tokens() - 1);
+    std::vector<TokenId> drafts = proposer_->propose(r->all_tokens, room);
+    if (!drafts.empty()) scheduler_->set_draft_tokens(seq_id, std::move(drafts));
+  }
 }
 
 void EngineCore::record_step(int64_t scheduled_tokens) {

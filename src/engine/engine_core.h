@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,9 +25,19 @@
 #include "metrics/engine_metrics.h"
 #include "runner/model_runner.h"
 #include "sched/scheduler.h"
+#include "spec/ngram_proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
+
+// Speculative decoding so far (vLLM's spec_decode counters): drafts verified, their tokens, the
+// tokens accepted, and per draft position how often it (and so every one before it) was accepted.
+struct SpecDecodeStats {
+  int64_t num_drafts = 0;         // verification steps of one request with at least one draft
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> num_accepted_per_pos;
+};
 
 class EngineCore {
  public:
@@ -61,12 +72,15 @@ class EngineCore {
 
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
   SchedulerStats stats() const { return scheduler_->stats(); }
+  const SpecDecodeStats& spec_stats() const { return spec_stats_; }
   const ModelConfig& model_config() const { return runner_->config(); }
   const EngineConfig& config() const { return config_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t kv_cache_bytes() const { return num_blocks_ * bytes_per_block_; }
   // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once; sized by ..."
   std::string kv_cache_summary() const;
+  // "Speculative decoding: ngram, up to K draft tokens per step, ..."; "" when off.
+  std::string speculative_summary() const;
 
  private:
   EngineCore() = default;
@@ -90,12 +104,17 @@ class EngineCore {
 
   void record_finished(const OutputChunk& last);
   void record_step(int64_t scheduled_tokens);
+  // Drafts for every decoding request's next step (speculative decoding), unless the batch is
+  // larger than disable_by_batch_size.
+  void propose_drafts();
 
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<metrics::EngineMetrics> metrics_;  // may be null
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::optional<NgramProposer> proposer_;  // set when config.speculative.method is "ngram"
+  SpecDecodeStats spec_stats_;
   int64_t num_blocks_ = 0;
   int64_t bytes_per_block_ = 0;
   std::string kv_sizing_;  // how the KV cache size was chosen, for kv_cache_summary()

@@ -16,6 +16,16 @@
 
 namespace pagoda {
 
+// --speculative-config (vLLM's JSON object): which proposer drafts tokens for the target to
+// verify, and its limits. method "" = no speculation.
+struct SpeculativeConfig {
+  std::string method;                   // "" or "ngram"
+  int64_t num_speculative_tokens = 0;   // k: drafts per step, 1..128
+  int64_t prompt_lookup_min = 0;        // ngram: 0 = vLLM's defaults (both 5; one set: the other
+  int64_t prompt_lookup_max = 0;        //   copies it)
+  int64_t disable_by_batch_size = 0;    // > 0: no drafts in a step that runs more requests than this
+};
+
 struct EngineConfig {
   SchedulerConfig scheduler;            // max_model_len 0 = the model's context length
   int32_t block_size = 16;              // 1..256
@@ -25,6 +35,7 @@ struct EngineConfig {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;  // --kv-cache-dtype (auto: f32)
   uint64_t seed = 0;                    // seeds requests that give no seed of their own
   int64_t max_logprobs = SamplingParams::kMaxLogprobs;  // most logprobs / prompt_logprobs a request may ask for
+  SpeculativeConfig speculative;
 };
 
 // Request defaults from a model folder's generation_config.json (vLLM's --generation-config

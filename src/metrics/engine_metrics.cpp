@@ -133,7 +133,22 @@ EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cach
                             .add_histogram("vllm:iteration_tokens_total",
                                            "Histogram of number of tokens per engine_step.",
                                            {"model_name"}, iteration_tokens_buckets())
-                            .with_labels({model_name_})) {
+                            .with_labels({model_name_})),
+      spec_num_drafts_(registry_
+                           .add_counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                                        {"model_name"})
+                           .with_labels({model_name_})),
+      spec_num_draft_tokens_(registry_
+                                 .add_counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                                              {"model_name"})
+                                 .with_labels({model_name_})),
+      spec_num_accepted_tokens_(registry_
+                                    .add_counter("vllm:spec_decode_num_accepted_tokens",
+                                                 "Number of accepted tokens.", {"model_name"})
+                                    .with_labels({model_name_})),
+      spec_accepted_per_pos_(registry_.add_counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                                   "Accepted tokens per draft position.",
+                                                   {"model_name", "position"})) {
   // Like vLLM, export the usual finish reasons at zero from the start, so that rate() and
   // dashboards see the series before the first request of each kind finishes.
   for (const char* reason : {"stop", "length", "abort", "error"}) {
@@ -179,6 +194,13 @@ void EngineMetrics::record_finished(std::string_view reason, int64_t prompt_toke
 
 void EngineMetrics::record_inter_token(double seconds) { inter_token_latency_.observe(seconds); }
 
+void EngineMetrics::record_spec_decode(int64_t num_draft_tokens, int64_t num_accepted) {
+  spec_num_drafts_.inc();
+  spec_num_draft_tokens_.inc(static_cast<double>(num_draft_tokens));
+  spec_num_accepted_tokens_.inc(static_cast<double>(num_accepted));
+  for (int64_t i = 0; i < num_accepted; ++i) spec_accepted_per_pos_.with_labels({model_name_, std::to_string(i)}).inc();
+}
+
 void EngineMetrics::record_tokens(int64_t prompt, int64_t generation) {
   // Negative counts would be a caller bug; Counter::inc checks it.
   prompt_tokens_.inc(static_cast<double>(prompt));
@@ -201,6 +223,9 @@ EngineMetrics::Snapshot EngineMetrics::snapshot() const {
   s.prefix_queries = prefix_cache_queries_.value();
   s.prefix_hits = prefix_cache_hits_.value();
   s.preemptions = num_preemptions_.value();
+  s.spec_drafts = spec_num_drafts_.value();
+  s.spec_draft_tokens = spec_num_draft_tokens_.value();
+  s.spec_accepted_tokens = spec_num_accepted_tokens_.value();
   return s;
 }
 

@@ -70,12 +70,19 @@ class EngineMetrics {
   // Tokens processed: prompt (prefill) and generated, added to the token counters.
   void record_tokens(int64_t prompt, int64_t generation);
 
+  // One request's drafts verified in a step (speculative decoding): num_draft_tokens scheduled,
+  // the first num_accepted of them accepted. Adds to vllm:spec_decode_num_drafts (1),
+  // _num_draft_tokens, _num_accepted_tokens and _num_accepted_tokens_per_pos{position=i} for
+  // i < num_accepted.
+  void record_spec_decode(int64_t num_draft_tokens, int64_t num_accepted);
+
   // The figures behind the periodic log line (vLLM's "Avg prompt throughput: ..."), read now.
   struct Snapshot {
     double prompt_tokens = 0, generation_tokens = 0;  // totals
     double running = 0, waiting = 0, kv_usage = 0;    // gauges
     double prefix_queries = 0, prefix_hits = 0;       // totals
     double preemptions = 0;
+    double spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // totals
   };
   Snapshot snapshot() const;
 
@@ -106,6 +113,10 @@ class EngineMetrics {
   Histogram& request_prompt_tokens_;
   Histogram& request_generation_tokens_;
   Histogram& iteration_tokens_;
+  Counter& spec_num_drafts_;
+  Counter& spec_num_draft_tokens_;
+  Counter& spec_num_accepted_tokens_;
+  CounterFamily& spec_accepted_per_pos_;  // labels: model_name, position
 
   std::mutex step_mu_;  // guards the last_* totals below
   uint64_t last_prefix_queries_ = 0;

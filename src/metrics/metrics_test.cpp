@@ -544,6 +544,29 @@ TEST(EngineMetrics, RecordsRequestsAndTokens) {
             "enable_prefix_caching=\"False\",cache_dtype=\"auto\"} 1");
 }
 
+TEST(EngineMetrics, RecordsSpeculativeDecoding) {
+  EngineMetrics m("tiny", CacheConfigInfo{16, 512, false, "auto"}, 1000);
+  m.record_spec_decode(4, 2);  // drafts 0 and 1 accepted
+  m.record_spec_decode(3, 0);
+  m.record_spec_decode(4, 4);
+  const std::string text = m.render();
+  EXPECT_EQ(find_line(text, "vllm:spec_decode_num_drafts_total{"), "vllm:spec_decode_num_drafts_total{model_name=\"tiny\"} 3");
+  EXPECT_EQ(find_line(text, "vllm:spec_decode_num_draft_tokens_total{"),
+            "vllm:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 11");
+  EXPECT_EQ(find_line(text, "vllm:spec_decode_num_accepted_tokens_total{"),
+            "vllm:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 6");
+  const char* per_pos[] = {"2", "2", "1", "1"};
+  for (int i = 0; i < 4; ++i) {
+    const std::string series = "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"" +
+                               std::to_string(i) + "\"}";
+    EXPECT_EQ(find_line(text, series), series + " " + per_pos[i]);
+  }
+  const EngineMetrics::Snapshot snap = m.snapshot();
+  EXPECT_EQ(snap.spec_drafts, 3);
+  EXPECT_EQ(snap.spec_draft_tokens, 11);
+  EXPECT_EQ(snap.spec_accepted_tokens, 6);
+}
+
 TEST(EngineMetrics, ExportsEveryVllmNameWithModelNameAndValidSyntax) {
   EngineMetrics m("org/model \"v1\"", CacheConfigInfo{16, 128, true, "auto"}, 4096);
   m.record_step(1, 2, 0.1, 5, 2, 0, 12);

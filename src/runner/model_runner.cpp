@@ -33,24 +33,28 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   std::vector<PromptRows> prompt_rows;
   for (const ScheduledSeq& seq : scheduled.seqs) {
     const int64_t start = static_cast<int64_t>(token_ids_.size());
-    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    const int64_t num_real = static_cast<int64_t>(seq.tokens.size());
+    const int64_t num_drafts = static_cast<int64_t>(seq.draft_tokens.size());
+    PAGODA_CHECK(num_drafts == 0 || seq.sample);
+    const int64_t n = num_real + num_drafts;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t pos = seq.num_computed_tokens + j;
       PAGODA_CHECK(pos / bs < static_cast<int64_t>(seq.block_table.size()));
-      token_ids_.push_back(seq.tokens[static_cast<size_t>(j)]);
+      token_ids_.push_back(j < num_real ? seq.tokens[static_cast<size_t>(j)] : seq.draft_tokens[static_cast<size_t>(j - num_real)]);
       positions_.push_back(static_cast<int32_t>(pos));
       slot_mapping_.push_back(static_cast<int64_t>(seq.block_table[static_cast<size_t>(pos / bs)]) * bs + pos % bs);
     }
     attn_seqs_.push_back(AttentionSeq{start, n, seq.num_computed_tokens + n, seq.block_table.data()});
     if (seq.sample) {
       sampled_seqs.push_back(&seq);
-      logit_rows_.push_back(start + n - 1);  // the last row predicts the next token
+      // The last real row predicts the next token; each draft's row, the one after it.
+      for (int64_t j = num_real - 1; j < n; ++j) logit_rows_.push_back(start + j);
     }
     const PerRequest& r = requests_.at(seq.request_id);
     if (r.params.prompt_logprobs) {
       // Row at position p predicts token p + 1; only prompt tokens are wanted.
       const int64_t prompt_len = static_cast<int64_t>(seq.prompt_tokens.size());
-      const int64_t last = std::min(seq.num_computed_tokens + n, prompt_len - 1);
+      const int64_t last = std::min(seq.num_computed_tokens + num_real, prompt_len - 1);
       if (last > seq.num_computed_tokens) {
         prompt_rows.push_back({&seq, start, seq.num_computed_tokens + 1, last - seq.num_computed_tokens});
       }
@@ -84,19 +88,30 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
     out.prompt_logprobs.push_back(std::move(plp));
   }
 
+  // Each sampling request in turn (a row reads only its own logits, parameters and generator, so
+  // the order does not change any result): one row sampled, or 1 + k rows verified.
   std::vector<SamplingRow> rows;
+  std::vector<TokenId> history;  // output tokens, then drafts: position j's penalties see j drafts
+  float* logits = logits_.data();
   for (const ScheduledSeq* seq : sampled_seqs) {
     PerRequest& r = requests_.at(seq->request_id);
-    const bool before_min = static_cast<int64_t>(seq->output_tokens.size()) < r.params.min_tokens;
-    rows.push_back(SamplingRow{&r.params, &r.rng, seq->prompt_tokens, seq->output_tokens,
-                               before_min ? std::span<const TokenId>(r.min_tokens_suppressed)
-                                          : std::span<const TokenId>()});
-  }
-  std::vector<SampledToken> sampled = sampler_.sample(logits_.data(), vocab, rows);
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    SampledOutput s{sampled_seqs[i]->request_id, sampled[i].token, sampled[i].logprob, {}};
-    for (const TokenLogprob& t : sampled[i].top) s.top_logprobs.push_back({t.token, t.logprob});
-    out.sampled.push_back(std::move(s));
+    const size_t num_drafts = seq->draft_tokens.size();
+    verification_rows(r.params, &r.rng, seq->prompt_tokens, seq->output_tokens, seq->draft_tokens,
+                      r.min_tokens_suppressed, &history, &rows);
+    std::vector<SampledToken> emitted;
+    if (num_drafts == 0) {
+      emitted = sampler_.sample(logits, vocab, rows);
+    } else {
+      VerifiedTokens v = rejection_sampler_.verify(logits, vocab, rows, seq->draft_tokens);
+      out.spec.push_back({seq->request_id, static_cast<int64_t>(num_drafts), v.num_accepted});
+      emitted = std::move(v.tokens);
+    }
+    logits += static_cast<int64_t>(num_drafts + 1) * vocab;
+    for (const SampledToken& t : emitted) {
+      SampledOutput s{seq->request_id, t.token, t.logprob, {}};
+      for (const TokenLogprob& e : t.top) s.top_logprobs.push_back({e.token, e.logprob});
+      out.sampled.push_back(std::move(s));
+    }
   }
   return out;
 }

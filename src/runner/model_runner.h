@@ -1,7 +1,9 @@
 // ModelRunner: executes one SchedulerOutput: builds the flat ForwardBatch (tokens, positions,
 // slot mapping, block tables), runs the model once over every scheduled token of every request,
 // computes logits only for the rows that need them, and samples each request with its own
-// parameters and RNG. Owns the model, the KV cache memory and the sampler.
+// parameters and RNG; a request with speculative drafts gets logits for its last token and every
+// draft, and the RejectionSampler verifies them. Owns the model, the KV cache memory and the
+// samplers.
 // Engine thread only: not thread-safe.
 #pragma once
 
@@ -12,6 +14,7 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "sample/rejection_sampler.h"
 #include "sample/sampler.h"
 #include "sched/scheduler_output.h"
 
@@ -43,6 +46,7 @@ class ModelRunner {
   std::unique_ptr<Model> model_;
   KvCacheTensors kv_;
   Sampler sampler_;
+  RejectionSampler rejection_sampler_;
   std::unordered_map<RequestId, PerRequest> requests_;
 
   // Persistent input buffers (reused every step; the shape graph capture needs later).

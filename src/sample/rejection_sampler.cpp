@@ -12,6 +12,25 @@ double uniform(SamplerRng& rng) { return static_cast<double>(rng() >> 11) * 0x1.
 
 }  // namespace
 
+void verification_rows(const SamplingParams& params, SamplerRng* rng, std::span<const TokenId> prompt,
+                       std::span<const TokenId> output, std::span<const TokenId> drafts,
+                       std::span<const TokenId> min_tokens_suppressed, std::vector<TokenId>* history,
+                       std::vector<SamplingRow>* rows) {
+  std::span<const TokenId> outputs = output;
+  if (!drafts.empty()) {  // (a copy only where there are drafts: it costs the output's length)
+    history->assign(output.begin(), output.end());
+    history->insert(history->end(), drafts.begin(), drafts.end());
+    outputs = *history;
+  }
+  rows->clear();
+  for (size_t j = 0; j <= drafts.size(); ++j) {
+    const size_t num_output = output.size() + j;
+    const bool before_min = static_cast<int64_t>(num_output) < params.min_tokens;
+    rows->push_back(SamplingRow{&params, rng, prompt, outputs.first(num_output),
+                                before_min ? min_tokens_suppressed : std::span<const TokenId>()});
+  }
+}
+
 VerifiedTokens RejectionSampler::verify(float* logits, int64_t vocab_size, std::span<const SamplingRow> rows,
                                         std::span<const TokenId> drafts, std::span<const float> draft_probs) {
   const size_t k = drafts.size();

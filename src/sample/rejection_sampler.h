@@ -40,6 +40,16 @@ struct VerifiedTokens {
   int64_t num_accepted = 0;          // drafts accepted: tokens.size() - 1
 };
 
+// The rows of a request's drafts.size() + 1 verified positions, into *rows (replaced): row j
+// samples as if drafts [0, j) had been emitted: its output history is `output` then those
+// drafts (penalties count them), and it suppresses `min_tokens_suppressed` while output.size() + j
+// < params.min_tokens. With drafts the histories point into *history (replaced; the caller
+// keeps it alive while the rows are used); without, into `output`.
+void verification_rows(const SamplingParams& params, SamplerRng* rng, std::span<const TokenId> prompt,
+                       std::span<const TokenId> output, std::span<const TokenId> drafts,
+                       std::span<const TokenId> min_tokens_suppressed, std::vector<TokenId>* history,
+                       std::vector<SamplingRow>* rows);
+
 class RejectionSampler {
  public:
   // logits: [drafts.size() + 1, vocab_size] f32, row-major, modified in place as Sampler::sample

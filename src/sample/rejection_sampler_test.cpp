@@ -188,6 +188,29 @@ TEST(RejectionSampler, SampledDraftsRespectTopK) {
   EXPECT_NEAR(static_cast<double>(accepted), kTrials * 0.1, 4 * sd);
 }
 
+TEST(RejectionSampler, VerificationRowsSeeTheDraftsBeforeThem) {
+  SamplingParams params;
+  params.min_tokens = 4;
+  SamplerRng rng(1);
+  const std::vector<TokenId> prompt = {1, 2}, output = {5, 6}, drafts = {7, 8, 9}, eos = {0};
+  std::vector<TokenId> history;
+  std::vector<SamplingRow> rows;
+  verification_rows(params, &rng, prompt, output, drafts, eos, &history, &rows);
+  ASSERT_EQ(rows.size(), 4u);
+  const std::vector<std::vector<TokenId>> want = {{5, 6}, {5, 6, 7}, {5, 6, 7, 8}, {5, 6, 7, 8, 9}};
+  for (size_t j = 0; j < rows.size(); ++j) {
+    EXPECT_EQ(std::vector<TokenId>(rows[j].output_tokens.begin(), rows[j].output_tokens.end()), want[j]) << j;
+    EXPECT_EQ(rows[j].prompt_tokens.size(), 2u);
+    EXPECT_EQ(rows[j].params, &params);
+    EXPECT_EQ(rows[j].rng, &rng);
+    // min_tokens 4: EOS is suppressed while fewer than 4 tokens are out (2 + j).
+    EXPECT_EQ(rows[j].suppressed.size(), j < 2 ? 1u : 0u) << j;
+  }
+  verification_rows(params, &rng, prompt, output, {}, eos, &history, &rows);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].output_tokens.data(), output.data());  // no drafts: no copy
+}
+
 TEST(Sampler, DistributionIsWhatSampleDrawsFrom) {
   Sampler s;
   SamplingParams params;

@@ -41,6 +41,8 @@ struct Request {
   int64_t num_computed_tokens = 0;        // tokens whose K/V are in the cache
   int64_t num_cached_tokens = -1;         // prefix-cache hit at first admission (-1: not yet)
   int64_t num_preemptions = 0;
+  std::vector<TokenId> spec_tokens;            // drafts proposed for the next step
+  std::vector<TokenId> scheduled_spec_tokens;  // drafts of the step in flight (until its update)
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_tokens.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_tokens.size()); }

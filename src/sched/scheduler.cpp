@@ -81,6 +81,8 @@ Request* Scheduler::preempt_one(std::vector<Request*>& scheduled) {
   kv_.free(victim->id);
   victim->status = RequestStatus::kPreempted;
   victim->num_computed_tokens = 0;
+  victim->spec_tokens.clear();
+  victim->scheduled_spec_tokens.clear();
   ++victim->num_preemptions;
   ++total_preemptions_;
   enqueue_waiting(victim, /*front=*/true);
@@ -103,7 +105,9 @@ SchedulerOutput Scheduler::schedule() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t n = cap(r, r->num_tokens() - r->num_computed_tokens);
+    const int64_t uncomputed = r->num_tokens() - r->num_computed_tokens;
+    const int64_t drafts = uncomputed == 1 ? static_cast<int64_t>(r->spec_tokens.size()) : 0;
+    const int64_t n = cap(r, uncomputed + drafts);
     if (n <= 0) {
       ++i;
       continue;
@@ -126,6 +130,10 @@ SchedulerOutput Scheduler::schedule() {
       if (!placed) break;
     }
     if (!placed) break;  // r itself was the victim: nothing more fits this step
+    // The drafts that fit (the caps may have cut some), held until this step's update.
+    r->scheduled_spec_tokens.assign(r->spec_tokens.begin(),
+                                    r->spec_tokens.begin() + std::max<int64_t>(0, n - uncomputed));
+    r->spec_tokens.clear();
     scheduled.push_back(r);
     num_new[r] = n;
     budget -= n;
@@ -158,13 +166,15 @@ SchedulerOutput Scheduler::schedule() {
   // 3. The batch, with block tables read after every allocation of the step.
   for (Request* r : scheduled) {
     const int64_t n = num_new[r];
+    const int64_t drafts = static_cast<int64_t>(r->scheduled_spec_tokens.size());
     ScheduledSeq seq;
     seq.request_id = r->id;
     seq.tokens = std::span<const TokenId>(r->all_tokens).subspan(static_cast<size_t>(r->num_computed_tokens),
-                                                                 static_cast<size_t>(n));
+                                                                 static_cast<size_t>(n - drafts));
+    seq.draft_tokens = r->scheduled_spec_tokens;
     seq.num_computed_tokens = r->num_computed_tokens;
     seq.block_table = kv_.block_table(r->id);
-    seq.sample = r->num_computed_tokens + n == r->num_tokens();
+    seq.sample = r->num_computed_tokens + n - drafts == r->num_tokens();
     seq.prompt_tokens = r->prompt_tokens;
     seq.output_tokens = r->output_tokens;
     out.seqs.push_back(seq);
@@ -179,16 +189,30 @@ SchedulerOutput Scheduler::schedule() {
 
 std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& scheduled,
                                                          const ModelRunnerOutput& produced) {
+  // Rejected drafts: their positions are computed no longer (their KV is overwritten later).
+  for (const SpecDecodeCounts& c : produced.spec) {
+    auto it = requests_.find(c.request_id);
+    if (it == requests_.end() || it->second->status != RequestStatus::kRunning) continue;
+    PAGODA_CHECK(c.num_accepted >= 0 && c.num_accepted <= c.num_draft_tokens);
+    it->second->num_computed_tokens -= c.num_draft_tokens - c.num_accepted;
+  }
+  for (const ScheduledSeq& seq : scheduled.seqs) {
+    auto it = requests_.find(seq.request_id);
+    if (it != requests_.end()) it->second->scheduled_spec_tokens.clear();
+  }
   std::vector<RequestUpdate> updates;
   for (const SampledOutput& s : produced.sampled) {
     auto it = requests_.find(s.request_id);
-    if (it == requests_.end()) continue;  // finished (aborted) since it was scheduled
+    if (it == requests_.end()) continue;  // finished (aborted, or by an earlier token of this step)
     Request* r = it->second.get();
     if (r->status != RequestStatus::kRunning) continue;
     r->output_tokens.push_back(s.token);
     r->all_tokens.push_back(s.token);
-    RequestUpdate u;
-    u.request_id = r->id;
+    if (updates.empty() || updates.back().request_id != r->id) {
+      updates.emplace_back();
+      updates.back().request_id = r->id;
+    }
+    RequestUpdate& u = updates.back();
     u.new_tokens.push_back(s.token);
     u.samples.push_back(s);
     u.num_cached_tokens = std::max<int64_t>(0, r->num_cached_tokens);
@@ -205,9 +229,21 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
       r->stop_token = u.stop_token;
       finish(r, u.finish_reason);
     }
-    updates.push_back(std::move(u));
+  }
+  // A request with more positions computed than tokens would never be scheduled again.
+  for (const ScheduledSeq& seq : scheduled.seqs) {
+    const Request* r = find(seq.request_id);
+    if (r != nullptr && r->status == RequestStatus::kRunning) PAGODA_CHECK(r->num_computed_tokens <= r->num_tokens());
   }
   return updates;
+}
+
+void Scheduler::set_draft_tokens(RequestId id, std::vector<TokenId> drafts) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  const bool decoding = r->status == RequestStatus::kRunning && r->num_computed_tokens == r->num_tokens() - 1;
+  r->spec_tokens = decoding ? std::move(drafts) : std::vector<TokenId>();
 }
 
 void Scheduler::finish(Request* r, FinishReason reason) {

@@ -64,12 +64,18 @@ class Scheduler {
   // prompt + max_tokens beyond max_model_len, more blocks than the whole cache, or an empty prompt.
   Status add_request(std::unique_ptr<Request> request);
 
-  // Picks this step's work.
+  // Picks this step's work. A decoding request with drafts (set_draft_tokens) is scheduled with
+  // its last token and as many drafts as the budget, its KV blocks and max_model_len allow.
   SchedulerOutput schedule();
 
-  // Applies the runner's sampled tokens: appends them, checks stop ids / max_tokens /
-  // max_model_len, frees finished requests. Returns one update per request that got a token or
-  // finished.
+  // Drafts (speculative decoding) for request `id`'s next step, replacing any it had; kept only
+  // while it is running and decoding (every token but the last computed), else dropped.
+  void set_draft_tokens(RequestId id, std::vector<TokenId> drafts);
+
+  // Applies the runner's sampled tokens: gives back the KV positions of rejected drafts, appends
+  // the tokens one by one, checking stop ids / max_tokens / max_model_len after each (tokens
+  // after the one that ends a request are dropped), frees finished requests. Returns one update
+  // per request that got tokens or finished.
   std::vector<RequestUpdate> update_from_output(const SchedulerOutput& scheduled,
                                                 const ModelRunnerOutput& produced);
 

@@ -16,6 +16,9 @@ namespace pagoda {
 struct ScheduledSeq {
   RequestId request_id = 0;
   std::span<const TokenId> tokens;          // the tokens to compute this step
+  // Speculative drafts computed after `tokens` (positions follow on), verified this step; only
+  // when `tokens` is the request's last token (a decode), so sample is then true.
+  std::span<const TokenId> draft_tokens;
   int64_t num_computed_tokens = 0;          // before this step: the position of tokens[0]
   std::span<const BlockId> block_table;     // every block of the request, in order
   bool sample = false;                      // the step reaches the request's last token: sample
@@ -51,8 +54,19 @@ struct PromptLogprobsOutput {
   std::vector<SampledOutput> entries;  // token = the prompt token, with its logprob and top-N
 };
 
+// A request's drafts verified this step: the number scheduled and the number accepted.
+struct SpecDecodeCounts {
+  RequestId request_id = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted = 0;  // its first num_accepted drafts, the rest rejected
+};
+
 struct ModelRunnerOutput {
-  std::vector<SampledOutput> sampled;  // one per ScheduledSeq with sample == true, same order
+  // The tokens emitted, ScheduledSeq by ScheduledSeq in order, for those with sample == true:
+  // one each, or for a request with drafts 1 + its num_accepted (the accepted drafts, then the
+  // correction or bonus token), consecutive.
+  std::vector<SampledOutput> sampled;
+  std::vector<SpecDecodeCounts> spec;  // one per ScheduledSeq with drafts, same order
   std::vector<PromptLogprobsOutput> prompt_logprobs;
 };
 

@@ -231,3 +231,69 @@ TEST(Scheduler, WithoutChunkedPrefillAPromptIsNeverSplit) {
 
 }  // namespace
 }  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Speculative drafts: a decoding request takes its last token plus its drafts (as many as the
+// budget leaves); rejected drafts' positions are given back; the emitted tokens are appended one
+// by one, and those after the one that ends the request are dropped.
+TEST(Scheduler, DraftsAreScheduledVerifiedAndRolledBack) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 4;
+  Scheduler s(c, {64, 4, true});
+  ASSERT_TRUE(s.add_request(make_request(1, 3, 10)).ok());
+  s.set_draft_tokens(1, {50, 51});  // still waiting: dropped
+  auto o = s.schedule();
+  ASSERT_EQ(batch_of(o), (Batch{{1, 3}}));
+  EXPECT_TRUE(o.seqs[0].draft_tokens.empty());
+  s.update_from_output(o, fake_run(o));  // emits 7: 4 tokens, 3 computed
+
+  s.set_draft_tokens(1, {60, 61, 62, 63, 64});
+  o = s.schedule();
+  ASSERT_EQ(batch_of(o), (Batch{{1, 1}}));
+  // The budget of 4 leaves room for 3 of the 5 drafts.
+  EXPECT_EQ(std::vector<TokenId>(o.seqs[0].draft_tokens.begin(), o.seqs[0].draft_tokens.end()),
+            (std::vector<TokenId>{60, 61, 62}));
+  EXPECT_EQ(o.num_scheduled_tokens, 4);
+  EXPECT_TRUE(o.seqs[0].sample);
+  EXPECT_EQ(s.kv().block_table(1).size(), 2u);  // 7 positions in blocks of 4
+  ModelRunnerOutput r;
+  r.sampled = {{1, 60, 0, {}}, {1, 61, 0, {}}, {1, 9, 0, {}}};  // two accepted, then a correction
+  r.spec = {{1, 3, 2}};
+  auto updates = s.update_from_output(o, r);
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].new_tokens, (std::vector<TokenId>{60, 61, 9}));
+  const Request* req = s.find(1);
+  ASSERT_NE(req, nullptr);
+  EXPECT_EQ(req->num_tokens(), 7);
+  EXPECT_EQ(req->num_computed_tokens, 6);  // 3 + 1 + 2 accepted: the correction has no KV yet
+  EXPECT_TRUE(req->scheduled_spec_tokens.empty());
+
+  // Next step: the correction alone (no drafts set); a stop at max_tokens drops what follows.
+  o = s.schedule();
+  ASSERT_EQ(batch_of(o), (Batch{{1, 1}}));
+  EXPECT_TRUE(o.seqs[0].draft_tokens.empty());
+  s.update_from_output(o, fake_run(o));  // 5 output tokens
+  s.set_draft_tokens(1, {70, 71, 72});
+  o = s.schedule();
+  r.sampled = {{1, 70, 0, {}}, {1, 71, 0, {}}, {1, 72, 0, {}}, {1, 73, 0, {}}};
+  r.spec = {{1, 3, 3}};
+  updates = s.update_from_output(o, r);
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].new_tokens.size(), 4u);
+  // Then a run past max_tokens (10): 9 out, so only one more is taken.
+  s.set_draft_tokens(1, {80, 81});
+  o = s.schedule();
+  r.sampled = {{1, 80, 0, {}}, {1, 81, 0, {}}, {1, 82, 0, {}}};
+  r.spec = {{1, 2, 2}};
+  updates = s.update_from_output(o, r);
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].new_tokens, (std::vector<TokenId>{80}));
+  EXPECT_EQ(updates[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(s.find(1), nullptr);
+  EXPECT_EQ(s.kv().num_free_blocks(), 64);
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -361,6 +361,17 @@ void OpenAiServer::Impl::stats_loop() {
                     (cur.prompt_tokens - last.prompt_tokens) / dt, (cur.generation_tokens - last.generation_tokens) / dt,
                     cur.running, cur.waiting, 100.0 * cur.kv_usage, hit_rate);
       log_line(LogLevel::kInfo, "metrics", line);
+      const double drafts = cur.spec_drafts - last.spec_drafts;
+      if (drafts > 0) {  // vLLM's "SpecDecoding metrics" line, over the same interval
+        const double draft_tokens = cur.spec_draft_tokens - last.spec_draft_tokens;
+        const double accepted = cur.spec_accepted_tokens - last.spec_accepted_tokens;
+        std::snprintf(line, sizeof line,
+                      "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted: %.0f tokens, Drafted: %.0f tokens, "
+                      "Avg Draft acceptance rate: %.1f%%",
+                      1.0 + accepted / drafts, accepted, draft_tokens,
+                      draft_tokens > 0 ? 100.0 * accepted / draft_tokens : 0.0);
+        log_line(LogLevel::kInfo, "metrics", line);
+      }
     }
     last = cur;
     last_time = now;

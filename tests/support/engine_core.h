@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 
 #include "apps/pagoda/model_loading.h"
 #include "backends/cpu/cpu_backend.h"
@@ -24,6 +25,13 @@ inline std::unique_ptr<EngineCore> make_engine_core(const app::ModelFlags& flags
   auto core = EngineCore::create(std::move(loaded->model), tok, config);
   EXPECT_TRUE(core.ok()) << core.status().message();
   return core.ok() ? std::move(*core) : nullptr;
+}
+
+// The same for the model file at `model_path`, loaded with pagoda's default flags.
+inline std::unique_ptr<EngineCore> make_engine_core(const std::string& model_path, const EngineConfig& config) {
+  app::ModelFlags flags;
+  flags.model = model_path;
+  return make_engine_core(flags, config);
 }
 
 }  // namespace pagoda::testing
