@@ -65,7 +65,8 @@ class Scheduler {
   Status add_request(std::unique_ptr<Request> request);
 
   // Picks this step's work. A decoding request with drafts (set_draft_tokens) is scheduled with
-  // its last token and as many drafts as the budget, its KV blocks and max_model_len allow.
+  // its last token and as many drafts as the budget and max_model_len allow; its blocks are
+  // allocated for all of them (preempting as for any other request when they run out).
   SchedulerOutput schedule();
 
   // Drafts (speculative decoding) for request `id`'s next step, replacing any it had; kept only
