@@ -173,7 +173,7 @@ int run(int argc, char** argv) {
     std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", std::string(dtype_name(k.type)).c_str(), median(k.stream.gbps),
                 median(k.stream.of_read), median(k.cache.gbps), median(k.cache.of_read));
   }
-  return sink == 42 ? 1 : 0;  // (the sum is used, so the reads are not dropped)
+  return 0;  // (sink is volatile: the reads are not dropped)
 }
 
 }  // namespace
