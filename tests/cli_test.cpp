@@ -90,15 +90,23 @@ TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
 TEST(Cli, SpeculativeConfigKeepsTheGoldenText) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
-  for (const char* config : {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})",
-                             R"({"model": "ngram", "num_speculative_tokens": 7})"}) {
+  // The last: the model as its own draft model.
+  for (const std::string config : {std::string(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})"),
+                                   std::string(R"({"model": "ngram", "num_speculative_tokens": 7})"),
+                                   R"({"model": ")" + model + R"(", "num_speculative_tokens": 3})"}) {
     RunResult r = run_pagoda(greedy_256_args(model) + " --speculative-config '" + config + "'");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, golden_text(txt)) << config;
   }
-  const std::pair<const char*, const char*> bad[] = {
+  const std::string draft = R"({"model": ")" + model + R"(", "num_speculative_tokens": 3)";
+  const std::pair<std::string, const char*> bad[] = {
       {R"({"method": "eagle", "num_speculative_tokens": 4})", "method 'eagle' is not supported"},
-      {R"({"model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 4})", "draft models are not supported yet"},
+      {R"({"model": "/nonexistent/draft.gguf", "num_speculative_tokens": 4})",
+       "draft model /nonexistent/draft.gguf: /nonexistent/draft.gguf: no such file"},
+      {R"({"model": "demo-random", "num_speculative_tokens": 4})", "a draft must share the model's vocabulary"},
+      {draft + R"(, "prompt_lookup_max": 3})", "prompt_lookup_min / prompt_lookup_max are for method ngram"},
+      {R"({"method": "draft_model", "num_speculative_tokens": 4})", "method draft_model needs a model"},
+      {draft + R"(, "method": "ngram"})", "method 'ngram' takes no model"},
       {R"({"method": "ngram"})", "needs num_speculative_tokens"},
       {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": "x"})", "prompt_lookup_max must be an integer"},
       {R"({"method": "ngram", "num_speculative_tokens": 999})", "num_speculative_tokens must be in [1, 128]"},

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -30,6 +31,28 @@ inline constexpr int64_t kVocab = 512;  // stories260K's; the dummy model uses i
 inline std::unique_ptr<EngineCore> make_core(const app::ModelFlags& flags, const EngineConfig& config,
                                              cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
   return testing::make_engine_core(flags, config, isa);
+}
+
+// An engine that speculates: with the n-gram proposer (draft_dtype empty), or with a draft model
+// loaded from `flags` with --dtype draft_dtype ("auto": the model itself as its own draft).
+inline std::unique_ptr<EngineCore> make_spec_core(const app::ModelFlags& flags, EngineConfig config,
+                                                  const std::string& draft_dtype, cpu::CpuIsa isa) {
+  if (draft_dtype.empty()) {
+    config.speculative = SpeculativeConfig{"ngram", 3, 1, 3, 0, "", ""};
+    return make_core(flags, config, isa);
+  }
+  cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = isa});
+  app::ModelFlags draft_flags = flags;
+  draft_flags.dtype = draft_dtype;
+  auto target = app::load_model_and_tokenizer(flags);
+  auto draft = app::load_model_and_tokenizer(draft_flags);
+  EXPECT_TRUE(target.ok() && draft.ok());
+  if (!target.ok() || !draft.ok()) return nullptr;
+  config.speculative = SpeculativeConfig{"draft_model", 3, 0, 0, 0, flags.model, ""};
+  auto core = EngineCore::create(std::move(target->model), std::move(target->tokenizer), config,
+                                 std::move(draft->model));
+  EXPECT_TRUE(core.ok()) << core.status().message();
+  return core.ok() ? std::move(*core) : nullptr;
 }
 
 inline std::vector<TokenId> random_ids(std::mt19937& rng, size_t n) {
@@ -61,9 +84,11 @@ inline std::vector<TokenId> run_one(LLM& llm, const GenerateRequest& r) {
 }
 
 // kv_bytes_per_token: layers x 2 (K, V) x kv heads x (head size x the cache type's bytes, + 4 for
-// an int8 cache's scale). Every engine runs on the CPU kernel table `isa`.
+// an int8 cache's scale). Every engine runs on the CPU kernel table `isa`. speculative: also
+// with speculative decoding (n-gram, and a q4_0 copy of the model or the model itself as the
+// draft), among other requests, with a prefix-cache hit, chunked prefill and preemption.
 inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token, KvCacheDtype kv_dtype = KvCacheDtype::kF32,
-                        cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
+                        cpu::CpuIsa isa = cpu::CpuIsa::kBest, bool speculative = false) {
   EngineConfig base;
   base.kv_cache_dtype = kv_dtype;
   base.scheduler.max_model_len = 256;  // within both models' context
@@ -138,6 +163,47 @@ inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token
       ASSERT_TRUE(res.ok()) << res.status().message();
       EXPECT_GT(llm.core().stats().num_preemptions, 0);
       EXPECT_EQ((*res)[7].outputs[0].token_ids, baseline[k]) << "preempted";
+    }
+    for (const char* draft_type : {"", "q4_0", "auto"}) {
+      const std::string draft = draft_type;
+      if (!speculative) break;
+      SCOPED_TRACE(draft.empty() ? "ngram" : "draft model, --dtype " + draft);
+      {  // 1 of 16 concurrent requests; then after a sibling that leaves 3 blocks cached.
+        LLM llm(make_spec_core(flags, base, draft, isa));
+        std::uniform_int_distribution<size_t> len(1, 90), out(1, 40);
+        std::vector<GenerateRequest> rs;
+        for (int i = 0; i < 15; ++i) {
+          rs.push_back(request(random_ids(rng, len(rng)), static_cast<int64_t>(out(rng)),
+                               i % 2 == 0 ? std::nullopt : std::optional<uint64_t>(11 + i)));
+        }
+        rs.insert(rs.begin() + 5, probes[k]);
+        auto res = llm.generate(rs);
+        ASSERT_TRUE(res.ok()) << res.status().message();
+        EXPECT_EQ((*res)[5].outputs[0].token_ids, baseline[k]) << "speculative, in a batch";
+        std::vector<TokenId> sibling(prompt.begin(), prompt.begin() + 50);
+        sibling.push_back(5);
+        run_one(llm, request(sibling, 4, std::nullopt));
+        auto hit = llm.generate(std::vector<GenerateRequest>{probes[k]});
+        ASSERT_TRUE(hit.ok());
+        EXPECT_GE((*hit)[0].cached_tokens, 48);
+        EXPECT_EQ((*hit)[0].outputs[0].token_ids, baseline[k]) << "speculative, prefix cache hit";
+        EXPECT_GT(llm.core().spec_stats().num_drafts, 0);
+      }
+      {  // Chunks of 12 prompt tokens, and preempted: 60 blocks of 4 for 8 requests of 80 tokens.
+        EngineConfig tight = base;
+        tight.block_size = 4;
+        tight.scheduler.max_model_len = 128;
+        tight.scheduler.long_prefill_token_threshold = 12;
+        tight.kv_cache_memory = 60 * tight.block_size * kv_bytes_per_token * (draft.empty() ? 1 : 2);
+        LLM llm(make_spec_core(flags, tight, draft, isa));
+        std::vector<GenerateRequest> rs;
+        for (int i = 0; i < 7; ++i) rs.push_back(request(random_ids(rng, 50), 30, std::nullopt));
+        rs.push_back(probes[k]);
+        auto res = llm.generate(rs);
+        ASSERT_TRUE(res.ok()) << res.status().message();
+        EXPECT_GT(llm.core().stats().num_preemptions, 0);
+        EXPECT_EQ((*res)[7].outputs[0].token_ids, baseline[k]) << "speculative, chunked prefill, preempted";
+      }
     }
     {  // The threaded Engine, as the server drives it: the stream's tokens.
       Engine engine(make_core(flags, base, isa));

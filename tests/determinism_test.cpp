@@ -6,7 +6,9 @@
 //  - with prefix caching on after a request that shares its first blocks (cache hit), and off;
 //  - with chunked prefill (8 tokens a step);
 //  - in a KV cache so small that requests are preempted and recomputed;
-//  - through the threaded Engine's stream (what the server sends, streamed or not).
+//  - through the threaded Engine's stream (what the server sends, streamed or not);
+//  - with speculative decoding (n-gram, a q4_0 copy of the model as the draft, the model as its
+//    own draft) in a batch, after a prefix-cache hit, with chunked prefill and preemption.
 // Run on stories260K (a trained model; GQA group of 2: one query vector at a time) and on a
 // dummy q8_0 model with a GQA group of 8 (packed int8 matmul, query heads across the lanes);
 // determinism_types_test.cpp runs the same on every weight type and KV cache type, on every CPU
@@ -29,7 +31,7 @@ TEST(Determinism, Stories260K) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   app::ModelFlags flags;
   flags.model = model;
-  check_model(flags, 5 * 2 * 4 * 8 * 4);
+  check_model(flags, 5 * 2 * 4 * 8 * 4, KvCacheDtype::kF32, cpu::CpuIsa::kBest, /*speculative=*/true);
 }
 
 TEST(Determinism, DummyQ8GroupOf8) {
@@ -42,7 +44,7 @@ TEST(Determinism, DummyQ8GroupOf8) {
   flags.load_format = "dummy";
   flags.dtype = "q8_0";
   flags.tokenizer = tokenizer;
-  check_model(flags, 2 * 2 * 1 * 32 * 4);
+  check_model(flags, 2 * 2 * 1 * 32 * 4, KvCacheDtype::kF32, cpu::CpuIsa::kBest, /*speculative=*/true);
   std::filesystem::remove_all(dir);
 }
 

@@ -37,14 +37,19 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
       return Status::ok_status();
     };
     Status st = Status::ok_status();
-    if (key == "method" || key == "model") {
-      if (!value.is_string()) return bad(key + " must be a string");
-      const std::string v = value.get<std::string>();
-      if (key == "model" && v != "ngram") {
-        return bad("draft models are not supported yet (model \"" + v + "\"); use {\"method\": \"ngram\", ...}");
+    if (key == "method") {
+      if (!value.is_string()) return bad("method must be a string");
+      c.method = value.get<std::string>();
+      if (c.method != "ngram" && c.method != "draft_model") {
+        return bad("method '" + c.method + "' is not supported (supported: ngram, draft_model)");
       }
-      if (v != "ngram") return bad("method '" + v + "' is not supported (supported: ngram)");
-      c.method = v;
+    } else if (key == "model") {
+      // vLLM's spelling: "ngram" names the method, anything else the draft model.
+      if (!value.is_string() || value.get<std::string>().empty()) return bad("model must be a non-empty string");
+      c.model = value.get<std::string>();
+    } else if (key == "quantization") {
+      if (!value.is_string()) return bad("quantization must be a string");
+      c.quantization = value.get<std::string>();
     } else if (key == "num_speculative_tokens") {
       st = integer(&c.num_speculative_tokens);
     } else if (key == "prompt_lookup_max") {
@@ -55,12 +60,28 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
       st = integer(&c.disable_by_batch_size);
     } else {
       return bad("unknown field '" + key +
-                 "' (supported: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
+                 "' (supported: method, model, quantization, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
                  "disable_by_batch_size)");
     }
     if (!st.ok()) return st;
   }
-  if (c.method.empty()) return bad("needs a method (supported: ngram)");
+  if (c.model == "ngram") {
+    if (!c.method.empty() && c.method != "ngram") return bad("model \"ngram\" with method '" + c.method + "'");
+    c.method = "ngram";
+    c.model.clear();
+  } else if (!c.model.empty()) {
+    if (!c.method.empty() && c.method != "draft_model") {
+      return bad("method '" + c.method + "' takes no model (a draft model's method is draft_model)");
+    }
+    c.method = "draft_model";
+  } else if (c.method == "draft_model") {
+    return bad("method draft_model needs a model (the draft's path)");
+  }
+  if (c.method.empty()) return bad("needs a method or a model (supported: ngram, or a draft model's path)");
+  if (c.method != "draft_model" && !c.quantization.empty()) return bad("quantization is for a draft model");
+  if (c.method == "draft_model" && (c.prompt_lookup_max != 0 || c.prompt_lookup_min != 0)) {
+    return bad("prompt_lookup_min / prompt_lookup_max are for method ngram, not a draft model");
+  }
   if (c.num_speculative_tokens == 0) return bad("needs num_speculative_tokens");
   return c;
 }
@@ -112,7 +133,8 @@ void EngineFlags::add_to(CLI::App& app) {
 
   app.add_option("--speculative-config", speculative_config,
                  "speculative decoding, vLLM's JSON object: {\"method\": \"ngram\", \"num_speculative_tokens\": k, "
-                 "\"prompt_lookup_max\": n, \"prompt_lookup_min\": m, \"disable_by_batch_size\": b}")
+                 "\"prompt_lookup_max\": n, \"prompt_lookup_min\": m, \"disable_by_batch_size\": b}, or with a draft "
+                 "model of the same vocabulary {\"model\": PATH, \"num_speculative_tokens\": k}")
       ->group(kSpeculativeConfig);
 
   app.add_option("--max-model-len", max_model_len,

@@ -54,6 +54,47 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& setting, 
   return d;
 }
 
+namespace {
+
+// The draft model's flags: the model's, for another path (vLLM: the draft loads as the target
+// does, so dummy weights stay dummy), with the draft's own vocabulary.
+ModelFlags draft_flags(const ModelFlags& model, const SpeculativeConfig& spec) {
+  ModelFlags d = model;
+  d.model = spec.model;
+  d.tokenizer.clear();
+  d.quantization = spec.quantization;
+  return d;
+}
+
+// A draft must tokenize as the model does: the same tokens under the same ids. A draft without a
+// vocabulary of its own (a built-in config, a GGUF file without one) borrows --tokenizer when the
+// model was given one; EngineCore::create still compares the vocabulary sizes.
+Status check_draft_vocabulary(const ModelFlags& model, ModelFlags* draft, const Tokenizer& model_tokenizer) {
+  const std::string name = "--speculative-config: draft model " + draft->model;
+  Result<std::unique_ptr<Tokenizer>> loaded = load_tokenizer(*draft);
+  if (!loaded.ok() && !model.tokenizer.empty() &&
+      (std::filesystem::is_regular_file(draft->model) || dummy_preset(draft->model))) {
+    draft->tokenizer = model.tokenizer;
+    return Status::ok_status();
+  }
+  if (!loaded.ok()) return invalid_argument(name + ": " + loaded.status().message());
+  const Tokenizer& t = **loaded;
+  if (t.vocab_size() != model_tokenizer.vocab_size()) {
+    return invalid_argument(name + " has a vocabulary of " + std::to_string(t.vocab_size()) + " tokens, the model " +
+                            std::to_string(model_tokenizer.vocab_size()) + ": a draft must share the model's vocabulary");
+  }
+  for (TokenId id = 0; id < t.vocab_size(); ++id) {
+    if (t.token_bytes(id) != model_tokenizer.token_bytes(id)) {
+      return invalid_argument(name + ": token " + std::to_string(id) + " is '" + t.token_bytes(id) +
+                              "' there but '" + model_tokenizer.token_bytes(id) +
+                              "' in the model's vocabulary: a draft must share the model's vocabulary");
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
                                 const std::function<Status(const Tokenizer&)>& before_weights) {
   PAGODA_ASSIGN_OR_RETURN(EngineConfig config, engine.to_config());
@@ -64,9 +105,24 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
     log_line(LogLevel::kInfo, "engine",
              "request defaults from generation_config.json (--generation-config vllm to use the engine's own)");
   }
-  PAGODA_ASSIGN_OR_RETURN(LoadedModel loaded, load_model_and_tokenizer(model, before_weights));
+  const bool has_draft = config.speculative.method == "draft_model";
+  ModelFlags draft = draft_flags(model, config.speculative);
+  PAGODA_ASSIGN_OR_RETURN(LoadedModel loaded,
+                          load_model_and_tokenizer(model, [&](const Tokenizer& tokenizer) -> Status {
+                            if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(tokenizer));
+                            return has_draft ? check_draft_vocabulary(model, &draft, tokenizer) : Status::ok_status();
+                          }));
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded.tokenizer));
-  PAGODA_ASSIGN_OR_RETURN(setup.core, EngineCore::create(std::move(loaded.model), setup.tokenizer, config));
+  std::unique_ptr<Model> draft_model;
+  if (has_draft) {
+    Result<LoadedModel> d = load_model_and_tokenizer(draft);
+    if (!d.ok()) {
+      return Status(d.status().code(), "--speculative-config: draft model " + draft.model + ": " + d.status().message());
+    }
+    draft_model = std::move(d->model);
+  }
+  PAGODA_ASSIGN_OR_RETURN(setup.core, EngineCore::create(std::move(loaded.model), setup.tokenizer, config,
+                                                         std::move(draft_model)));
   return setup;
 }
 

@@ -10,6 +10,8 @@
 #include "base/check.h"
 #include "engine/request_validation.h"
 #include "kv/kv_cache_manager.h"
+#include "spec/draft_model_proposer.h"
+#include "spec/ngram_proposer.h"
 
 namespace pagoda {
 
@@ -84,7 +86,8 @@ Result<int64_t> parse_byte_size(const std::string& text) {
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> model,
                                                        std::shared_ptr<const Tokenizer> tokenizer,
-                                                       const EngineConfig& config) {
+                                                       const EngineConfig& config,
+                                                       std::unique_ptr<Model> draft_model) {
   std::unique_ptr<EngineCore> core(new EngineCore());
   core->config_ = config;
   core->tokenizer_ = std::move(tokenizer);
@@ -118,16 +121,40 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
     if (spec.prompt_lookup_max == 0) spec.prompt_lookup_max = spec.prompt_lookup_min;
     const NgramProposerConfig ngram{spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max};
     if (Status st = ngram.validate(); !st.ok()) return invalid_argument("--speculative-config: " + st.message());
-    if (spec.disable_by_batch_size < 0) return invalid_argument("--speculative-config: disable_by_batch_size must be >= 0");
-    core->proposer_.emplace(ngram);
+    core->proposer_ = std::make_unique<NgramProposer>(ngram);
+  } else if (spec.method == "draft_model") {
+    const std::string name = "--speculative-config: draft model " + spec.model;
+    if (!draft_model) return invalid_argument(name + ": not loaded");
+    const ModelConfig& dc = draft_model->config();
+    if (dc.vocab_size != mc.vocab_size) {
+      return invalid_argument(name + " has a vocabulary of " + std::to_string(dc.vocab_size) + " tokens, the model " +
+                              std::to_string(mc.vocab_size) + ": a draft must share the model's vocabulary");
+    }
+    if (dc.max_position_embeddings < sc.max_model_len) {
+      return invalid_argument(name + " has a context of " + std::to_string(dc.max_position_embeddings) +
+                              " tokens, shorter than --max-model-len " + std::to_string(sc.max_model_len) +
+                              "; lower --max-model-len or use a draft with a longer context");
+    }
+    if (spec.num_speculative_tokens < 1 || spec.num_speculative_tokens > NgramProposerConfig::kMaxSpeculativeTokens) {
+      return invalid_argument("--speculative-config: num_speculative_tokens must be in [1, " +
+                              std::to_string(NgramProposerConfig::kMaxSpeculativeTokens) + "], got " +
+                              std::to_string(spec.num_speculative_tokens));
+    }
   } else if (!spec.method.empty()) {
-    return invalid_argument("--speculative-config: method '" + spec.method + "' is not supported (supported: ngram)");
+    return invalid_argument("--speculative-config: method '" + spec.method +
+                            "' is not supported (supported: ngram, draft_model)");
   }
+  if (spec.disable_by_batch_size < 0) return invalid_argument("--speculative-config: disable_by_batch_size must be >= 0");
 
   const int64_t bs = config.block_size;
   core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs, config.kv_cache_dtype);
+  // A draft model's cache: 9 blocks for every 8 of the target's (its drafts run ahead of the
+  // target's tokens); a request it has no room for gets no drafts that step.
+  const int64_t draft_block_bytes =
+      draft_model ? KvCacheTensors::bytes_per_block(draft_model->config(), bs, config.kv_cache_dtype) : 0;
+  const int64_t per_block = core->bytes_per_block_ + draft_block_bytes * 9 / 8;
   const int64_t blocks_per_seq = (sc.max_model_len + bs - 1) / bs;
-  const int64_t one_seq = blocks_per_seq * core->bytes_per_block_;
+  const int64_t one_seq = blocks_per_seq * per_block;
   int64_t memory = config.kv_cache_memory;
   if (memory > 0) {
     core->kv_sizing_ = "--kv-cache-memory-bytes";
@@ -136,8 +163,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
     // fraction for weights + activations + KV cache; the KV cache gets what is left.
     const double total = static_cast<double>(total_memory_bytes());
     const double allowed = config.gpu_memory_utilization * total;
-    const double weights = static_cast<double>(model->weight_bytes());
-    const double activations = static_cast<double>(activation_bytes(mc, sc));
+    double weights = static_cast<double>(model->weight_bytes());
+    double activations = static_cast<double>(activation_bytes(mc, sc));
+    if (draft_model) {
+      weights += static_cast<double>(draft_model->weight_bytes());
+      activations += static_cast<double>(activation_bytes(draft_model->config(), sc));
+    }
     const double left = allowed - weights - activations;
     char fraction[32];
     std::snprintf(fraction, sizeof fraction, "%g", config.gpu_memory_utilization);
@@ -154,11 +185,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
     core->kv_sizing_ = "--gpu-memory-utilization " + account;
   } else {
     const double all_seqs = static_cast<double>(blocks_per_seq) * static_cast<double>(sc.max_num_seqs) *
-                            static_cast<double>(core->bytes_per_block_);
+                            static_cast<double>(per_block);
     memory = static_cast<int64_t>(std::min(all_seqs, available_memory_bytes() / 4.0));
     core->kv_sizing_ = "default: a quarter of the available memory, at most --max-num-seqs full sequences";
   }
-  core->num_blocks_ = memory / core->bytes_per_block_;
+  core->num_blocks_ = memory / per_block;
   if (core->num_blocks_ < blocks_per_seq) {
     return invalid_argument("the KV cache (" + std::to_string(memory) + " bytes, " +
                             std::to_string(core->num_blocks_ * bs) + " tokens) cannot hold one sequence of --max-model-len " +
@@ -167,6 +198,16 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   if (core->num_blocks_ > (int64_t{1} << 30)) core->num_blocks_ = int64_t{1} << 30;
   PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs, config.kv_cache_dtype));
   core->runner_ = std::make_unique<ModelRunner>(std::move(model), std::move(kv));
+  if (draft_model) {
+    const int64_t draft_blocks = core->num_blocks_ * 9 / 8;
+    PAGODA_ASSIGN_OR_RETURN(KvCacheTensors draft_kv, KvCacheTensors::allocate(draft_model->config(), draft_blocks, bs,
+                                                                              config.kv_cache_dtype));
+    core->draft_kv_ = "; the draft model's: " + std::to_string(draft_blocks) + " blocks of " +
+                      std::to_string(draft_block_bytes) + " bytes from the same memory";
+    DraftModelProposerConfig dc{spec.model, spec.num_speculative_tokens, sc.max_num_batched_tokens,
+                                config.enable_prefix_caching};
+    core->proposer_ = std::make_unique<DraftModelProposer>(std::move(draft_model), std::move(draft_kv), dc);
+  }
   KvCacheConfig kvc{static_cast<int32_t>(core->num_blocks_), config.block_size, config.enable_prefix_caching};
   core->scheduler_ = std::make_unique<Scheduler>(sc, kvc);
   return core;
@@ -185,15 +226,13 @@ std::string EngineCore::kv_cache_summary() const {
   return "KV cache: " + std::to_string(num_blocks_) + " blocks of " + std::to_string(config_.block_size) +
          " tokens (" + std::string(kv_cache_dtype_name(config_.kv_cache_dtype)) + ", " + std::to_string(bytes_per_block_) +
          " bytes each" + gain + "), up to " + std::to_string(num_blocks_ * config_.block_size) +
-         " tokens at once; sized by " + kv_sizing_;
+         " tokens at once; sized by " + kv_sizing_ + draft_kv_;
 }
 
 std::string EngineCore::speculative_summary() const {
   if (!proposer_) return "";
   const SpeculativeConfig& s = config_.speculative;
-  std::string text = "Speculative decoding: ngram, up to " + std::to_string(s.num_speculative_tokens) +
-                     " draft tokens per step from prompt lookup of " + std::to_string(s.prompt_lookup_min) + " to " +
-                     std::to_string(s.prompt_lookup_max) + " tokens";
+  std::string text = "Speculative decoding: " + proposer_->describe();
   if (s.disable_by_batch_size > 0) {
     text += ", off in steps of more than " + std::to_string(s.disable_by_batch_size) + " sequences";
   }
@@ -280,6 +319,7 @@ OutputChunk EngineCore::finish_chunk(RequestId seq_id, Sequence& s, FinishReason
   c.timings.first_token_s = std::max(0.0, s.first_token_s);
   c.timings.finished_s = since(s);
   runner_->remove_request(seq_id);
+  if (proposer_) proposer_->forget(seq_id);
   record_finished(c);
   auto& siblings = children_[s.parent];
   siblings.erase(std::remove(siblings.begin(), siblings.end(), seq_id), siblings.end());
@@ -309,6 +349,9 @@ std::vector<OutputChunk> EngineCore::abort(RequestId id, FinishReason reason) {
 
 std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_scheduled) {
   SchedulerOutput scheduled = scheduler_->schedule();
+  if (proposer_) {
+    for (RequestId id : scheduled.preempted) proposer_->forget(id);
+  }
   if (on_scheduled) on_scheduled();
   if (scheduled.empty()) {
     record_step(0);
@@ -391,15 +434,27 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
 void EngineCore::propose_drafts() {
   const SpeculativeConfig& spec = config_.speculative;
   if (spec.disable_by_batch_size > 0 && scheduler_->stats().num_running > spec.disable_by_batch_size) return;
-  for (const auto& [seq_id, s] : seqs_) {
+  std::vector<ProposalRequest> requests;
+  for (const auto& entry : seqs_) {
+    const RequestId seq_id = entry.first;
     const Request* r = scheduler_->find(seq_id);
-    if (r == nullptr || r->status != RequestStatus::kRunning || r->num_computed_tokens != r->num_tokens() - 1) continue;
-    // Room left: positions up to max_model_len - 1, and no more tokens than max_tokens allows
-    // (a step emits the drafts it accepts plus one).
-    const int64_t room = std::min(config_.scheduler.max_model_len - r->num_tokens(),
-                                  r->stop.max_tokens - r->num_output_tokens() - 1);
-    std::vector<TokenId> drafts = proposer_->propose(r->all_tokens, room);
-    if (!drafts.empty()) scheduler_->set_draft_tokens(seq_id, std::move(drafts));
+    if (r == nullptr || r->status != RequestStatus::kRunning) continue;
+    ProposalRequest p{seq_id, r->all_tokens, r->num_computed_tokens, 0, r->cache_salt};
+    if (r->num_computed_tokens == r->num_tokens() - 1) {
+      // Room left: positions up to max_model_len - 1, and no more tokens than max_tokens allows
+      // (a step emits the drafts it accepts plus one).
+      p.max_drafts = std::max<int64_t>(0, std::min({spec.num_speculative_tokens,
+                                                    config_.scheduler.max_model_len - r->num_tokens(),
+                                                    r->stop.max_tokens - r->num_output_tokens() - 1}));
+    }
+    requests.push_back(p);
+  }
+  // Proposals depend on each request alone; a fixed order keeps the draft model's batches, and
+  // so its floating-point sums, the same from run to run.
+  std::sort(requests.begin(), requests.end(), [](const ProposalRequest& a, const ProposalRequest& b) { return a.id < b.id; });
+  std::vector<std::vector<TokenId>> drafts = proposer_->propose(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!drafts[i].empty()) scheduler_->set_draft_tokens(requests[i].id, std::move(drafts[i]));
   }
 }
 

@@ -25,7 +25,7 @@
 #include "metrics/engine_metrics.h"
 #include "runner/model_runner.h"
 #include "sched/scheduler.h"
-#include "spec/ngram_proposer.h"
+#include "spec/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -42,10 +42,14 @@ struct SpecDecodeStats {
 class EngineCore {
  public:
   // Sizes the KV cache and builds the scheduler and runner. Fails on bad limits or when not
-  // even one full-length sequence fits in the KV cache memory.
+  // even one full-length sequence fits in the KV cache memory. With config.speculative.method
+  // "draft_model", `draft_model` is the draft (same vocabulary size, a context at least
+  // --max-model-len long, or the error names the problem); its KV cache comes out of the same
+  // memory, with 9 blocks for every 8 of the target's (room for drafts beyond the tokens).
   static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<Model> model,
                                                     std::shared_ptr<const Tokenizer> tokenizer,
-                                                    const EngineConfig& config);
+                                                    const EngineConfig& config,
+                                                    std::unique_ptr<Model> draft_model = nullptr);
 
   // Checks a request without adding it (thread-safe: reads only immutable state): tokenizes if
   // needed (filling prompt_token_ids) and validates parameters and lengths. The message names
@@ -76,10 +80,14 @@ class EngineCore {
   const ModelConfig& model_config() const { return runner_->config(); }
   const EngineConfig& config() const { return config_; }
   int64_t num_blocks() const { return num_blocks_; }
+  // The target's KV cache (the draft model's, when there is one, comes on top).
   int64_t kv_cache_bytes() const { return num_blocks_ * bytes_per_block_; }
+  // The speculative proposer (null when speculation is off); for tests.
+  Proposer* proposer() const { return proposer_.get(); }
   // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once; sized by ..."
   std::string kv_cache_summary() const;
-  // "Speculative decoding: ngram, up to K draft tokens per step, ..."; "" when off.
+  // "Speculative decoding: ngram, up to K draft tokens per step, ..." (or "draft model PATH,
+  // ..."); "" when off.
   std::string speculative_summary() const;
 
  private:
@@ -113,11 +121,12 @@ class EngineCore {
   std::shared_ptr<metrics::EngineMetrics> metrics_;  // may be null
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::optional<NgramProposer> proposer_;  // set when config.speculative.method is "ngram"
+  std::unique_ptr<Proposer> proposer_;  // set when config.speculative.method is not ""
   SpecDecodeStats spec_stats_;
   int64_t num_blocks_ = 0;
   int64_t bytes_per_block_ = 0;
   std::string kv_sizing_;  // how the KV cache size was chosen, for kv_cache_summary()
+  std::string draft_kv_;   // the draft model's KV cache, for kv_cache_summary() ("" = none)
   RequestId next_seq_id_ = 1;
   uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, Sequence> seqs_;                 // by scheduler id

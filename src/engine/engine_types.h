@@ -19,11 +19,13 @@ namespace pagoda {
 // --speculative-config (vLLM's JSON object): which proposer drafts tokens for the target to
 // verify, and its limits. method "" = no speculation.
 struct SpeculativeConfig {
-  std::string method;                   // "" or "ngram"
+  std::string method;                   // "", "ngram" or "draft_model"
   int64_t num_speculative_tokens = 0;   // k: drafts per step, 1..128
   int64_t prompt_lookup_min = 0;        // ngram: 0 = vLLM's defaults (both 5; one set: the other
   int64_t prompt_lookup_max = 0;        //   copies it)
   int64_t disable_by_batch_size = 0;    // > 0: no drafts in a step that runs more requests than this
+  std::string model;                    // draft_model: the draft's path (loaded by the caller)
+  std::string quantization;             // draft_model: the draft's --quantization ("" = none)
 };
 
 struct EngineConfig {

@@ -18,10 +18,7 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   ModelRunnerOutput out;
   const int64_t bs = kv_.block_size();
   const int64_t vocab = model_->config().vocab_size;
-  token_ids_.clear();
-  positions_.clear();
-  slot_mapping_.clear();
-  attn_seqs_.clear();
+  inputs_.clear();
   logit_rows_.clear();
 
   // Which logits rows feed which purpose: sampling rows first, then prompt-logprob rows.
@@ -32,19 +29,13 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   std::vector<const ScheduledSeq*> sampled_seqs;
   std::vector<PromptRows> prompt_rows;
   for (const ScheduledSeq& seq : scheduled.seqs) {
-    const int64_t start = static_cast<int64_t>(token_ids_.size());
     const int64_t num_real = static_cast<int64_t>(seq.tokens.size());
     const int64_t num_drafts = static_cast<int64_t>(seq.draft_tokens.size());
     PAGODA_CHECK(num_drafts == 0 || seq.sample);
     const int64_t n = num_real + num_drafts;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t pos = seq.num_computed_tokens + j;
-      PAGODA_CHECK(pos / bs < static_cast<int64_t>(seq.block_table.size()));
-      token_ids_.push_back(j < num_real ? seq.tokens[static_cast<size_t>(j)] : seq.draft_tokens[static_cast<size_t>(j - num_real)]);
-      positions_.push_back(static_cast<int32_t>(pos));
-      slot_mapping_.push_back(static_cast<int64_t>(seq.block_table[static_cast<size_t>(pos / bs)]) * bs + pos % bs);
-    }
-    attn_seqs_.push_back(AttentionSeq{start, n, seq.num_computed_tokens + n, seq.block_table.data()});
+    PAGODA_CHECK(n == 0 || (seq.num_computed_tokens + n - 1) / bs < static_cast<int64_t>(seq.block_table.size()));
+    const int64_t start =
+        inputs_.add_sequence(seq.tokens, seq.draft_tokens, seq.num_computed_tokens, seq.block_table, bs);
     if (seq.sample) {
       sampled_seqs.push_back(&seq);
       // The last real row predicts the next token; each draft's row, the one after it.
@@ -64,10 +55,9 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   for (const PromptRows& p : prompt_rows) {
     for (int64_t i = 0; i < p.count; ++i) logit_rows_.push_back(p.first_row + i);
   }
-  if (token_ids_.empty()) return out;
+  if (inputs_.empty()) return out;
 
-  ForwardBatch batch{token_ids_, positions_, slot_mapping_, attn_seqs_};
-  Tensor hidden = model_->forward(batch, kv_);
+  Tensor hidden = model_->forward(inputs_.batch(), kv_);
   logits_.resize(logit_rows_.size() * static_cast<size_t>(vocab));
   if (!logit_rows_.empty()) {
     model_->compute_logits(hidden, logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits_.data());

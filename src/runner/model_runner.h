@@ -50,10 +50,7 @@ class ModelRunner {
   std::unordered_map<RequestId, PerRequest> requests_;
 
   // Persistent input buffers (reused every step; the shape graph capture needs later).
-  std::vector<TokenId> token_ids_;
-  std::vector<int32_t> positions_;
-  std::vector<int64_t> slot_mapping_;
-  std::vector<AttentionSeq> attn_seqs_;
+  ForwardBatchBuffers inputs_;
   std::vector<int64_t> logit_rows_;
   std::vector<float> logits_;
 };

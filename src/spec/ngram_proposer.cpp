@@ -44,4 +44,17 @@ std::vector<TokenId> NgramProposer::propose(std::span<const TokenId> tokens, int
   return std::vector<TokenId>(tokens.begin() + from, tokens.begin() + to);
 }
 
+std::vector<std::vector<TokenId>> NgramProposer::propose(std::span<const ProposalRequest> requests) {
+  std::vector<std::vector<TokenId>> drafts(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].max_drafts > 0) drafts[i] = propose(requests[i].tokens, requests[i].max_drafts);
+  }
+  return drafts;
+}
+
+std::string NgramProposer::describe() const {
+  return "ngram, up to " + std::to_string(config_.num_speculative_tokens) + " draft tokens per step from prompt lookup of " +
+         std::to_string(config_.prompt_lookup_min) + " to " + std::to_string(config_.prompt_lookup_max) + " tokens";
+}
+
 }  // namespace pagoda

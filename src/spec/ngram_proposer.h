@@ -9,7 +9,7 @@
 // num_speculative_tokens tokens after it. No match, or a sequence shorter than prompt_lookup_min:
 // no proposal.
 //
-// Stateless apart from its configuration: propose() is const and thread-safe.
+// Stateless apart from its configuration: the one-sequence propose() is const and thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "base/types.h"
+#include "spec/proposer.h"
 
 namespace pagoda {
 
@@ -33,9 +34,13 @@ struct NgramProposerConfig {
   Status validate() const;
 };
 
-class NgramProposer {
+class NgramProposer : public Proposer {
  public:
   explicit NgramProposer(NgramProposerConfig config) : config_(config) {}
+
+  // Proposer: each decoding request's drafts from its own tokens.
+  std::vector<std::vector<TokenId>> propose(std::span<const ProposalRequest> requests) override;
+  std::string describe() const override;
 
   // Up to min(num_speculative_tokens, max_drafts) tokens for a sequence whose tokens (prompt then
   // output, no drafts) are `tokens`; empty when nothing matches. max_drafts < 1 gives none (the
