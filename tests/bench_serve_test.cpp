@@ -79,6 +79,35 @@ TEST(BenchStats, SummaryOfKnownTimings) {
   EXPECT_DOUBLE_EQ(j["p99_ttft_ms"].get<double>(), 298);
 }
 
+TEST(BenchStats, SpeculativeDecodingFromTwoMetricsReadings) {
+  const std::string before =
+      "# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.\n"
+      "vllm:spec_decode_num_drafts_total{model_name=\"m\"} 10\n"
+      "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\"} 40\n"
+      "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 20\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 8\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} 6\n"
+      "vllm:generation_tokens_total{model_name=\"m\"} 999\n";
+  std::string after = before;
+  for (auto [from, to] : {std::pair{"} 10\n", "} 30\n"}, {"} 40\n", "} 120\n"}, {"} 20\n", "} 80\n"},
+                          {"\"0\"} 8\n", "\"0\"} 26\n"}, {"\"1\"} 6\n", "\"1\"} 16\n"}}) {
+    after.replace(after.find(from), std::string(from).size(), to);
+  }
+  const SpecDecodeCounters a = parse_spec_decode_counters(before), b = parse_spec_decode_counters(after);
+  ASSERT_TRUE(a.present && b.present);
+  EXPECT_EQ(b.drafts, 30);
+  EXPECT_EQ(b.accepted_per_pos.at(1), 16);
+  json j = json::object();
+  const std::string report = format_spec_decode(a, b, &j);
+  // 20 drafts, 80 tokens, 60 accepted: 75%, 1 + 60 / 20 = 4; positions 18 / 20 and 10 / 20.
+  EXPECT_NE(report.find("Acceptance rate (%):                    75.00"), std::string::npos) << report;
+  EXPECT_NE(report.find("Acceptance length:                      4.00"), std::string::npos) << report;
+  EXPECT_NE(report.find("Per-position acceptance (%):            90.00, 50.00"), std::string::npos) << report;
+  EXPECT_EQ(j["spec_decode_num_drafts"], 20);
+  EXPECT_EQ(format_spec_decode(b, b, &j), "");  // nothing verified in between
+  EXPECT_FALSE(parse_spec_decode_counters("vllm:num_requests_running{model_name=\"m\"} 1\n").present);
+}
+
 TEST(BenchArrivals, RateBurstinessAndInfinity) {
   // Poisson at 20 requests/s: 2000 arrivals span about 100 s; in any case the count in the first
   // 50 s is within 5 standard deviations of 1000 (sd = sqrt(1000) ~ 32).
@@ -156,6 +185,17 @@ TEST(BenchLoad, OneThreadDrivesAThousandConcurrentStreams) {
   EXPECT_LT(duration, 10.0);
 }
 
+// Runs a shell command; its exit status (-1 when it did not exit), its output into *out.
+int run_command(const std::string& cmd, std::string* out) {
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::array<char, 4096> buf;
+  size_t got;
+  while ((got = fread(buf.data(), 1, buf.size(), pipe)) > 0) out->append(buf.data(), got);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 // Against the real server: every request succeeds, and the output tokens the client counts (from
 // each response's usage) are exactly what the server's vllm:generation_tokens counter added.
 TEST(BenchServe, AccountingMatchesTheServersMetrics) {
@@ -176,14 +216,8 @@ TEST(BenchServe, AccountingMatchesTheServersMetrics) {
                           " --num-prompts 40 --random-input-len 24 --random-output-len 12 --random-range-ratio 0.5"
                           " --request-rate 200 --max-concurrency 8 --disable-progress --save-result " +
                           result + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
   std::string out;
-  std::array<char, 4096> buf;
-  size_t got;
-  while ((got = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), got);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
   EXPECT_NE(out.find("Successful requests:                    40"), std::string::npos) << out;
   std::ifstream in(result);
   const json j = json::parse(in);
@@ -216,6 +250,34 @@ TEST(BenchServe, AccountingMatchesTheServersMetrics) {
   const json fj = json::parse(file_result);
   EXPECT_EQ(fj["completed"], 3);
   EXPECT_EQ(fj["output_lens"], json::array({5, 3, 2}));
+}
+
+// A server that speculates: bench serve reports what its counters added during the run.
+TEST(BenchServe, ReportsTheServersSpeculativeDecoding) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  testing::ServerProcess server(PAGODA_BINARY, {model, "--served-model-name", "stories", "--disable-log-requests",
+                                                "--disable-log-stats", "--speculative-config",
+                                                R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})"});
+  ASSERT_NE(server.port(), 0);
+  const auto counters = [&] {
+    return parse_spec_decode_counters(testing::http_request(server.port(), "GET", "/metrics").body);
+  };
+  const SpecDecodeCounters before = counters();
+  ASSERT_TRUE(before.present);
+  const std::string result = pagoda::testing::make_temp_dir() + "/bench_serve_spec.json";
+  const std::string cmd = std::string(PAGODA_BINARY) + " bench serve --base-url http://127.0.0.1:" +
+                          std::to_string(server.port()) +
+                          " --num-prompts 8 --random-input-len 24 --random-output-len 40 --ignore-eos"
+                          " --max-concurrency 4 --disable-progress --save-result " + result + " 2>&1";
+  std::string out;
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("Acceptance rate (%):"), std::string::npos) << out;
+  const SpecDecodeCounters after = counters();
+  std::ifstream in(result);
+  const json j = json::parse(in);
+  EXPECT_GT(after.drafts, before.drafts);
+  EXPECT_EQ(j["spec_decode_num_drafts"].get<double>(), after.drafts - before.drafts);
+  EXPECT_EQ(j["spec_decode_accepted_tokens"].get<double>(), after.accepted_tokens - before.accepted_tokens);
 }
 
 }  // namespace

@@ -18,18 +18,39 @@ namespace pagoda::app {
 
 namespace {
 
+// --dataset-name random: input_len random ids. copy: a random passage of ceil(input_len / 2)
+// ids, then the passage again up to input_len: a model that copies goes on repeating it.
 std::vector<GenerateRequest> random_requests(int64_t count, int64_t input_len, int64_t output_len, int64_t vocab,
-                                             uint64_t seed) {
+                                             uint64_t seed, const std::string& dataset_name, double temperature) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(vocab - 1));
+  const int64_t passage = dataset_name == "copy" ? (input_len + 1) / 2 : input_len;
   std::vector<GenerateRequest> requests(static_cast<size_t>(count));
   for (auto& r : requests) {
-    for (int64_t i = 0; i < input_len; ++i) r.prompt_token_ids.push_back(token(rng));
+    for (int64_t i = 0; i < passage; ++i) r.prompt_token_ids.push_back(token(rng));
+    for (int64_t i = passage; i < input_len; ++i) r.prompt_token_ids.push_back(r.prompt_token_ids[static_cast<size_t>(i - passage)]);
     r.params.max_tokens = output_len;
     r.params.ignore_eos = true;
-    r.params.temperature = 1.0;
+    r.params.temperature = temperature;
   }
   return requests;
+}
+
+// "Spec decoding: D drafts, ..." when the engine verified any drafts.
+void print_spec_stats(const SpecDecodeStats& spec, nlohmann::json* j) {
+  if (spec.num_drafts == 0) return;
+  const double acceptance_rate =
+      spec.num_draft_tokens > 0 ? static_cast<double>(spec.num_accepted_tokens) / spec.num_draft_tokens : 0;
+  const double acceptance_length = 1.0 + static_cast<double>(spec.num_accepted_tokens) / spec.num_drafts;
+  std::printf("Spec decoding: %lld drafts, %lld draft tokens, %lld accepted; acceptance rate %.1f%%, mean "
+              "acceptance length %.2f\n",
+              static_cast<long long>(spec.num_drafts), static_cast<long long>(spec.num_draft_tokens),
+              static_cast<long long>(spec.num_accepted_tokens), 100 * acceptance_rate, acceptance_length);
+  (*j)["spec_decode_num_drafts"] = spec.num_drafts;
+  (*j)["spec_decode_num_draft_tokens"] = spec.num_draft_tokens;
+  (*j)["spec_decode_num_accepted_tokens"] = spec.num_accepted_tokens;
+  (*j)["spec_decode_acceptance_rate"] = acceptance_rate;
+  (*j)["spec_decode_acceptance_length"] = acceptance_length;
 }
 
 // --dataset-path prompts, EOS ignored so that each runs its output_len.
@@ -41,6 +62,7 @@ Result<std::vector<GenerateRequest>> file_requests(const BenchThroughputFlags& f
     r.prompt = std::move(p.prompt);
     r.params.max_tokens = p.output_len;
     r.params.ignore_eos = true;
+    r.params.temperature = f.temperature;
     out.push_back(std::move(r));
   }
   return out;
@@ -59,7 +81,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   std::vector<GenerateRequest> requests;
   if (f.dataset_path.empty()) {
     requests = random_requests(f.num_prompts, f.input_len, f.output_len, setup->core->model_config().vocab_size,
-                               f.dataset_seed);
+                               f.dataset_seed, f.dataset_name, f.temperature);
   } else {
     auto loaded = file_requests(f);
     if (!loaded.ok()) return fail(loaded.status());
@@ -80,17 +102,8 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
               (prompt_tokens + output_tokens) / elapsed, output_tokens / elapsed);
   std::printf("Total num prompt tokens:  %lld\nTotal num output tokens:  %lld\nElapsed: %.2f s\n",
               static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens), elapsed);
-  const SpecDecodeStats& spec = llm.core().spec_stats();
-  const double acceptance_rate =
-      spec.num_draft_tokens > 0 ? static_cast<double>(spec.num_accepted_tokens) / spec.num_draft_tokens : 0;
-  const double acceptance_length =
-      spec.num_drafts > 0 ? 1.0 + static_cast<double>(spec.num_accepted_tokens) / spec.num_drafts : 0;
-  if (spec.num_drafts > 0) {
-    std::printf("Spec decoding: %lld drafts, %lld draft tokens, %lld accepted; acceptance rate %.1f%%, mean "
-                "acceptance length %.2f\n",
-                static_cast<long long>(spec.num_drafts), static_cast<long long>(spec.num_draft_tokens),
-                static_cast<long long>(spec.num_accepted_tokens), 100 * acceptance_rate, acceptance_length);
-  }
+  nlohmann::json spec_json = nlohmann::json::object();
+  print_spec_stats(llm.core().spec_stats(), &spec_json);
   if (!f.output_json.empty()) {
     nlohmann::json j = {{"elapsed_time", elapsed},
                         {"num_requests", results->size()},
@@ -100,13 +113,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                         {"tokens_per_second", (prompt_tokens + output_tokens) / elapsed},
                         {"output_tokens_per_second", output_tokens / elapsed},
                         {"max_num_seqs", f.engine.max_num_seqs}};
-    if (spec.num_drafts > 0) {
-      j["spec_decode_num_drafts"] = spec.num_drafts;
-      j["spec_decode_num_draft_tokens"] = spec.num_draft_tokens;
-      j["spec_decode_num_accepted_tokens"] = spec.num_accepted_tokens;
-      j["spec_decode_acceptance_rate"] = acceptance_rate;
-      j["spec_decode_acceptance_length"] = acceptance_length;
-    }
+    j.update(spec_json);
     std::ofstream(f.output_json) << j.dump(2) << "\n";
   }
   return 0;
@@ -127,7 +134,8 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   // measure no prefill at all.
   std::vector<double> e2e, prefill, decode;
   for (int64_t it = 0; it < f.num_iters_warmup + f.num_iters; ++it) {
-    auto batch = random_requests(f.batch_size, f.input_len, f.output_len, vocab, f.dataset_seed + static_cast<uint64_t>(it));
+    auto batch = random_requests(f.batch_size, f.input_len, f.output_len, vocab, f.dataset_seed + static_cast<uint64_t>(it),
+                                 f.dataset_name, f.temperature);
     const auto start = std::chrono::steady_clock::now();
     auto results = llm.generate(std::move(batch));
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -156,6 +164,8 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     std::printf("Avg decode step: %.4f seconds, %.1f output tokens/s\n", d.mean,
                 d.mean > 0 ? static_cast<double>(f.batch_size) / d.mean : 0.0);
   }
+  nlohmann::json spec_json = nlohmann::json::object();
+  print_spec_stats(llm.core().spec_stats(), &spec_json);
   if (!f.output_json.empty()) {
     nlohmann::json j = {{"avg_latency", s.mean},
                         {"latencies", e2e},
@@ -168,6 +178,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     nlohmann::json percentiles;
     for (double q : ps) percentiles[std::to_string(static_cast<int>(q))] = s.percentiles.at(q);
     j["percentiles"] = percentiles;
+    j.update(spec_json);
     std::ofstream out(f.output_json);
     out << j.dump(2) << "\n";
     if (!out) return fail(Status(StatusCode::kIoError, f.output_json + ": cannot write"));

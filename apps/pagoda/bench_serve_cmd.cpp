@@ -235,10 +235,19 @@ int run_bench_serve(const BenchServeFlags& f) {
   bench::LoadOptions lo;
   lo.max_concurrency = f.max_concurrency;
   if (!f.disable_progress) lo.on_done = [total = bodies.size()](size_t done) { progress(done, total); };
+  // The server's speculative-decoding counters around the run (vLLM's names; none from a server
+  // without them).
+  const auto spec_counters = [&] {
+    auto m = bench::simple_request(*target, "GET", "/metrics", "");
+    return m.ok() && m->status == 200 ? bench::parse_spec_decode_counters(m->body) : bench::SpecDecodeCounters{};
+  };
+  const bench::SpecDecodeCounters spec_before = spec_counters();
   double duration = 0;
   const std::vector<bench::RequestRecord> records = bench::run_load(*target, bodies, arrivals, lo, &duration);
   const bench::ServeSummary s = bench::summarize(records, duration, percentiles, goals);
-  std::printf("%s", bench::format_summary(s, shown).c_str());
+  json spec_json = json::object();
+  const std::string spec_report = bench::format_spec_decode(spec_before, spec_counters(), &spec_json);
+  std::printf("%s%s", bench::format_summary(s, shown).c_str(), spec_report.c_str());
   for (const auto& r : records) {
     if (!r.success) {
       std::fprintf(stderr, "first failure: %s\n", r.error.c_str());
@@ -253,6 +262,7 @@ int run_bench_serve(const BenchServeFlags& f) {
     j["burstiness"] = f.burstiness;
     j["max_concurrency"] = f.max_concurrency;
     j["num_prompts"] = bodies.size();
+    j.update(spec_json);
     std::ofstream out(f.save_result);
     out << j.dump(2) << "\n";
     if (!out) return fail(Status(StatusCode::kIoError, f.save_result + ": cannot write"));

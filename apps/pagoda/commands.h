@@ -72,6 +72,8 @@ struct BenchThroughputFlags {
   int64_t output_len = 128;
   int64_t num_prompts = 16;
   uint64_t dataset_seed = 0;
+  std::string dataset_name = "random";  // random, or copy (a passage repeated: see bench_cmd.cpp)
+  double temperature = 1.0;
   std::string dataset_path;  // JSONL prompts instead of random ones
   std::string output_json;  // optional machine-readable result
 };
@@ -87,6 +89,8 @@ struct BenchLatencyFlags {
   int64_t num_iters_warmup = 3;
   int64_t num_iters = 10;
   uint64_t dataset_seed = 0;
+  std::string dataset_name = "random";
+  double temperature = 1.0;
   std::string output_json;
 };
 int run_bench_latency(const BenchLatencyFlags& flags);

@@ -173,6 +173,14 @@ int main_impl(int argc, char** argv) {
   thr_cmd->add_option("--output-len", thr.output_len, "output tokens per request")->capture_default_str();
   thr_cmd->add_option("--num-prompts", thr.num_prompts, "requests")->capture_default_str();
   thr_cmd->add_option("--dataset-seed", thr.dataset_seed, "seed of the random prompts")->capture_default_str();
+  thr_cmd->add_option("--dataset-name", thr.dataset_name,
+                      "random (random token ids), or copy (a random passage of half --input-len, repeated to fill it: "
+                      "an answer that copies its prompt, as in editing or summarising, continues it; for speculative "
+                      "decoding)")
+      ->check(CLI::IsMember({"random", "copy"}))
+      ->capture_default_str();
+  thr_cmd->add_option("--temperature", thr.temperature, "sampling temperature of every request (0 = greedy)")
+      ->capture_default_str();
   thr_cmd->add_option("--dataset-path", thr.dataset_path,
                       "JSONL prompts, one {\"prompt\": ..., \"output_len\": ...} per line, instead of random ones");
   thr_cmd->add_option("--output-json", thr.output_json, "also write the results as JSON here");
@@ -188,6 +196,14 @@ int main_impl(int argc, char** argv) {
   lat_cmd->add_option("--num-iters-warmup", lat.num_iters_warmup, "untimed iterations first")->capture_default_str();
   lat_cmd->add_option("--num-iters", lat.num_iters, "timed iterations")->capture_default_str();
   lat_cmd->add_option("--dataset-seed", lat.dataset_seed, "seed of the random prompts")->capture_default_str();
+  lat_cmd->add_option("--dataset-name", lat.dataset_name,
+                      "random (random token ids), or copy (a random passage of half --input-len, repeated to fill it: "
+                      "an answer that copies its prompt, as in editing or summarising, continues it; for speculative "
+                      "decoding)")
+      ->check(CLI::IsMember({"random", "copy"}))
+      ->capture_default_str();
+  lat_cmd->add_option("--temperature", lat.temperature, "sampling temperature of every request (0 = greedy)")
+      ->capture_default_str();
   lat_cmd->add_option("--output-json", lat.output_json, "also write the results as JSON here");
 
   BenchServeFlags bserve;

@@ -1,28 +1,35 @@
-// pagoda_dummy_gguf PRESET TYPE OUT.gguf: writes the deterministic random weights of a built-in
-// config (tinyllama-1.1b, ...) as a llama GGUF file of TYPE (f32, f16, bf16, q8_0, q4_0; norms
-// stay f32, as converters keep them), without a vocabulary (pair it with --tokenizer). For
-// measuring what depends on a real file on disk, such as the start-up time of `pagoda serve`
-// (scripts/bench-startup); its text is noise.
+// pagoda_dummy_gguf PRESET TYPE OUT.gguf [THROUGH]: writes the deterministic random weights of a
+// built-in config (tinyllama-1.1b, ...) as a llama GGUF file of TYPE (f32, f16, bf16, q8_0, q4_0;
+// norms stay f32, as converters keep them), without a vocabulary (pair it with --tokenizer). With
+// THROUGH, the weight matrices are first rounded to that type, then stored as TYPE: `f16 OUT
+// q4_0` is the q4_0 file's weights in f16 (an f16 model with a q4_0 copy of itself, the pairing
+// of a speculative-decoding target and its draft). For measuring what depends on a real file on
+// disk, such as the start-up time of `pagoda serve` (scripts/bench-startup); its text is noise.
 #include <cstdio>
 #include <string>
 
+#include <memory>
+#include <vector>
+
 #include "loader/gguf_writer.h"
 #include "loader/model_source.h"
+#include "tensor/convert.h"
 
 int main(int argc, char** argv) {
   using namespace pagoda;
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: pagoda_dummy_gguf PRESET TYPE OUT.gguf\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: pagoda_dummy_gguf PRESET TYPE OUT.gguf [THROUGH]\n");
     return 2;
   }
   const auto type = dtype_from_name(argv[2]);
-  if (!type) {
-    std::fprintf(stderr, "pagoda_dummy_gguf: unknown type '%s'\n", argv[2]);
+  const auto through = dtype_from_name(argc == 5 ? argv[4] : argv[2]);
+  if (!type || !through) {
+    std::fprintf(stderr, "pagoda_dummy_gguf: unknown type '%s'\n", !type ? argv[2] : argv[4]);
     return 2;
   }
   LoadOptions options;
   options.format = LoadFormat::kDummy;
-  options.dummy_dtype = *type;
+  options.dummy_dtype = *through;
   auto source = load_model(argv[1], options);
   if (!source.ok()) {
     std::fprintf(stderr, "pagoda_dummy_gguf: %s\n", source.status().message().c_str());
@@ -45,7 +52,23 @@ int main(int argc, char** argv) {
   g.add_u32(a + "context_length", static_cast<uint32_t>(c.max_position_embeddings));
   g.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   g.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
-  for (const auto& [name, tensor] : source->weights.all()) g.add_tensor(name, tensor);
+  std::vector<std::shared_ptr<Buffer>> converted;
+  for (const auto& [name, tensor] : source->weights.all()) {
+    if (tensor.dtype == *type || tensor.dtype == DType::kF32) {
+      g.add_tensor(name, tensor);
+      continue;
+    }
+    Tensor t = tensor;
+    t.dtype = *type;
+    converted.push_back(std::make_shared<Buffer>(static_cast<size_t>(t.nbytes())));
+    t.data = converted.back()->data();
+    std::vector<float> row(static_cast<size_t>(t.row_len()));
+    for (int64_t r = 0; r < t.num_rows(); ++r) {
+      dequantize_row(tensor.dtype, tensor.row(r), row.data(), t.row_len());
+      quantize_row(t.dtype, row.data(), const_cast<uint8_t*>(t.row(r)), t.row_len());
+    }
+    g.add_tensor(name, t);
+  }
   const Status st = g.write(argv[3]);
   if (!st.ok()) {
     std::fprintf(stderr, "pagoda_dummy_gguf: %s\n", st.message().c_str());

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string_view>
 
 namespace pagoda::app::bench {
 
@@ -190,6 +192,71 @@ std::vector<double> arrival_times(int64_t n, double rate, double burstiness, uin
     a = t;
     t += gap(rng);
   }
+  return out;
+}
+
+SpecDecodeCounters parse_spec_decode_counters(const std::string& text) {
+  SpecDecodeCounters c;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t name_end = line.find_first_of("{ ");
+    const size_t value_at = line.rfind(' ');
+    if (name_end == std::string_view::npos || value_at == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, name_end);
+    const double value = std::strtod(std::string(line.substr(value_at + 1)).c_str(), nullptr);
+    if (name == "vllm:spec_decode_num_drafts_total") {
+      c.drafts += value;
+    } else if (name == "vllm:spec_decode_num_draft_tokens_total") {
+      c.draft_tokens += value;
+    } else if (name == "vllm:spec_decode_num_accepted_tokens_total") {
+      c.accepted_tokens += value;
+    } else if (name == "vllm:spec_decode_num_accepted_tokens_per_pos_total") {
+      const size_t pos = line.find("position=\"");
+      if (pos == std::string_view::npos) continue;
+      c.accepted_per_pos[std::strtoll(std::string(line.substr(pos + 10)).c_str(), nullptr, 10)] += value;
+    } else {
+      continue;
+    }
+    c.present = true;
+  }
+  return c;
+}
+
+std::string format_spec_decode(const SpecDecodeCounters& before, const SpecDecodeCounters& after, nlohmann::json* j) {
+  const double drafts = after.drafts - before.drafts;
+  const double draft_tokens = after.draft_tokens - before.draft_tokens;
+  const double accepted = after.accepted_tokens - before.accepted_tokens;
+  if (!after.present || drafts <= 0 || draft_tokens <= 0) return "";
+  const double rate = 100 * accepted / draft_tokens, length = 1 + accepted / drafts;
+  std::string out = "---------------Speculative Decoding---------------\n";
+  out += line("Acceptance rate (%):", rate, 2);
+  out += line("Acceptance length:", length, 2);
+  out += line("Drafts:", drafts, 0);
+  out += line("Draft tokens:", draft_tokens, 0);
+  out += line("Accepted tokens:", accepted, 0);
+  std::vector<double> per_pos;
+  for (const auto& [pos, n] : after.accepted_per_pos) {
+    auto b = before.accepted_per_pos.find(pos);
+    per_pos.push_back(100 * (n - (b == before.accepted_per_pos.end() ? 0 : b->second)) / drafts);
+  }
+  std::string positions;
+  for (double v : per_pos) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.2f", positions.empty() ? "" : ", ", v);
+    positions += buf;
+  }
+  out += "Per-position acceptance (%):            " + positions + "\n";
+  (*j)["spec_decode_acceptance_rate"] = rate;
+  (*j)["spec_decode_acceptance_length"] = length;
+  (*j)["spec_decode_num_drafts"] = drafts;
+  (*j)["spec_decode_draft_tokens"] = draft_tokens;
+  (*j)["spec_decode_accepted_tokens"] = accepted;
+  (*j)["spec_decode_per_position_acceptance_rates"] = per_pos;
   return out;
 }
 

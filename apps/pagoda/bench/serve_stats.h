@@ -61,6 +61,20 @@ std::string format_summary(const ServeSummary& s, const std::vector<std::string>
 // The --save-result file: the summary plus every request's timings.
 nlohmann::json summary_json(const ServeSummary& s, const std::vector<RequestRecord>& records);
 
+// A server's speculative-decoding counters, read from its /metrics text (vLLM's names, summed
+// over label sets; per position from the `position` label). present: the server exports them.
+struct SpecDecodeCounters {
+  bool present = false;
+  double drafts = 0, draft_tokens = 0, accepted_tokens = 0;
+  std::map<int64_t, double> accepted_per_pos;
+};
+SpecDecodeCounters parse_spec_decode_counters(const std::string& metrics_text);
+
+// What a run added between two readings, as vLLM's bench serve reports it ("---- Speculative
+// Decoding ----": acceptance rate, acceptance length, drafts, draft tokens, accepted tokens,
+// per-position acceptance), also into `j`'s spec_decode_* fields; "" when no drafts were verified.
+std::string format_spec_decode(const SpecDecodeCounters& before, const SpecDecodeCounters& after, nlohmann::json* j);
+
 // vLLM's arrival process: gaps drawn from a gamma distribution with shape `burstiness` and mean
 // 1 / rate (burstiness 1 = Poisson). rate <= 0 or infinite: everything at time 0.
 std::vector<double> arrival_times(int64_t n, double rate, double burstiness, uint64_t seed);
