@@ -91,7 +91,7 @@ TEST(Cli, SpeculativeConfigKeepsTheGoldenText) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
   // The last: the model as its own draft model.
-  for (const std::string config : {std::string(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})"),
+  for (const std::string& config : {std::string(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})"),
                                    std::string(R"({"model": "ngram", "num_speculative_tokens": 7})"),
                                    R"({"model": ")" + model + R"(", "num_speculative_tokens": 3})"}) {
     RunResult r = run_pagoda(greedy_256_args(model) + " --speculative-config '" + config + "'");
