@@ -1,5 +1,6 @@
 // decode_share_bench: how near each weight type's decode product (m = 1, 5632 x 2048, the
-// engine's kernel table over cpu_thread_pool()) comes to the memory's read bandwidth, and whether
+// engine's kernel table over cpu_thread_pool()), and its products of a few rows (--rows: what
+// speculative verification and small batches run), come to the memory's read bandwidth, and whether
 // it is held back by the memory or by its own arithmetic. The machines here are shared and their
 // bandwidth moves by 1.5x within minutes, so nothing is compared across runs: each pass runs,
 // one after another, a plain read of a 256 MiB weight stream (the roofline's read_avx2 loop),
@@ -8,7 +9,7 @@
 // bytes. Printed: each figure's median over the passes and the median of its ratio to the same
 // pass's read. A type whose in-cache rate is not well above the read is bound by its arithmetic.
 //
-//   decode_share_bench [--passes N] [--stream-mib M] [--types q4_0,q4_k,...]
+//   decode_share_bench [--passes N] [--stream-mib M] [--types q4_0,q4_k,...] [--rows 1,2,4]
 //
 // Not part of ctest (docs/benchmarks.md has its figures).
 #include <algorithm>
@@ -82,6 +83,7 @@ int run(int argc, char** argv) {
   int passes = 20;
   int64_t stream_mib = 256;
   std::string types;
+  std::vector<int64_t> row_counts;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--passes" && i + 1 < argc) {
@@ -90,11 +92,21 @@ int run(int argc, char** argv) {
       stream_mib = std::max<int64_t>(16, std::atoll(argv[++i]));
     } else if (a == "--types" && i + 1 < argc) {
       types = argv[++i];
+    } else if (a == "--rows" && i + 1 < argc) {
+      for (const char* s = argv[++i]; *s != '\0';) {
+        char* end = nullptr;
+        const long long m = std::strtoll(s, &end, 10);
+        if (end == s || m < 1 || m > 64) break;
+        row_counts.push_back(m);
+        s = *end == ',' ? end + 1 : end;
+      }
     } else {
-      std::fprintf(stderr, "usage: decode_share_bench [--passes N] [--stream-mib M] [--types q4_0,q4_k,...]\n");
+      std::fprintf(stderr,
+                   "usage: decode_share_bench [--passes N] [--stream-mib M] [--types q4_0,q4_k,...] [--rows 1,2,4]\n");
       return 2;
     }
   }
+  if (row_counts.empty()) row_counts.push_back(1);
   auto backend = CpuBackend::create();
   if (!backend.ok()) {
     std::fprintf(stderr, "decode_share_bench: %s\n", backend.status().message().c_str());
@@ -114,18 +126,20 @@ int run(int argc, char** argv) {
               static_cast<long long>(stream_mib), pool.num_threads(), static_cast<long long>(kStreamRows),
               static_cast<long long>(kK));
 
-  // Per type: copies of the packed weight filling the stream (64-byte aligned), and the cached one.
+  // Per type and row count: copies of the packed weight filling the stream (64-byte aligned), and the cached one.
   struct Case {
     DType type;
+    int64_t rows = 1;
     Packed source, cached;
     Buffer copies;
     int64_t stride = 0, count = 0;
     Series stream, cache;
   };
-  std::vector<Case> cases(picked.size());
-  for (size_t c = 0; c < picked.size(); ++c) {
+  std::vector<Case> cases(picked.size() * row_counts.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
     Case& k = cases[c];
-    k.type = picked[c];
+    k.type = picked[c / row_counts.size()];
+    k.rows = row_counts[c % row_counts.size()];
     k.source = pack_random(kernels, k.type, kStreamRows);
     k.cached = pack_random(kernels, k.type, kCacheRows);
     k.stride = (k.source.bytes + 63) / 64 * 64;
@@ -138,7 +152,8 @@ int run(int argc, char** argv) {
   Buffer read_buffer(static_cast<size_t>(stream_bytes));
   std::memset(read_buffer.data(), 1, read_buffer.size());
 
-  std::vector<float> x(kK, 0.5f), y(kStreamRows);
+  const int64_t max_rows = *std::max_element(row_counts.begin(), row_counts.end());
+  std::vector<float> x(max_rows * kK, 0.5f), y(max_rows * kStreamRows);
   Series read;
   volatile uint64_t sink = 0;
   for (int pass = 0; pass < passes; ++pass) {
@@ -156,21 +171,24 @@ int run(int argc, char** argv) {
       const double stream_s = seconds_of([&] {
         for (int64_t i = 0; i < k.count; ++i) {
           w.data = k.copies.as<uint8_t>() + i * k.stride;
-          kernels.matmul(x.data(), 1, w, y.data());
+          kernels.matmul(x.data(), k.rows, w, y.data());
         }
       });
       k.stream.add(static_cast<double>(k.count * k.source.bytes) / stream_s / 1e9, read_gbps);
       const int64_t repeats = std::max<int64_t>(1, k.count * k.source.bytes / k.cached.bytes);
       const double cache_s = seconds_of([&] {
-        for (int64_t i = 0; i < repeats; ++i) kernels.matmul(x.data(), 1, k.cached.tensor, y.data());
+        for (int64_t i = 0; i < repeats; ++i) kernels.matmul(x.data(), k.rows, k.cached.tensor, y.data());
       });
       k.cache.add(static_cast<double>(repeats * k.cached.bytes) / cache_s / 1e9, read_gbps);
     }
   }
-  std::printf("\n| type | from memory, GB/s | of the read | from the cache, GB/s | of the read |\n|---|---|---|---|---|\n");
-  std::printf("| read | %.2f | 1.00 | | |\n", median(read.gbps));
+  std::printf(
+      "\n| type | rows | from memory, GB/s | of the read | from the cache, GB/s | of the read |\n"
+      "|---|---|---|---|---|---|\n");
+  std::printf("| read | | %.2f | 1.00 | | |\n", median(read.gbps));
   for (const Case& k : cases) {
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", std::string(dtype_name(k.type)).c_str(), median(k.stream.gbps),
+    std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.2f |\n", std::string(dtype_name(k.type)).c_str(),
+                static_cast<long long>(k.rows), median(k.stream.gbps),
                 median(k.stream.of_read), median(k.cache.gbps), median(k.cache.of_read));
   }
   return 0;  // (sink is volatile: the reads are not dropped)
