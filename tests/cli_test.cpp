@@ -499,16 +499,26 @@ TEST(Cli, BenchRooflineMeasuresAndDerivesCeilings) {
       {"q4_0", 18.0 / 32},   {"q4_1", 20.0 / 32},    {"q5_0", 22.0 / 32},    {"q5_1", 24.0 / 32},
       {"q2_k", 84.0 / 256},  {"q3_k", 110.0 / 256},  {"q4_k", 144.0 / 256},  {"q5_k", 176.0 / 256},
       {"q6_k", 210.0 / 256}};  // bytes per block / elements per block, from the block layouts
-  int seen = 0;
+  // A mixture of experts reads its active parameters: the router and 8 of 128 experts a layer.
+  auto moe = dummy_preset("qwen3-30b-a3b");
+  ASSERT_TRUE(moe.has_value() && !moe->tie_word_embeddings && moe->qk_norm);
+  const int64_t active = moe->num_active_parameters() - moe->vocab_size * moe->hidden_size -
+                         (2 * moe->num_layers + 1) * moe->hidden_size - 2 * moe->num_layers * moe->head_dim;
+  int seen = 0, seen_moe = 0;
   for (const auto& e : j["ceilings"]) {
     const int64_t bytes = e["bytes_per_decode_step"].get<int64_t>();
     EXPECT_NEAR(e["decode_ceiling_tokens_per_s"].get<double>(), gbps * 1e9 / static_cast<double>(bytes), 1e-6 * gbps * 1e9 / bytes);
+    const double per_weight = bytes_per_weight.at(e["type"].get<std::string>());
+    if (e["model"] == "qwen3-30b-a3b") {
+      ++seen_moe;
+      EXPECT_EQ(static_cast<double>(bytes), static_cast<double>(active) * per_weight) << e.dump();
+    }
     if (e["model"] != "tinyllama-1.1b") continue;
     ++seen;
-    EXPECT_EQ(static_cast<double>(bytes), static_cast<double>(weights) * bytes_per_weight.at(e["type"].get<std::string>()))
-        << e.dump();
+    EXPECT_EQ(static_cast<double>(bytes), static_cast<double>(weights) * per_weight) << e.dump();
   }
   EXPECT_EQ(seen, static_cast<int>(bytes_per_weight.size()));
+  EXPECT_EQ(seen_moe, static_cast<int>(bytes_per_weight.size()));
 }
 
 // A sweep runs one benchmark per grid point (a fresh engine each), and the CSV, the chart and the
@@ -564,6 +574,15 @@ TEST(Cli, DemoModelRunsWithNothingDownloaded) {
   RunResult r = run_pagoda("generate --model demo-random --prompt 'Hi' --max-tokens 8 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("generated tokens: 8"), std::string::npos) << r.err;
+}
+
+// The built-in mixture-of-experts shapes: one that cannot fit in memory is refused before any
+// weight is made, saying how much it needs (f32 Mixtral-8x7B: 174 GiB).
+TEST(Cli, DummyPresetThatCannotFitIsRefusedBeforeLoading) {
+  PAGODA_TEST_FILE(tokenizer, "vocab/ggml-vocab-llama-spm.gguf");
+  RunResult r = run_pagoda("generate --model mixtral-8x7b --dtype f32 --tokenizer " + tokenizer + " --prompt hi --max-tokens 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("mixtral-8x7b: dummy weights in f32 need 174.0 GiB"), std::string::npos) << r.err;
 }
 
 TEST(Cli, HelpOnEverySubcommand) {

@@ -34,6 +34,7 @@
 #include "tensor/half.h"
 #include "support/test_data.h"
 #include "model/layers/linear.h"
+#include "model/layers/moe.h"
 #include "model/model.h"
 
 namespace pagoda {
@@ -41,8 +42,17 @@ namespace {
 
 using Mat = std::vector<double>;  // row-major
 
+struct RefMlp {
+  Mat gate, up, down;
+};
 struct RefLayer {
   Mat attn_norm, ffn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, gate, up, down;
+  // A sparse layer (ModelConfig::is_sparse_layer): the router [experts, hidden], the experts,
+  // and the shared expert with its gate [1, hidden] where the config has one.
+  bool sparse = false;
+  Mat router, shared_gate;
+  std::vector<RefMlp> experts;
+  RefMlp shared;
 };
 struct RefWeights {
   Mat embd, out, out_norm;
@@ -100,10 +110,29 @@ class ModelBuilder {
         l.q_norm = add(p + "attn_q_norm.weight", {hd}, 0.2, 1.0);
         l.k_norm = add(p + "attn_k_norm.weight", {hd}, 0.2, 1.0);
       }
-      l.gate = add(p + "ffn_gate.weight", {c.intermediate_size, h}, ws);
-      l.up = add(p + "ffn_up.weight", {c.intermediate_size, h}, ws);
-      l.down = add(p + "ffn_down.weight", {h, c.intermediate_size},
-                   1.0 / std::sqrt(static_cast<double>(c.intermediate_size)));
+      auto mlp = [&](const std::string& gate, const std::string& up, const std::string& down, int64_t inter) {
+        RefMlp m;
+        m.gate = add(p + gate, {inter, h}, ws);
+        m.up = add(p + up, {inter, h}, ws);
+        m.down = add(p + down, {h, inter}, 1.0 / std::sqrt(static_cast<double>(inter)));
+        return m;
+      };
+      l.sparse = c.is_sparse_layer(i);
+      if (!l.sparse) {
+        RefMlp m = mlp("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", c.intermediate_size);
+        l.gate = std::move(m.gate), l.up = std::move(m.up), l.down = std::move(m.down);
+      } else {
+        l.router = add(p + "ffn_gate_inp.weight", {c.num_experts, h}, 4 * ws);  // spread: clear winners
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          const std::string x = "." + std::to_string(e) + ".weight";
+          l.experts.push_back(mlp("ffn_gate" + x, "ffn_up" + x, "ffn_down" + x, c.moe_intermediate_size));
+        }
+        if (c.shared_expert_intermediate_size > 0) {
+          l.shared = mlp("ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                         c.shared_expert_intermediate_size);
+          l.shared_gate = add(p + "ffn_gate_inp_shexp.weight", {1, h}, ws);
+        }
+      }
       w.layers.push_back(std::move(l));
     }
     return w;
@@ -365,10 +394,39 @@ std::vector<Mat> reference_logits(const ModelConfig& c, const RefWeights& w, con
       for (int64_t i = 0; i < h; ++i) x[t][i] += o[i];
       Mat hn = x[t];
       rmsnorm(hn.data(), l.ffn_norm.data(), h, c.rms_norm_eps);
-      Mat g = matvec(l.gate, hn, c.intermediate_size, h), u = matvec(l.up, hn, c.intermediate_size, h);
-      for (int64_t i = 0; i < c.intermediate_size; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
-      Mat d = matvec(l.down, g, h, c.intermediate_size);
-      for (int64_t i = 0; i < h; ++i) x[t][i] += d[i];
+      auto mlp = [&](const Mat& gate, const Mat& up, const Mat& down, int64_t inter) {
+        Mat g = matvec(gate, hn, inter, h), u = matvec(up, hn, inter, h);
+        for (int64_t i = 0; i < inter; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+        return matvec(down, g, h, inter);
+      };
+      if (!l.sparse) {
+        Mat d = mlp(l.gate, l.up, l.down, c.intermediate_size);
+        for (int64_t i = 0; i < h; ++i) x[t][i] += d[i];
+        continue;
+      }
+      // Softmax over every expert's logit, the top k (ties: the lower expert), their
+      // probabilities, renormalised where the config says.
+      const Mat logit = matvec(l.router, hn, c.num_experts, h);
+      std::vector<int64_t> order(static_cast<size_t>(c.num_experts));
+      for (int64_t e = 0; e < c.num_experts; ++e) order[e] = e;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logit[a] > logit[b]; });
+      double total = 0, chosen = 0;
+      for (double v : logit) total += std::exp(v - logit[order[0]]);
+      std::vector<double> weight(static_cast<size_t>(c.num_experts_per_tok));
+      for (int64_t j = 0; j < c.num_experts_per_tok; ++j) {
+        chosen += weight[j] = std::exp(logit[order[j]] - logit[order[0]]) / total;
+      }
+      for (int64_t j = 0; j < c.num_experts_per_tok; ++j) {
+        const RefMlp& e = l.experts[order[j]];
+        const Mat d = mlp(e.gate, e.up, e.down, c.moe_intermediate_size);
+        const double wgt = c.norm_topk_prob ? weight[j] / chosen : weight[j];
+        for (int64_t i = 0; i < h; ++i) x[t][i] += wgt * d[i];
+      }
+      if (c.shared_expert_intermediate_size > 0) {
+        const Mat d = mlp(l.shared.gate, l.shared.up, l.shared.down, c.shared_expert_intermediate_size);
+        const double g = 1 / (1 + std::exp(-matvec(l.shared_gate, hn, 1, h)[0]));
+        for (int64_t i = 0; i < h; ++i) x[t][i] += g * d[i];
+      }
     }
   }
   std::vector<Mat> logits(T);
@@ -505,6 +563,62 @@ TEST(ModelReference, SlidingWindowAndLinearScaling) {
   c.rope_scaling.type = RopeScaling::Type::kLinear;
   c.rope_scaling.factor = 2.0;
   expect_matches_reference(c, 5);
+}
+
+// The mixtures of experts: 8 experts of width 24, top 3 renormalised (Qwen3-MoE, q/k norms);
+// 6 experts, top 2 not renormalised, a shared expert of width 40, the middle layer dense
+// (Qwen2-MoE's mlp_only_layers, Q/K/V biases); 4 experts top 2 (Mixtral, interleaved RoPE and a
+// sliding window). The chunks of 5 and 3 tokens group several tokens per expert.
+ModelConfig moe_config(const std::string& arch) {
+  ModelConfig c = base_config();
+  c.architecture = arch;
+  c.moe_intermediate_size = 24;
+  if (arch == "qwen3_moe") {
+    c.qk_norm = true;
+    c.num_experts = 8, c.num_experts_per_tok = 3, c.norm_topk_prob = true;
+  } else if (arch == "qwen2_moe") {
+    c.attention_bias = true;
+    c.num_experts = 6, c.num_experts_per_tok = 2, c.norm_topk_prob = false;
+    c.shared_expert_intermediate_size = 40;
+    c.mlp_only_layers = {1};
+  } else {
+    c.rope_interleaved = true;
+    c.sliding_window = 6;
+    c.num_experts = 4, c.num_experts_per_tok = 2, c.norm_topk_prob = true;
+  }
+  return c;
+}
+
+TEST(ModelReference, Qwen3MoeTopKRenormalised) { expect_matches_reference(moe_config("qwen3_moe"), 11); }
+TEST(ModelReference, Qwen2MoeSharedExpertAndDenseLayer) { expect_matches_reference(moe_config("qwen2_moe"), 12); }
+TEST(ModelReference, MixtralTopTwo) { expect_matches_reference(moe_config("mixtral"), 13); }
+
+// Routing: the top k by logit, equal logits in expert order (the same choice in every batch),
+// weights the softmax over all experts, renormalised over the chosen ones on request.
+TEST(Routing, TopKTiesAndWeights) {
+  const float logits[] = {1.0f, 3.0f, 3.0f, 0.5f, 3.0f,   // a three-way tie for the top
+                          -2.0f, 0.0f, 4.0f, 4.0f, 1.0f};
+  int32_t experts[4];
+  float weights[4];
+  route_tokens(logits, 2, 5, 2, false, experts, weights);
+  EXPECT_EQ(experts[0], 1);
+  EXPECT_EQ(experts[1], 2);
+  EXPECT_EQ(experts[2], 7 - 5);
+  EXPECT_EQ(experts[3], 8 - 5);
+  double total = 0;
+  for (int e = 0; e < 5; ++e) total += std::exp(double{logits[e]} - 3.0);
+  EXPECT_NEAR(weights[0], 1.0 / total, 1e-6);
+  EXPECT_NEAR(weights[1], 1.0 / total, 1e-6);
+  route_tokens(logits, 2, 5, 2, true, experts, weights);
+  EXPECT_FLOAT_EQ(weights[0], 0.5f);
+  EXPECT_FLOAT_EQ(weights[3], 0.5f);
+  // The second token alone routes as it did beside the first.
+  int32_t alone[2];
+  float alone_w[2];
+  route_tokens(logits + 5, 1, 5, 2, true, alone, alone_w);
+  EXPECT_EQ(alone[0], experts[2]);
+  EXPECT_EQ(alone[1], experts[3]);
+  EXPECT_EQ(alone_w[0], weights[2]);
 }
 
 TEST(ModelReference, MissingTensorAndUnknownArchitectureFail) {

@@ -16,11 +16,21 @@
 namespace pagoda::app {
 
 int64_t decode_weight_bytes(const ModelConfig& c, DType type) {
-  // Every matrix is read once per step: the layers' projections and the LM head (the embedding
-  // table only for one row, which is negligible; norms are tiny f32 vectors and left out).
-  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  const int64_t per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + 3 * c.hidden_size * c.intermediate_size;
-  const int64_t weights = c.num_layers * per_layer + c.vocab_size * c.hidden_size;
+  // Every matrix a token uses is read once per step: the layers' projections and the LM head
+  // (the embedding table only for one row, which is negligible; norms are tiny f32 vectors and
+  // left out). A sparse layer: the router, the token's num_experts_per_tok experts and the shared
+  // expert with its gate (one sequence: the bytes of the active parameters).
+  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  int64_t weights = c.vocab_size * h;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    weights += h * (q + 2 * kv) + q * h;
+    if (!c.is_sparse_layer(layer)) {
+      weights += 3 * h * c.intermediate_size;
+      continue;
+    }
+    weights += c.num_experts * h + c.num_experts_per_tok * 3 * h * c.moe_intermediate_size;
+    if (c.shared_expert_intermediate_size > 0) weights += 3 * h * c.shared_expert_intermediate_size + h;
+  }
   return weights * block_bytes(type) / block_elems(type);
 }
 

@@ -1,12 +1,14 @@
 #include "apps/pagoda/model_loading.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <utility>
 
 #include "apps/pagoda/engine_flags.h"
 #include "backends/cpu/cpu_thread_pool.h"
 #include "base/log.h"
+#include "base/memory_info.h"
 #include "loader/config_parsers.h"
 #include "loader/gguf_file.h"
 
@@ -199,6 +201,18 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
     options.dummy_dtype = DType::kBF16;  // what such checkpoints ship in; f32 would double the memory
   }
   options.dummy_seed = flags.weights_seed;
+  // A built-in shape's dummy weights are made in memory: say so before allocating what cannot fit.
+  if (auto preset = dummy_preset(flags.model); preset && options.format == LoadFormat::kDummy) {
+    const double need = static_cast<double>(dummy_weight_bytes(*preset, options.dummy_dtype));
+    const double have = static_cast<double>(total_memory_bytes());
+    if (need > 0.9 * have) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg, "%s: dummy weights in %s need %.1f GiB, more than 90%% of this machine's %.1f GiB",
+                    flags.model.c_str(), std::string(dtype_name(options.dummy_dtype)).c_str(), need / (1 << 30),
+                    have / (1 << 30));
+      return resource_exhausted(std::string(msg) + " (a smaller --dtype: q4_0, q4_k, ...)");
+    }
+  }
   if (auto mix = llama_file_type_mix(flags.quantization)) options.weight_mix = *mix;
   if (auto mix = int_codes_mix(flags.quantization)) options.weight_mix = *mix;
 

@@ -165,6 +165,10 @@ int run_quantize_compressed(const QuantizeFlags& f) {
   if (!cfg.quantization.method.empty()) {
     return fail(invalid_argument(f.input + " is already quantized (" + cfg.quantization.method + ")"));
   }
+  if (cfg.num_experts > 0) {
+    return fail(invalid_argument(f.input + ": pagoda quantize --type " + f.type + " does not write mixtures of experts (" +
+                                 cfg.architecture + ") yet"));
+  }
   for (const auto& [name, t] : src.weights.all()) {
     if (is_quantized(t.dtype) || !dtype_traits(t.dtype).dense_matmul) {
       return fail(invalid_argument(f.input + ": tensor " + name + " is " + std::string(dtype_name(t.dtype)) +

@@ -1,13 +1,12 @@
 #include "engine/engine_core.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "base/check.h"
+#include "base/memory_info.h"
 #include "engine/request_validation.h"
 #include "kv/kv_cache_manager.h"
 #include "spec/draft_model_proposer.h"
@@ -17,30 +16,16 @@ namespace pagoda {
 
 namespace {
 
-int64_t available_memory_bytes() {
-  long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : (int64_t{1} << 32);
-}
-
-// What this process may use: physical memory, or the cgroup's limit where that is lower.
-int64_t total_memory_bytes() {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  int64_t total = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : (int64_t{1} << 32);
-  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    if (FILE* f = std::fopen(path, "r")) {
-      long long limit = 0;
-      if (std::fscanf(f, "%lld", &limit) == 1 && limit > 0 && limit < total) total = limit;
-      std::fclose(f);
-    }
-  }
-  return total;
-}
-
 // The forward pass's working memory at the scheduler's limits: the model's per-token buffers
-// (x, h, q, attention out, k, v, gate, up) for a full step, and one logit row per sequence.
+// (x, h, q, attention out, k, v, gate, up; a sparse layer's router logits, gathered rows, the
+// experts' outputs and routing slots: model/layers/workspace.h) for a full step, and one logit
+// row per sequence.
 int64_t activation_bytes(const ModelConfig& c, const SchedulerConfig& sc) {
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  const int64_t per_token = 2 * c.hidden_size + 2 * q + 2 * kv + 2 * c.intermediate_size;
+  int64_t per_token = 2 * c.hidden_size + 2 * q + 2 * kv + 2 * c.max_intermediate_size();
+  if (c.num_experts > 0) {
+    per_token += c.num_experts + c.hidden_size + c.num_experts_per_tok * (c.hidden_size + 2 + 2 + 1);
+  }
   return static_cast<int64_t>(sizeof(float)) * (sc.max_num_batched_tokens * per_token + sc.max_num_seqs * c.vocab_size);
 }
 

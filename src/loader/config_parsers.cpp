@@ -26,6 +26,9 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"MistralForCausalLM", "mistral", "llama"},
     {"Qwen2ForCausalLM", "qwen2", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe"},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2_moe"},
+    {"MixtralForCausalLM", "mixtral", "mixtral"},
 };
 
 Result<std::string> hf_architecture(const json& j, const std::string& source) {
@@ -344,6 +347,44 @@ Status hf_quantization(const json& j, const std::string& source, CheckpointQuant
   return {};
 }
 
+// The mixture-of-experts fields of an HF config, with transformers' defaults where its config
+// classes have them: Qwen3MoeConfig / Qwen2MoeConfig (num_experts, num_experts_per_tok,
+// moe_intermediate_size, norm_topk_prob, decoder_sparse_step, mlp_only_layers, and Qwen2-MoE's
+// shared_expert_intermediate_size) and MixtralConfig (num_local_experts experts of
+// intermediate_size, the top 2 renormalised).
+Status hf_moe(const json& j, const std::string& source, ModelConfig* c) {
+  const bool qwen3 = c->architecture == "qwen3_moe", qwen2 = c->architecture == "qwen2_moe";
+  if (!qwen3 && !qwen2 && c->architecture != "mixtral") return {};
+  auto int_or = [&](const char* key, int64_t fallback) -> Result<int64_t> {
+    PAGODA_ASSIGN_OR_RETURN(std::optional<int64_t> v, json_int(j, key, source));
+    return v.value_or(fallback);
+  };
+  if (c->architecture == "mixtral") {
+    PAGODA_ASSIGN_OR_RETURN(c->num_experts, int_or("num_local_experts", 8));
+    PAGODA_ASSIGN_OR_RETURN(c->num_experts_per_tok, int_or("num_experts_per_tok", 2));
+    c->moe_intermediate_size = c->intermediate_size;
+    c->norm_topk_prob = true;
+    return {};
+  }
+  PAGODA_ASSIGN_OR_RETURN(c->num_experts, int_or("num_experts", qwen3 ? 128 : 60));
+  PAGODA_ASSIGN_OR_RETURN(c->num_experts_per_tok, int_or("num_experts_per_tok", qwen3 ? 8 : 4));
+  PAGODA_ASSIGN_OR_RETURN(c->moe_intermediate_size, int_or("moe_intermediate_size", qwen3 ? 768 : 1408));
+  if (qwen2) {
+    PAGODA_ASSIGN_OR_RETURN(c->shared_expert_intermediate_size, int_or("shared_expert_intermediate_size", 5632));
+  }
+  PAGODA_ASSIGN_OR_RETURN(std::optional<bool> norm, json_bool(j, "norm_topk_prob", source));
+  c->norm_topk_prob = norm.value_or(false);
+  PAGODA_ASSIGN_OR_RETURN(c->decoder_sparse_step, int_or("decoder_sparse_step", 1));
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return data_loss(source + ": mlp_only_layers must be an array of layer numbers");
+    for (const json& v : *it) {
+      if (!v.is_number_integer()) return data_loss(source + ": mlp_only_layers must be an array of layer numbers");
+      c->mlp_only_layers.push_back(v.get<int64_t>());
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std::string& source) {
@@ -364,7 +405,7 @@ Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std:
   if (!head_dim && c.hidden_size % c.num_heads != 0) {
     return data_loss(source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not given");
   }
-  bool is_qwen = c.architecture == "qwen2" || c.architecture == "qwen3";
+  bool is_qwen = c.architecture.starts_with("qwen");
   PAGODA_ASSIGN_OR_RETURN(auto max_pos, json_int(j, "max_position_embeddings", source));
   c.max_position_embeddings = max_pos.value_or(is_qwen ? 32768 : 2048);
   PAGODA_ASSIGN_OR_RETURN(auto eps, json_number(j, "rms_norm_eps", source));
@@ -379,13 +420,15 @@ Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std:
   // Qwen2/3 configs name a window but switch it off with use_sliding_window=false.
   c.sliding_window = use_window.value_or(true) ? window.value_or(0) : 0;
   PAGODA_ASSIGN_OR_RETURN(auto bias, json_bool(j, "attention_bias", source));
-  c.attention_bias = c.architecture == "qwen2" ? true : bias.value_or(false);
-  c.qk_norm = c.architecture == "qwen3";
+  // Qwen2 and Qwen2-MoE always have Q/K/V biases; Qwen3 and Qwen3-MoE per-head q/k norms.
+  c.attention_bias = c.architecture == "qwen2" || c.architecture == "qwen2_moe" ? true : bias.value_or(false);
+  c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
   c.rope_interleaved = false;
   PAGODA_ASSIGN_OR_RETURN(auto mlp_bias, json_bool(j, "mlp_bias", source));
   if (mlp_bias.value_or(false)) return unimplemented(source + ": mlp_bias is not supported");
   PAGODA_ASSIGN_OR_RETURN(auto act, json_string(j, "hidden_act", source));
   if (act && *act != "silu") return unimplemented(source + ": unsupported hidden_act " + *act);
+  PAGODA_RETURN_IF_ERROR(hf_moe(j, source, &c));
   PAGODA_RETURN_IF_ERROR(hf_quantization(j, source, &c.quantization));
   PAGODA_RETURN_IF_ERROR(c.validate(source));
   return c;
@@ -399,14 +442,35 @@ Result<ModelConfig> config_from_hf_file(const std::string& path) {
 Result<ModelConfig> config_from_gguf(const GgufFile& g) {
   const std::string& path = g.path();
   PAGODA_ASSIGN_OR_RETURN(std::string arch, g.get_string("general.architecture"));
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen2moe" && arch != "qwen3moe") {
     return unimplemented(path + ": unsupported architecture " + arch);
   }
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   ModelConfig c;
-  c.architecture = arch;
+  c.architecture = arch == "qwen2moe" ? "qwen2_moe" : arch == "qwen3moe" ? "qwen3_moe" : arch;
   PAGODA_ASSIGN_OR_RETURN(c.hidden_size, g.get_int(key("embedding_length")));
-  PAGODA_ASSIGN_OR_RETURN(c.intermediate_size, g.get_int(key("feed_forward_length")));
+  // Mixtures of experts (llama.cpp's keys): Mixtral is the llama arch with experts, all of
+  // intermediate_size; Qwen's MoE files give the experts' width apart. Every layer is sparse.
+  PAGODA_ASSIGN_OR_RETURN(c.num_experts, gguf_int_or(g, key("expert_count"), 0));
+  if (c.num_experts > 0) {
+    if (arch == "llama") c.architecture = "mixtral";
+    PAGODA_ASSIGN_OR_RETURN(c.num_experts_per_tok, g.get_int(key("expert_used_count")));
+    if (arch == "llama") {
+      PAGODA_ASSIGN_OR_RETURN(c.moe_intermediate_size, g.get_int(key("feed_forward_length")));
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(c.moe_intermediate_size, g.get_int(key("expert_feed_forward_length")));
+    }
+    PAGODA_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                            gguf_int_or(g, key("expert_shared_feed_forward_length"), 0));
+    // llama.cpp renormalises the top k for Mixtral and Qwen3-MoE, not for Qwen2-MoE.
+    c.norm_topk_prob = arch != "qwen2moe";
+    if (g.find(key("expert_weights_norm"))) {
+      PAGODA_ASSIGN_OR_RETURN(c.norm_topk_prob, g.get_bool(key("expert_weights_norm")));
+    }
+  } else if (arch == "qwen2moe" || arch == "qwen3moe") {
+    return data_loss(path + ": " + key("expert_count") + " is missing or 0 in a mixture-of-experts file");
+  }
+  PAGODA_ASSIGN_OR_RETURN(c.intermediate_size, gguf_int_or(g, key("feed_forward_length"), c.moe_intermediate_size));
   PAGODA_ASSIGN_OR_RETURN(c.num_layers, g.get_int(key("block_count")));
   PAGODA_ASSIGN_OR_RETURN(c.num_heads, g.get_int(key("attention.head_count")));
   if (c.num_heads <= 0) return data_loss(path + ": " + key("attention.head_count") + " must be positive");
@@ -463,8 +527,8 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
 
   c.rope_interleaved = arch == "llama";
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
-  c.attention_bias = arch == "qwen2" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.qk_norm = arch == "qwen3";
+  c.attention_bias = arch == "qwen2" || arch == "qwen2moe" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   PAGODA_RETURN_IF_ERROR(c.validate(path));
   if (const GgufTensorInfo* freqs = g.find_tensor("rope_freqs.weight")) {
     if (c.rope_scaling.type != RopeScaling::Type::kNone) {

@@ -16,15 +16,19 @@ namespace pagoda {
 
 // From the text of a config.json. `source` (the file's path) prefixes every error message.
 // Architectures: LlamaForCausalLM / MistralForCausalLM -> "llama", Qwen2ForCausalLM -> "qwen2"
-// (attention_bias forced on), Qwen3ForCausalLM -> "qwen3" (qk_norm on). architectures[0] decides
+// (attention_bias forced on), Qwen3ForCausalLM -> "qwen3" (qk_norm on), and the mixtures of
+// experts Qwen3MoeForCausalLM -> "qwen3_moe", Qwen2MoeForCausalLM -> "qwen2_moe" (with a shared
+// expert), MixtralForCausalLM -> "mixtral" (ModelConfig's MoE fields). architectures[0] decides
 // when present, else model_type. rope_interleaved is always false (HF checkpoints rotate halves).
 Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std::string& source);
 
 // Reads the file `path` and parses it with config_from_hf_json.
 Result<ModelConfig> config_from_hf_file(const std::string& path);
 
-// From the metadata (general.architecture in llama, qwen2, qwen3; <arch>.* keys) and tensor list
-// of a GGUF file: tie_word_embeddings is true when output.weight is absent; rope_interleaved is
+// From the metadata (general.architecture in llama, qwen2, qwen3, qwen2moe, qwen3moe; <arch>.*
+// keys; a llama file with <arch>.expert_count is Mixtral, every layer of a file with experts
+// sparse, the top k renormalised except for qwen2moe unless <arch>.expert_weights_norm says)
+// and tensor list of a GGUF file: tie_word_embeddings is true when output.weight is absent; rope_interleaved is
 // true for the llama arch; a llama3 rope_freqs.weight tensor is recognized when it matches
 // Llama 3's scaling with low_freq_factor 1, high_freq_factor 4 and an original context of 8192.
 Result<ModelConfig> config_from_gguf(const GgufFile& gguf);

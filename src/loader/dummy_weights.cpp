@@ -89,7 +89,8 @@ Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uin
 }
 
 std::vector<std::string> dummy_presets() {
-  return {"demo-random", "llama-110m", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b"};
+  return {"demo-random", "llama-110m",    "tinyllama-1.1b",    "qwen2.5-0.5b", "qwen3-0.6b",
+          "llama-3.2-1b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "mixtral-8x7b"};
 }
 
 std::optional<ModelConfig> dummy_preset(const std::string& name) {
@@ -164,11 +165,69 @@ std::optional<ModelConfig> dummy_preset(const std::string& name) {
     c.rope_scaling.high_freq_factor = 4.0;
     c.rope_scaling.original_max_position_embeddings = 8192;
     c.tie_word_embeddings = true;
+  } else if (name == "qwen3-30b-a3b") {  // 30.5B parameters, 3.3B a token
+    c.architecture = "qwen3_moe";
+    c.vocab_size = 151936;
+    c.hidden_size = 2048;
+    c.intermediate_size = 6144;
+    c.num_layers = 48;
+    c.num_heads = 32;
+    c.num_kv_heads = 4;
+    c.head_dim = 128;
+    c.max_position_embeddings = 40960;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1e6;
+    c.qk_norm = true;
+    c.num_experts = 128;
+    c.num_experts_per_tok = 8;
+    c.moe_intermediate_size = 768;
+    c.norm_topk_prob = true;
+  } else if (name == "qwen1.5-moe-a2.7b") {  // 14.3B parameters, 2.7B a token
+    c.architecture = "qwen2_moe";
+    c.vocab_size = 151936;
+    c.hidden_size = 2048;
+    c.intermediate_size = 5632;
+    c.num_layers = 24;
+    c.num_heads = 16;
+    c.num_kv_heads = 16;
+    c.max_position_embeddings = 8192;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1e6;
+    c.attention_bias = true;
+    c.num_experts = 60;
+    c.num_experts_per_tok = 4;
+    c.moe_intermediate_size = 1408;
+    c.shared_expert_intermediate_size = 5632;
+  } else if (name == "mixtral-8x7b") {  // 46.7B parameters, 12.9B a token
+    c.architecture = "mixtral";
+    c.vocab_size = 32000;
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_layers = 32;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.max_position_embeddings = 32768;
+    c.rope_theta = 1e6;
+    c.num_experts = 8;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 14336;
+    c.norm_topk_prob = true;
   } else {
     return std::nullopt;
   }
   if (c.head_dim == 0) c.head_dim = c.hidden_size / c.num_heads;
   return c;
+}
+
+int64_t dummy_weight_bytes(const ModelConfig& config, DType dtype) {
+  int64_t bytes = 0;
+  for (const WeightSpec& s : expected_weights(config)) {
+    const DType t = s.kind == WeightSpec::Kind::kMatrix ? shape_fallback(dtype, s.shape.back()) : DType::kF32;
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < s.shape.size(); ++d) rows *= s.shape[d];
+    bytes += rows * (s.shape.back() / block_elems(t)) * block_bytes(t);
+  }
+  return bytes;
 }
 
 }  // namespace pagoda

@@ -1,5 +1,6 @@
 #include "loader/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace pagoda {
@@ -15,6 +16,7 @@ constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxPositions = int64_t{1} << 26;
+constexpr int64_t kMaxExperts = 1024;
 
 }  // namespace
 
@@ -44,6 +46,15 @@ Status ModelConfig::validate(const std::string& source) const {
                std::to_string(num_kv_heads) + ")");
   }
   if (head_dim % 2 != 0) return bad("head_dim " + std::to_string(head_dim) + " is odd");
+  PAGODA_RETURN_IF_ERROR(in_range("num_experts", num_experts, 0, kMaxExperts));
+  if (num_experts > 0) {
+    PAGODA_RETURN_IF_ERROR(in_range("num_experts_per_tok", num_experts_per_tok, 1, num_experts));
+    PAGODA_RETURN_IF_ERROR(in_range("moe_intermediate_size", moe_intermediate_size, 1, kMaxIntermediate));
+    PAGODA_RETURN_IF_ERROR(
+        in_range("shared_expert_intermediate_size", shared_expert_intermediate_size, 0, kMaxIntermediate));
+    PAGODA_RETURN_IF_ERROR(in_range("decoder_sparse_step", decoder_sparse_step, 1, num_layers));
+    for (int64_t layer : mlp_only_layers) PAGODA_RETURN_IF_ERROR(in_range("mlp_only_layers[i]", layer, 0, num_layers - 1));
+  }
   if (num_heads * head_dim > kMaxHidden) {
     return bad("num_heads * head_dim = " + std::to_string(num_heads * head_dim) + " is too large");
   }
@@ -70,17 +81,51 @@ Status ModelConfig::validate(const std::string& source) const {
   return {};
 }
 
-int64_t ModelConfig::num_parameters() const {
-  int64_t q_dim = num_heads * head_dim;
-  int64_t kv_dim = num_kv_heads * head_dim;
-  int64_t per_layer = 2 * hidden_size                                 // attn_norm, ffn_norm
-                      + hidden_size * (q_dim + 2 * kv_dim)            // q, k, v
-                      + q_dim * hidden_size                           // o
-                      + 3 * hidden_size * intermediate_size;          // gate, up, down
-  if (attention_bias) per_layer += q_dim + 2 * kv_dim;
-  if (qk_norm) per_layer += 2 * head_dim;
-  int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
-  return embeddings + hidden_size + num_layers * per_layer;
+bool ModelConfig::is_sparse_layer(int64_t layer) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;
+  for (int64_t l : mlp_only_layers) {
+    if (l == layer) return false;
+  }
+  return true;
 }
+
+int64_t ModelConfig::max_intermediate_size() const {
+  int64_t widest = 0;
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    widest = std::max(widest, is_sparse_layer(layer) ? std::max(moe_intermediate_size, shared_expert_intermediate_size)
+                                                     : intermediate_size);
+  }
+  return widest;
+}
+
+namespace {
+
+// Parameters of the model with `experts` of each sparse layer's experts counted.
+int64_t count_parameters(const ModelConfig& c, int64_t experts) {
+  const int64_t q_dim = c.num_heads * c.head_dim;
+  const int64_t kv_dim = c.num_kv_heads * c.head_dim;
+  const int64_t h = c.hidden_size;
+  int64_t total = c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2) + h;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    total += 2 * h                           // attn_norm, ffn_norm
+             + h * (q_dim + 2 * kv_dim)      // q, k, v
+             + q_dim * h;                    // o
+    if (c.attention_bias) total += q_dim + 2 * kv_dim;
+    if (c.qk_norm) total += 2 * c.head_dim;
+    if (!c.is_sparse_layer(layer)) {
+      total += 3 * h * c.intermediate_size;  // gate, up, down
+      continue;
+    }
+    total += c.num_experts * h + experts * 3 * h * c.moe_intermediate_size;  // router, experts
+    if (c.shared_expert_intermediate_size > 0) total += h + 3 * h * c.shared_expert_intermediate_size;
+  }
+  return total;
+}
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const { return count_parameters(*this, num_experts); }
+
+int64_t ModelConfig::num_active_parameters() const { return count_parameters(*this, num_experts_per_tok); }
 
 }  // namespace pagoda

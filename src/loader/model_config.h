@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -42,7 +43,8 @@ struct CheckpointQuantization {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama" (also Mistral, TinyLlama), "qwen2", "qwen3"
+  std::string architecture;  // "llama" (also Mistral, TinyLlama), "qwen2", "qwen3", and the mixtures
+                             // of experts "qwen3_moe", "qwen2_moe", "mixtral"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -62,6 +64,21 @@ struct ModelConfig {
   bool attention_bias = false;       // Q/K/V projections have biases (Qwen2)
   bool qk_norm = false;              // per-head RMSNorm on q and k before RoPE (Qwen3)
   int64_t sliding_window = 0;        // 0 = full attention (Mistral v0.1 declares 4096)
+
+  // Mixture of experts (num_experts > 0): a sparse layer routes each token to
+  // num_experts_per_tok of num_experts gated MLPs of width moe_intermediate_size (softmax over
+  // the router's logits, the top k, renormalised to sum 1 when norm_topk_prob), plus, where
+  // shared_expert_intermediate_size > 0, a shared expert every token passes through, scaled by
+  // sigmoid(its gate) (Qwen2-MoE). Layer i is sparse unless it is in mlp_only_layers or (i + 1)
+  // is not a multiple of decoder_sparse_step; the other layers are dense MLPs of
+  // intermediate_size.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
   CheckpointQuantization quantization;
 
   // Checks positivity, divisibility (heads by kv heads), and sane upper bounds, so that sizes
@@ -70,6 +87,13 @@ struct ModelConfig {
 
   // Number of parameters implied by the shapes (for logs and dummy weights).
   int64_t num_parameters() const;
+  // Of those, the ones a token reads: every expert counted once in num_parameters, only
+  // num_experts_per_tok of them here (the same number for a dense model).
+  int64_t num_active_parameters() const;
+  // Whether layer `layer`'s feed-forward block is the sparse mixture of experts.
+  bool is_sparse_layer(int64_t layer) const;
+  // The widest feed-forward intermediate any layer uses (dense, expert or shared expert).
+  int64_t max_intermediate_size() const;
 };
 
 }  // namespace pagoda

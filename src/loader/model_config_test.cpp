@@ -82,6 +82,13 @@ TEST(ModelConfig, NumParameters) {
   EXPECT_NEAR(static_cast<double>(dummy_preset("qwen2.5-0.5b")->num_parameters()), 0.494e9, 0.001e9);
   EXPECT_NEAR(static_cast<double>(dummy_preset("qwen3-0.6b")->num_parameters()), 0.596e9, 0.001e9);
   EXPECT_NEAR(static_cast<double>(dummy_preset("llama-3.2-1b")->num_parameters()), 1.236e9, 0.001e9);
+  // The mixtures of experts: all parameters and those a token reads (the model cards' figures).
+  EXPECT_NEAR(static_cast<double>(dummy_preset("qwen3-30b-a3b")->num_parameters()), 30.5e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("qwen3-30b-a3b")->num_active_parameters()), 3.3e9, 0.06e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("qwen1.5-moe-a2.7b")->num_parameters()), 14.3e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("qwen1.5-moe-a2.7b")->num_active_parameters()), 2.7e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("mixtral-8x7b")->num_parameters()), 46.7e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(dummy_preset("mixtral-8x7b")->num_active_parameters()), 12.9e9, 0.05e9);
   // It agrees with the tensor list.
   for (const std::string& name : dummy_presets()) {
     ModelConfig c = *dummy_preset(name);
@@ -295,6 +302,86 @@ TEST(ConfigFromHf, Qwen2AndQwen3) {
   EXPECT_FALSE(q3->attention_bias);
   EXPECT_EQ(q3->head_dim, 128);
   EXPECT_DOUBLE_EQ(q3->rope_theta, 1e6);
+}
+
+// The configs of Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B and Mixtral-8x7B as published; their parameter
+// counts are the model cards' (30.5B / 3.3B active, 14.3B / 2.7B, 46.7B / 12.9B).
+TEST(ConfigFromHf, MixturesOfExperts) {
+  auto q3 = config_from_hf_json(R"({"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+      "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+      "intermediate_size": 6144, "max_position_embeddings": 40960, "mlp_only_layers": [],
+      "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true,
+      "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+      "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
+      "sliding_window": null, "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936})",
+                                "q3");
+  ASSERT_TRUE(q3.ok()) << q3.status().message();
+  EXPECT_EQ(q3->architecture, "qwen3_moe");
+  EXPECT_TRUE(q3->qk_norm);
+  EXPECT_EQ(q3->num_experts, 128);
+  EXPECT_EQ(q3->num_experts_per_tok, 8);
+  EXPECT_EQ(q3->moe_intermediate_size, 768);
+  EXPECT_EQ(q3->shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(q3->norm_topk_prob);
+  EXPECT_TRUE(q3->is_sparse_layer(0) && q3->is_sparse_layer(47));
+  EXPECT_EQ(q3->max_intermediate_size(), 768);
+  EXPECT_NEAR(static_cast<double>(q3->num_parameters()), 30.53e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(q3->num_active_parameters()), 3.35e9, 0.05e9);
+
+  auto q2 = config_from_hf_json(R"({"architectures": ["Qwen2MoeForCausalLM"], "decoder_sparse_step": 1,
+      "hidden_size": 2048, "intermediate_size": 5632, "max_position_embeddings": 8192, "model_type": "qwen2_moe",
+      "moe_intermediate_size": 1408, "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 60,
+      "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+      "rope_theta": 1000000.0, "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
+      "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936})",
+                                "q2");
+  ASSERT_TRUE(q2.ok()) << q2.status().message();
+  EXPECT_EQ(q2->architecture, "qwen2_moe");
+  EXPECT_TRUE(q2->attention_bias);
+  EXPECT_FALSE(q2->norm_topk_prob);
+  EXPECT_EQ(q2->shared_expert_intermediate_size, 5632);
+  EXPECT_EQ(q2->max_intermediate_size(), 5632);
+  EXPECT_NEAR(static_cast<double>(q2->num_parameters()), 14.3e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(q2->num_active_parameters()), 2.69e9, 0.05e9);
+
+  auto mx = config_from_hf_json(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+      "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+      "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8,
+      "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null,
+      "tie_word_embeddings": false, "vocab_size": 32000})",
+                                "mx");
+  ASSERT_TRUE(mx.ok()) << mx.status().message();
+  EXPECT_EQ(mx->architecture, "mixtral");
+  EXPECT_EQ(mx->num_experts, 8);
+  EXPECT_EQ(mx->moe_intermediate_size, 14336);
+  EXPECT_TRUE(mx->norm_topk_prob);
+  EXPECT_FALSE(mx->attention_bias || mx->qk_norm);
+  EXPECT_NEAR(static_cast<double>(mx->num_parameters()), 46.7e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(mx->num_active_parameters()), 12.9e9, 0.05e9);
+
+  // Qwen2-MoE's layer pattern: sparse every decoder_sparse_step-th layer, never in mlp_only_layers.
+  auto pattern = config_from_hf_json(R"({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4, "vocab_size": 100,
+      "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "shared_expert_intermediate_size": 16, "decoder_sparse_step": 2, "mlp_only_layers": [3]})",
+                                     "pattern");
+  ASSERT_TRUE(pattern.ok()) << pattern.status().message();
+  std::string sparse;
+  for (int64_t i = 0; i < 6; ++i) sparse += pattern->is_sparse_layer(i) ? 'S' : 'D';
+  EXPECT_EQ(sparse, "DSDDDS");
+  EXPECT_EQ(pattern->max_intermediate_size(), 128);
+
+  // More experts per token than experts; a layer number past the last layer.
+  for (const char* bad : {R"("num_experts": 4, "num_experts_per_tok": 5)", R"("num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [6])"}) {
+    auto r = config_from_hf_json(std::string(R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4, "vocab_size": 100, )") + bad + "}",
+                                 "bad.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(std::string(bad).find("mlp_only") != std::string::npos ? "mlp_only_layers" : "num_experts_per_tok"),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("bad.json"), std::string::npos) << r.status().message();
+  }
 }
 
 TEST(ConfigFromHf, Errors) {

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "loader/config_parsers.h"
 #include "loader/gguf_file.h"
@@ -48,6 +50,42 @@ Status not_a_model(const std::string& path, PathKind kind) {
   return invalid_argument(path + ": neither a GGUF file nor a Hugging Face model directory with config.json");
 }
 
+// llama.cpp stores a sparse layer's experts stacked: blk.N.ffn_{gate,up,down}_exps.weight
+// [experts, rows, cols]. Each expert becomes a view blk.N.ffn_{gate,up,down}.e.weight [rows,
+// cols] (the per-expert names older Mixtral files use; a block type's rows are whole, so expert e
+// starts e * rows rows in), and Qwen2-MoE's shared-expert gate [hidden] a [1, hidden] matrix.
+Status split_stacked_experts(const ModelConfig& c, const std::string& path, WeightMap* weights) {
+  if (c.num_experts <= 0) return {};
+  std::vector<std::pair<std::string, Tensor>> views;
+  for (const auto& [name, t] : weights->all()) {
+    for (const char* proj : {"ffn_gate", "ffn_up", "ffn_down"}) {
+      const std::string suffix = std::string(".") + proj + "_exps.weight";
+      if (!name.starts_with("blk.") || !name.ends_with(suffix)) continue;
+      if (t.ndim != 3 || t.shape[0] != c.num_experts) {
+        return data_loss(path + ": tensor " + name + " has shape " + t.shape_string() + ", expected [" +
+                         std::to_string(c.num_experts) + ", rows, cols] (expert_count " +
+                         std::to_string(c.num_experts) + ")");
+      }
+      const std::string prefix = name.substr(0, name.size() - suffix.size() + 1) + proj + ".";
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        Tensor v = t;
+        v.ndim = 2;
+        v.shape = {t.shape[1], t.shape[2]};
+        v.data = static_cast<uint8_t*>(t.data) + e * v.nbytes();
+        views.emplace_back(prefix + std::to_string(e) + ".weight", v);
+      }
+    }
+    if (name.ends_with(".ffn_gate_inp_shexp.weight") && t.ndim == 1) {
+      Tensor v = t;
+      v.ndim = 2;
+      v.shape = {1, t.shape[0]};
+      views.emplace_back(name, v);
+    }
+  }
+  for (auto& [name, v] : views) weights->add(std::move(name), v);
+  return {};
+}
+
 Result<ModelSource> load_gguf(const std::string& path) {
   PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> opened, GgufFile::open(path));
   std::shared_ptr<const GgufFile> gguf(std::move(opened));
@@ -58,6 +96,7 @@ Result<ModelSource> load_gguf(const std::string& path) {
   src.weights.set_source(path);
   for (const GgufTensorInfo& t : gguf->tensors()) src.weights.add(t.name, t.tensor);
   src.weights.keep_alive(gguf);  // the file and any aligned copies it made
+  PAGODA_RETURN_IF_ERROR(split_stacked_experts(src.config, path, &src.weights));
   PAGODA_RETURN_IF_ERROR(check_weights(src.config, src.weights));
   return src;
 }

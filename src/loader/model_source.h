@@ -96,8 +96,9 @@ Result<ModelSource> load_model(const std::string& path, const LoadOptions& optio
 bool starts_with_gguf_magic(const std::string& path);
 
 // Names of the built-in configs usable with --load-format dummy ("demo-random", "tinyllama-1.1b",
-// "llama-110m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b"); dummy_preset returns nullopt for
-// any other name.
+// "llama-110m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b", and the mixtures of experts
+// "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "mixtral-8x7b" at their published shapes); dummy_preset
+// returns nullopt for any other name.
 std::vector<std::string> dummy_presets();
 std::optional<ModelConfig> dummy_preset(const std::string& name);
 
@@ -138,5 +139,7 @@ std::optional<std::string> hf_name_from_canonical(const std::string& canonical_n
 // `source` names the config in messages and becomes the map's source.
 Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
                                      const std::string& source);
+// The bytes make_dummy_weights(config, dtype, ...) allocates (the config must be valid).
+int64_t dummy_weight_bytes(const ModelConfig& config, DType dtype);
 
 }  // namespace pagoda

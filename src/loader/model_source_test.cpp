@@ -40,6 +40,14 @@ TEST(HfNames, MapBothWays) {
   EXPECT_EQ(canonical_name_from_hf("model.layers.3.self_attn.k_proj.bias"), "blk.3.attn_k.bias");
   EXPECT_EQ(canonical_name_from_hf("model.layers.3.self_attn.o_proj.weight"), "blk.3.attn_output.weight");
   EXPECT_EQ(canonical_name_from_hf("model.layers.3.self_attn.q_norm.weight"), "blk.3.attn_q_norm.weight");
+  // Mixtures of experts (Qwen's and Mixtral's names).
+  EXPECT_EQ(canonical_name_from_hf("model.layers.7.mlp.gate.weight"), "blk.7.ffn_gate_inp.weight");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.7.mlp.experts.127.down_proj.weight"), "blk.7.ffn_down.127.weight");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.0.block_sparse_moe.experts.3.w3.weight"), "blk.0.ffn_up.3.weight");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.0.block_sparse_moe.gate.weight"), "blk.0.ffn_gate_inp.weight");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.2.mlp.shared_expert_gate.weight"), "blk.2.ffn_gate_inp_shexp.weight");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.2.mlp.shared_expert.up_proj.weight"), "blk.2.ffn_up_shexp.weight");
+  EXPECT_EQ(canonical_name_from_hf("model.layers.0.mlp.experts.x.w1.weight"), std::nullopt);
   EXPECT_EQ(canonical_name_from_hf("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
   EXPECT_EQ(canonical_name_from_hf("layers.1.mlp.up_proj.weight"), "blk.1.ffn_up.weight");
   EXPECT_EQ(canonical_name_from_hf("model.layers.0.self_attn.rotary_emb.inv_freq"), std::nullopt);
@@ -317,7 +325,7 @@ TEST(CheckWeights, QuantizedNormIsRejected) {
 // ---- dummy weights ------------------------------------------------------------------------
 
 TEST(Dummy, PresetsValidate) {
-  ASSERT_EQ(dummy_presets().size(), 6u);
+  ASSERT_EQ(dummy_presets().size(), 9u);
   for (const std::string& name : dummy_presets()) {
     std::optional<ModelConfig> c = dummy_preset(name);
     ASSERT_TRUE(c) << name;

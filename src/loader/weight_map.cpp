@@ -40,6 +40,25 @@ constexpr BlockName kBlockNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // Mixtures of experts: the router, Qwen2-MoE's shared expert and its gate.
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+};
+// Expert e's projections: "<prefix>e.<hf>" -> "ffn_<canonical>.e.weight" (Qwen's and Mixtral's).
+struct ExpertName {
+  std::string_view prefix, hf, canonical;
+};
+constexpr ExpertName kExpertNames[] = {
+    {"mlp.experts.", "gate_proj.weight", "ffn_gate"},
+    {"mlp.experts.", "up_proj.weight", "ffn_up"},
+    {"mlp.experts.", "down_proj.weight", "ffn_down"},
+    {"block_sparse_moe.experts.", "w1.weight", "ffn_gate"},
+    {"block_sparse_moe.experts.", "w3.weight", "ffn_up"},
+    {"block_sparse_moe.experts.", "w2.weight", "ffn_down"},
 };
 struct GlobalName {
   std::string_view hf;
@@ -114,9 +133,29 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
     }
     out.push_back({p + "attn_output.weight", {c.hidden_size, q_dim}, Kind::kMatrix});
     out.push_back({p + "ffn_norm.weight", {c.hidden_size}, Kind::kNorm});
-    out.push_back({p + "ffn_gate.weight", {c.intermediate_size, c.hidden_size}, Kind::kMatrix});
-    out.push_back({p + "ffn_up.weight", {c.intermediate_size, c.hidden_size}, Kind::kMatrix});
-    out.push_back({p + "ffn_down.weight", {c.hidden_size, c.intermediate_size}, Kind::kMatrix});
+    if (!c.is_sparse_layer(layer)) {
+      out.push_back({p + "ffn_gate.weight", {c.intermediate_size, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_up.weight", {c.intermediate_size, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_down.weight", {c.hidden_size, c.intermediate_size}, Kind::kMatrix});
+      continue;
+    }
+    // A sparse layer: the router, expert e's gated MLP as blk.N.ffn_{gate,up,down}.e.weight (GGUF's
+    // stacked ffn_*_exps tensors are split into these at load), and Qwen2-MoE's shared expert.
+    const int64_t inter = c.moe_intermediate_size;
+    out.push_back({p + "ffn_gate_inp.weight", {c.num_experts, c.hidden_size}, Kind::kMatrix});
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = "." + std::to_string(e) + ".weight";
+      out.push_back({p + "ffn_gate" + x, {inter, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_up" + x, {inter, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_down" + x, {c.hidden_size, inter}, Kind::kMatrix});
+    }
+    if (c.shared_expert_intermediate_size > 0) {
+      const int64_t shared = c.shared_expert_intermediate_size;
+      out.push_back({p + "ffn_gate_inp_shexp.weight", {1, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_gate_shexp.weight", {shared, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_up_shexp.weight", {shared, c.hidden_size}, Kind::kMatrix});
+      out.push_back({p + "ffn_down_shexp.weight", {c.hidden_size, shared}, Kind::kMatrix});
+    }
   }
   return out;
 }
@@ -189,6 +228,12 @@ std::optional<std::string> canonical_name_from_hf(const std::string& hf_name) {
   }
   for (const BlockName& b : kBlockNames) {
     if (rest == b.hf) return "blk." + std::string(layer) + "." + std::string(b.canonical);
+  }
+  for (const ExpertName& x : kExpertNames) {
+    std::string_view expert, tail;
+    if (split_block(rest, x.prefix, &expert, &tail) && tail == x.hf) {
+      return "blk." + std::string(layer) + "." + std::string(x.canonical) + "." + std::string(expert) + ".weight";
+    }
   }
   return std::nullopt;
 }

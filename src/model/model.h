@@ -40,7 +40,7 @@ class Model {
 };
 
 // Builds the model for source.config.architecture (an entry of model/arch/registry.h: "llama",
-// "qwen2", "qwen3"), taking over the weights. The model copies the backend's kernel table, so `backend` need not outlive it. Fails naming the source for an unknown architecture, a missing tensor, a shape
+// "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral"), taking over the weights. The model copies the backend's kernel table, so `backend` need not outlive it. Fails naming the source for an unknown architecture, a missing tensor, a shape
 // mismatch, or a weight type the backend cannot compute on.
 Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend);
 

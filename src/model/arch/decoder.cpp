@@ -63,7 +63,7 @@ Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) 
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     PAGODA_ASSIGN_OR_RETURN(AttentionBlock attention, AttentionBlock::load(w, p, cfg_));
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<FeedForward> ffn, spec.feed_forward(w, p, cfg_));
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<FeedForward> ffn, spec.feed_forward(w, p, cfg_, i));
     layers_.push_back(Layer{std::move(attention), std::move(ffn)});
   }
   inv_freq_ = rope_inv_freq(cfg_);

@@ -11,8 +11,15 @@ namespace pagoda {
 
 struct Workspace {
   // h [T, hidden]: a block's normed input, then its output before the residual add; q, attn
-  // [T, heads * head_dim]; k, v [T, kv_heads * head_dim]; gate, up [T, intermediate].
+  // [T, heads * head_dim]; k, v [T, kv_heads * head_dim]; gate, up [T, the widest intermediate].
   std::vector<float> h, q, k, v, attn, gate, up;
+  // Sparse layers (model/layers/moe.h): router [T, experts] (then the shared expert's gate
+  // logits); moe_in [T, hidden] (an expert's gathered rows, then the shared expert's output);
+  // moe_out [T * top_k, hidden] (every expert's outputs, grouped by expert); per (token, choice)
+  // slot its expert, weight and row of moe_out; moe_first [experts + 1] each expert's first row.
+  std::vector<float> router, moe_in, moe_out, moe_weight;
+  std::vector<int32_t> moe_expert;
+  std::vector<int64_t> moe_row_of, moe_first;
 
   void ensure(int64_t tokens, const ModelConfig& c) {
     if (tokens <= capacity_) return;
@@ -23,8 +30,16 @@ struct Workspace {
     grow(attn, c.num_heads * c.head_dim);
     grow(k, c.num_kv_heads * c.head_dim);
     grow(v, c.num_kv_heads * c.head_dim);
-    grow(gate, c.intermediate_size);
-    grow(up, c.intermediate_size);
+    grow(gate, c.max_intermediate_size());
+    grow(up, c.max_intermediate_size());
+    if (c.num_experts > 0) {
+      grow(router, c.num_experts);
+      grow(moe_in, c.hidden_size);
+      grow(moe_out, c.num_experts_per_tok * c.hidden_size);
+      grow(moe_weight, c.num_experts_per_tok);
+      moe_expert.resize(static_cast<size_t>(tokens * c.num_experts_per_tok));
+      moe_row_of.resize(static_cast<size_t>(tokens * c.num_experts_per_tok));
+    }
   }
 
  private:
