@@ -43,7 +43,9 @@ DType mix_rule_type(const QuantMix& mix, const WeightSlot& slot) {
   if (name == "output.weight") return mix.base == DType::kQ8_0 ? DType::kQ8_0 : DType::kQ6_K;
   const int64_t i = layer_of(name), n = slot.num_layers;
   const bool attn_v = ends_with(name, ".attn_v.weight");
-  const bool ffn_down = ends_with(name, ".ffn_down.weight");
+  // Every down projection: a dense layer's, each expert's (blk.N.ffn_down.E.weight) and a shared
+  // expert's, as llama-quantize matches "ffn_down" in stacked and per-expert names alike.
+  const bool ffn_down = name.find(".ffn_down") != std::string_view::npos;
   const bool attn_output = ends_with(name, ".attn_output.weight");
   if (i < 0 || !(attn_v || ffn_down || attn_output)) return mix.base;
   switch (mix.rule) {
@@ -92,7 +94,7 @@ std::optional<QuantMix> int_codes_mix(std::string_view name) {
 }
 
 bool quant_mix_int_codes(const QuantMix& mix, const WeightSlot& slot) {
-  return mix.rule == QuantMixRule::kIntCodes && layer_of(slot.name) >= 0;
+  return mix.rule == QuantMixRule::kIntCodes && layer_of(slot.name) >= 0 && !is_expert_router(slot.name);
 }
 
 int64_t quant_mix_int_group(const QuantMix& mix, int64_t row_len) {
@@ -111,7 +113,12 @@ DType shape_fallback(DType t, int64_t row_len) {
   }
 }
 
+bool is_expert_router(std::string_view name) {
+  return ends_with(name, ".ffn_gate_inp.weight") || ends_with(name, ".ffn_gate_inp_shexp.weight");
+}
+
 DType quant_mix_type(const QuantMix& mix, const WeightSlot& slot, int64_t row_len) {
+  if (is_expert_router(slot.name)) return DType::kF32;
   return shape_fallback(mix_rule_type(mix, slot), row_len);
 }
 

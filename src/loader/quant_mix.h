@@ -57,8 +57,13 @@ struct WeightSlot {
   int64_t gqa_group = 1;
 };
 
+// A mixture of experts' router (blk.N.ffn_gate_inp.weight, and the shared expert's gate): kept
+// in f32 by every mix, as llama-quantize keeps it (a few rows whose rounding would move tokens
+// between experts).
+bool is_expert_router(std::string_view name);
+
 // The type the matrix `slot` with rows of `row_len` elements gets under `mix` (not a kIntCodes
-// one): the mix's rule, then the shape fallback.
+// one): f32 for a router, else the mix's rule, then the shape fallback.
 DType quant_mix_type(const QuantMix& mix, const WeightSlot& slot, int64_t row_len);
 
 // The shape fallback alone: t itself when rows of row_len elements are whole blocks of it.

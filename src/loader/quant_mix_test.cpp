@@ -34,6 +34,22 @@ TEST(QuantMix, Q4KMOn32Layers) {
   EXPECT_EQ(type_in("q4_k_m", "token_embd.weight", 32), DType::kQ4_K);  // untied: the base type
 }
 
+// A mixture of experts: each expert's and the shared expert's down projection follow the
+// ffn_down rule; the router and the shared expert's gate stay f32 in every mix.
+TEST(QuantMix, ExpertsAndRouters) {
+  EXPECT_EQ(type_in("q4_k_m", "blk.0.ffn_down.17.weight", 48), DType::kQ6_K);
+  EXPECT_EQ(type_in("q4_k_m", "blk.7.ffn_down.17.weight", 48), DType::kQ4_K);
+  EXPECT_EQ(type_in("q4_k_m", "blk.0.ffn_down_shexp.weight", 48), DType::kQ6_K);
+  EXPECT_EQ(type_in("q4_k_m", "blk.7.ffn_gate.3.weight", 48), DType::kQ4_K);
+  for (const char* mix : {"q4_k_m", "q8_0", "q4_0"}) {
+    EXPECT_EQ(type_in(mix, "blk.7.ffn_gate_inp.weight", 48), DType::kF32) << mix;
+    EXPECT_EQ(type_in(mix, "blk.7.ffn_gate_inp_shexp.weight", 48), DType::kF32) << mix;
+  }
+  EXPECT_EQ(quant_mix_type(uniform_mix(DType::kQ4_0), WeightSlot{"blk.1.ffn_gate_inp.weight", 4, 1}, 2048), DType::kF32);
+  EXPECT_FALSE(quant_mix_int_codes(*int_codes_mix("w8a8"), WeightSlot{"blk.1.ffn_gate_inp.weight", 4, 1}));
+  EXPECT_TRUE(quant_mix_int_codes(*int_codes_mix("w8a8"), WeightSlot{"blk.1.ffn_up.2.weight", 4, 1}));
+}
+
 TEST(QuantMix, OtherKMixes) {
   // Q5_K_M: Q6_K where use_more_bits, else Q5_K; attn_output Q5_K.
   EXPECT_EQ(type_in("q5_k_m", "blk.0.attn_v.weight", 22), DType::kQ6_K);
