@@ -79,24 +79,27 @@ void SparseMoe::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) co
   route_tokens(ws.router.data(), n, num_experts, top_k_, renormalize_, ws.moe_expert.data(), ws.moe_weight.data());
 
   // Group the (token, choice) slots by expert, tokens in order: expert e's rows are
-  // [first[e], first[e + 1]) of moe_out; row_of[slot] is where a slot's output lands.
+  // [first[e], first[e + 1]) of moe_out; row_of[slot] is where a slot's output lands and
+  // token_of_row[row] the token it comes from.
   std::vector<int64_t>& first = ws.moe_first;
   first.assign(static_cast<size_t>(num_experts + 1), 0);
   for (int64_t s = 0; s < slots; ++s) ++first[static_cast<size_t>(ws.moe_expert[s]) + 1];
   for (int64_t e = 0; e < num_experts; ++e) first[e + 1] += first[e];
-  std::vector<int64_t> next(first.begin(), first.end() - 1);
-  for (int64_t s = 0; s < slots; ++s) ws.moe_row_of[s] = next[static_cast<size_t>(ws.moe_expert[s])]++;
+  std::vector<int64_t>& next = ws.moe_next;
+  next.assign(first.begin(), first.end() - 1);
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t row = next[static_cast<size_t>(ws.moe_expert[s])]++;
+    ws.moe_row_of[s] = row;
+    ws.moe_token_of_row[row] = s / top_k_;
+  }
 
   // Each active expert once over its tokens' normed rows.
   float* rows = ws.moe_in.data();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = first[e + 1] - first[e];
     if (m == 0) continue;
-    int64_t i = 0;
-    for (int64_t s = 0; s < slots; ++s) {
-      if (ws.moe_expert[s] != e) continue;
-      std::copy_n(h + (s / top_k_) * hidden_, hidden_, rows + i * hidden_);
-      ++i;
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy_n(h + ws.moe_token_of_row[first[e] + i] * hidden_, hidden_, rows + i * hidden_);
     }
     expert_forward(k, experts_[static_cast<size_t>(e)], inter_, rows, m, ws.moe_out.data() + first[e] * hidden_, ws);
   }

@@ -16,10 +16,11 @@ struct Workspace {
   // Sparse layers (model/layers/moe.h): router [T, experts] (then the shared expert's gate
   // logits); moe_in [T, hidden] (an expert's gathered rows, then the shared expert's output);
   // moe_out [T * top_k, hidden] (every expert's outputs, grouped by expert); per (token, choice)
-  // slot its expert, weight and row of moe_out; moe_first [experts + 1] each expert's first row.
+  // slot its expert, weight and row of moe_out; per row of moe_out its token; moe_first
+  // [experts + 1] each expert's first row, moe_next the rows being filled.
   std::vector<float> router, moe_in, moe_out, moe_weight;
   std::vector<int32_t> moe_expert;
-  std::vector<int64_t> moe_row_of, moe_first;
+  std::vector<int64_t> moe_row_of, moe_token_of_row, moe_first, moe_next;
 
   void ensure(int64_t tokens, const ModelConfig& c) {
     if (tokens <= capacity_) return;
@@ -39,6 +40,7 @@ struct Workspace {
       grow(moe_weight, c.num_experts_per_tok);
       moe_expert.resize(static_cast<size_t>(tokens * c.num_experts_per_tok));
       moe_row_of.resize(static_cast<size_t>(tokens * c.num_experts_per_tok));
+      moe_token_of_row.resize(static_cast<size_t>(tokens * c.num_experts_per_tok));
     }
   }
 
