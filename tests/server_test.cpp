@@ -869,8 +869,10 @@ TEST(Server, SlowHeaderClientsAreDroppedAndOthersServed) {
 // recover; a supervisor restarts it), refusing work with 503 until it is gone.
 TEST(Server, EngineFailureIsReportedNotHidden) {
   PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
-  // The slow model: both requests are surely in flight when step 40 fails.
-  ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--fault-injection", "throw-at-step:40"}));
+  // The slow model: both requests are surely in flight when step 20 fails (the second is sent
+  // as soon as the first's head is back; 20 steps take a second here and a minute or more under
+  // ASan on a loaded machine, so the whole request waits with a long timeout).
+  ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--fault-injection", "throw-at-step:20"}));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
   const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"ignore_eos", true}, {"temperature", 0}};
@@ -878,7 +880,7 @@ TEST(Server, EngineFailureIsReportedNotHidden) {
   streamed["stream"] = true;
   SseClient sse(port, "/v1/completions", streamed.dump());
   ASSERT_EQ(sse.status(), 200);
-  HttpResult whole = testing::http_request(port, "POST", "/v1/completions", req.dump());
+  HttpResult whole = testing::http_request(port, "POST", "/v1/completions", req.dump(), {}, std::chrono::minutes(5));
   std::vector<std::string> events = sse.rest();
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.back(), "[DONE]");
@@ -893,7 +895,7 @@ TEST(Server, EngineFailureIsReportedNotHidden) {
   HttpResult after = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "Hi"})");
   EXPECT_TRUE(after.status == 503 || after.status == 0) << after.status << " " << after.body;
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
-  EXPECT_NE(server.log().find("the engine has failed (injected fault at step 40); exiting with status 1"),
+  EXPECT_NE(server.log().find("the engine has failed (injected fault at step 20); exiting with status 1"),
             std::string::npos)
       << server.log();
 }

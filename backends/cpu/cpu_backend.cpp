@@ -26,6 +26,7 @@ bool has_avx2_fma_f16c(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c;
 void install_avx2(Kernels* k) {
   k->matmul = matmul_avx2;
   k->matmul_many = matmul_avx2_many;
+  k->matmul_grouped = matmul_avx2_grouped;
   k->pack_matmul_weight = pack_matmul_weight_avx2;
   k->matmul_int = matmul_int_avx2;
   k->pack_int_weight = pack_int_weight_avx2;
@@ -41,6 +42,7 @@ void install_avxvnni(Kernels* k) {
   install_avx2(k);
   k->matmul = matmul_avxvnni;
   k->matmul_many = matmul_avxvnni_many;
+  k->matmul_grouped = matmul_avxvnni_grouped;
   k->matmul_int = matmul_int_avxvnni;
 }
 
@@ -54,6 +56,7 @@ void install_avx512vnni(Kernels* k) {
   install_avx2(k);
   k->matmul = matmul_avx512vnni;
   k->matmul_many = matmul_avx512vnni_many;
+  k->matmul_grouped = matmul_avx512vnni_grouped;
   k->matmul_int = matmul_int_avx512vnni;
 }
 
@@ -64,6 +67,7 @@ void install_avx512(Kernels* k) {
   install_avx2(k);
   k->matmul = matmul_avx512;
   k->matmul_many = matmul_avx512_many;
+  k->matmul_grouped = matmul_avx512_grouped;
 }
 
 bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512bf16; }
@@ -72,6 +76,7 @@ void install_avx512bf16(Kernels* k) {
   install_avx512vnni(k);
   k->matmul = matmul_avx512bf16;
   k->matmul_many = matmul_avx512bf16_many;
+  k->matmul_grouped = matmul_avx512bf16_grouped;
 }
 
 constexpr CpuKernelTable kKernelTables[] = {

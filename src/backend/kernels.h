@@ -89,6 +89,15 @@ struct IntWeight {
   int64_t row_code_bytes() const { return bits == 8 ? k : k / 2; }
 };
 
+// One product of Kernels::matmul_grouped: rows [row, row + m) of the call's input times w^T into
+// y ([m, w->num_rows()]).
+struct MatmulGroup {
+  int64_t row = 0;
+  int64_t m = 0;
+  const Tensor* w = nullptr;
+  float* y = nullptr;
+};
+
 struct Kernels {
   // y[m, n] = sum_k x[m, k] * w[n, k].  x: [m, k] f32; w: [n, k] any DType the traits mark
   // dense_matmul (every one but i8, whose codes go through matmul_int); y: [m, n] f32.
@@ -109,6 +118,14 @@ struct Kernels {
   // input converted once and one wait for the workers instead of count (q/k/v, gate/up). The
   // weights share dtype, row length and layout.
   void (*matmul_many)(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) = nullptr;
+
+  // Optional (nullptr: one matmul per group). Products of different rows of one input with
+  // different weights, as a mixture of experts runs each active expert over its tokens: for each
+  // group g, g.y = x[g.row, g.row + g.m) g.w^T, each bit for bit what matmul(x + g.row * k, g.m,
+  // *g.w, g.y) writes, as one parallel step (the input converted once, the work split by cost
+  // across the pool, one wait). x: [rows, k] f32, every row some group's; the weights share dtype,
+  // row length k and layout. Groups with m == 0 are skipped.
+  void (*matmul_grouped)(const float* x, const MatmulGroup* groups, int count) = nullptr;
 
   // y[i, j] = sum_t x[i, t] * w(j, t) with x's rows quantized to int8 first. Row i: s_i =
   // w.input_scale, or max_t |x[i, t]| / 127 per token; xq[i, t] = x[i, t] * (1 / s_i) (127 /

@@ -17,14 +17,14 @@ namespace pagoda {
 namespace {
 
 // The forward pass's working memory at the scheduler's limits: the model's per-token buffers
-// (x, h, q, attention out, k, v, gate, up; a sparse layer's router logits, gathered rows, the
-// experts' outputs and routing slots: model/layers/workspace.h) for a full step, and one logit
-// row per sequence.
+// (x, h, q, attention out, k, v, gate, up; a sparse layer's router logits and, per routing slot,
+// the gathered row, the expert's gate, up and output rows and the slot's bookkeeping:
+// model/layers/workspace.h) for a full step, and one logit row per sequence.
 int64_t activation_bytes(const ModelConfig& c, const SchedulerConfig& sc) {
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   int64_t per_token = 2 * c.hidden_size + 2 * q + 2 * kv + 2 * c.max_intermediate_size();
   if (c.num_experts > 0) {
-    per_token += c.num_experts + c.hidden_size + c.num_experts_per_tok * (c.hidden_size + 2 + 2 + 1);
+    per_token += c.num_experts + c.num_experts_per_tok * (2 * c.hidden_size + 2 * c.moe_intermediate_size + 2 + 2 + 1);
   }
   return static_cast<int64_t>(sizeof(float)) * (sc.max_num_batched_tokens * per_token + sc.max_num_seqs * c.vocab_size);
 }

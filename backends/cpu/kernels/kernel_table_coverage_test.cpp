@@ -60,7 +60,7 @@ struct Entry {
   Entry { #member, [](const Kernels& a, const Kernels& b) { return a.member != b.member; } }
 constexpr Entry kEntries[] = {
     PAGODA_KERNELS_ENTRY(matmul),   PAGODA_KERNELS_ENTRY(pack_matmul_weight), PAGODA_KERNELS_ENTRY(matmul_many),
-    PAGODA_KERNELS_ENTRY(matmul_int),
+    PAGODA_KERNELS_ENTRY(matmul_grouped),   PAGODA_KERNELS_ENTRY(matmul_int),
     PAGODA_KERNELS_ENTRY(pack_int_weight), PAGODA_KERNELS_ENTRY(embedding),
     PAGODA_KERNELS_ENTRY(rms_norm), PAGODA_KERNELS_ENTRY(rope),               PAGODA_KERNELS_ENTRY(silu_mul),
     PAGODA_KERNELS_ENTRY(add),      PAGODA_KERNELS_ENTRY(store_kv),           PAGODA_KERNELS_ENTRY(paged_attention),

@@ -158,6 +158,35 @@ void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const
   kernels.matmul_many(x, m, ws, ys, count);
 }
 
+void Linear::apply_grouped(const Kernels& kernels, const float* x, const LinearGroup* groups, int count) {
+  if (count <= 0) return;
+  const Linear& first = *groups[0].linear;
+  bool fuse = kernels.matmul_grouped != nullptr;
+  for (int g = 0; g < count && fuse; ++g) {
+    const Linear& l = *groups[g].linear;
+    fuse = !l.is_int_ && l.dense_.dtype == first.dense_.dtype && l.dense_.layout == first.dense_.layout &&
+           l.dense_.row_len() == first.dense_.row_len();
+  }
+  if (!fuse) {
+    const int64_t k = first.in_features();
+    for (int g = 0; g < count; ++g) {
+      if (groups[g].m > 0) groups[g].linear->apply(kernels, x + groups[g].row * k, groups[g].m, groups[g].y);
+    }
+    return;
+  }
+  thread_local std::vector<MatmulGroup> products;
+  products.clear();
+  for (int g = 0; g < count; ++g) {
+    const LinearGroup& lg = groups[g];
+    if (lg.m == 0) continue;
+    if (t_observer != nullptr) {
+      t_observer->observe(lg.linear->name_, x + lg.row * first.in_features(), lg.m, first.in_features());
+    }
+    products.push_back(MatmulGroup{lg.row, lg.m, &lg.linear->dense_, lg.y});
+  }
+  if (!products.empty()) kernels.matmul_grouped(x, products.data(), static_cast<int>(products.size()));
+}
+
 int64_t Linear::weight_bytes() const {
   if (!is_int_) return dense_.nbytes();
   const int64_t per_group = int_.zero_points != nullptr ? 8 : 4;  // f32 scale, int32 zero point

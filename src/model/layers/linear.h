@@ -44,6 +44,17 @@ class ScopedLinearInputObserver {
   LinearInputObserver* previous_;
 };
 
+class Linear;
+
+// One product of Linear::apply_grouped: rows [row, row + m) of the call's input through `linear`
+// into y ([m, out]).
+struct LinearGroup {
+  int64_t row = 0;
+  int64_t m = 0;
+  const Linear* linear = nullptr;
+  float* y = nullptr;
+};
+
 class Linear {
  public:
   Linear() = default;
@@ -72,6 +83,12 @@ class Linear {
   // it (one parallel step: q/k/v, gate/up); the others one apply at a time.
   static void apply_many(const Kernels& kernels, const float* x, int64_t m, const Linear* const* ls,
                          float* const* ys, int count);
+
+  // For each group, what apply(x + row * in, m) writes, bit for bit: a mixture of experts' active
+  // experts over their tokens. Dense weights of one dtype, layout and input width go through
+  // kernels.matmul_grouped where the table has it (one parallel step for all of them); the others
+  // one apply at a time. Groups of no rows are skipped.
+  static void apply_grouped(const Kernels& kernels, const float* x, const LinearGroup* groups, int count);
 
   int64_t out_features() const { return is_int_ ? int_.n : dense_.num_rows(); }
   int64_t in_features() const { return is_int_ ? int_.k : dense_.row_len(); }

@@ -93,16 +93,28 @@ void SparseMoe::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) co
     ws.moe_token_of_row[row] = s / top_k_;
   }
 
-  // Each active expert once over its tokens' normed rows.
+  // Each slot's normed row, grouped by expert; then every active expert's gate and up over its
+  // rows as one grouped product, and their down projections as another.
   float* rows = ws.moe_in.data();
+  for (int64_t r = 0; r < slots; ++r) std::copy_n(h + ws.moe_token_of_row[r] * hidden_, hidden_, rows + r * hidden_);
+  std::vector<LinearGroup>& groups = ws.moe_groups;
+  groups.clear();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = first[e + 1] - first[e];
     if (m == 0) continue;
-    for (int64_t i = 0; i < m; ++i) {
-      std::copy_n(h + ws.moe_token_of_row[first[e] + i] * hidden_, hidden_, rows + i * hidden_);
-    }
-    expert_forward(k, experts_[static_cast<size_t>(e)], inter_, rows, m, ws.moe_out.data() + first[e] * hidden_, ws);
+    const Expert& x_e = experts_[static_cast<size_t>(e)];
+    groups.push_back(LinearGroup{first[e], m, &x_e.gate, ws.moe_gate.data() + first[e] * inter_});
+    groups.push_back(LinearGroup{first[e], m, &x_e.up, ws.moe_up.data() + first[e] * inter_});
   }
+  Linear::apply_grouped(k, rows, groups.data(), static_cast<int>(groups.size()));
+  k.silu_mul(ws.moe_gate.data(), ws.moe_up.data(), slots * inter_, ws.moe_gate.data());
+  groups.clear();
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t m = first[e + 1] - first[e];
+    if (m == 0) continue;
+    groups.push_back(LinearGroup{first[e], m, &experts_[static_cast<size_t>(e)].down, ws.moe_out.data() + first[e] * hidden_});
+  }
+  Linear::apply_grouped(k, ws.moe_gate.data(), groups.data(), static_cast<int>(groups.size()));
 
   // The shared expert over every token, and its gate's logit per token.
   float* shared = rows;  // [n, hidden]: the gathered rows are done with

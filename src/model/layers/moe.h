@@ -2,7 +2,9 @@
 // Mixtral), x += moe(rms_norm(x)). The router scores every expert per token; each token goes to
 // its num_experts_per_tok best experts (softmax over all experts, the top k, renormalised to sum 1
 // where the model asks); the batch's tokens are grouped by expert, each active expert's gated
-// MLP runs once over its tokens on its own (packed, possibly quantized) weights, and each token
+// MLP runs once over its tokens on its own (packed, possibly quantized) weights, all experts'
+// gate and up projections as one grouped product (Kernels::matmul_grouped: one parallel step)
+// and their down projections as another, and each token
 // sums its experts' outputs weighted by their routing weights, in the order of its choices: a
 // token's result does not depend on which other tokens share its experts (the products are
 // batch-invariant row by row). Qwen2-MoE adds a shared expert every token passes through,
@@ -40,7 +42,8 @@ class SparseMoe final : public FeedForward {
   struct Expert {
     Linear gate, up, down;
   };
-  // h_rows [m, hidden] through one gated MLP of width `inter` into out [m, hidden].
+  // h_rows [m, hidden] through one gated MLP of width `inter` into out [m, hidden] (the shared
+  // expert).
   void expert_forward(const Kernels& k, const Expert& e, int64_t inter, const float* h_rows, int64_t m, float* out,
                       Workspace& ws) const;
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loader/model_config.h"
+#include "model/layers/linear.h"
 
 namespace pagoda {
 
@@ -14,13 +15,15 @@ struct Workspace {
   // [T, heads * head_dim]; k, v [T, kv_heads * head_dim]; gate, up [T, the widest intermediate].
   std::vector<float> h, q, k, v, attn, gate, up;
   // Sparse layers (model/layers/moe.h): router [T, experts] (then the shared expert's gate
-  // logits); moe_in [T, hidden] (an expert's gathered rows, then the shared expert's output);
-  // moe_out [T * top_k, hidden] (every expert's outputs, grouped by expert); per (token, choice)
-  // slot its expert, weight and row of moe_out; per row of moe_out its token; moe_first
-  // [experts + 1] each expert's first row, moe_next the rows being filled.
-  std::vector<float> router, moe_in, moe_out, moe_weight;
+  // logits). Per (token, choice) slot, grouped by expert: moe_in [T * top_k, hidden] the token's
+  // normed row (then the shared expert's output), moe_gate and moe_up [T * top_k, moe
+  // intermediate], moe_out [T * top_k, hidden] the expert's output. Per slot its expert, weight
+  // and row; per row its token; moe_first [experts + 1] each expert's first row, moe_next the
+  // rows being filled; moe_groups the products of one grouped call.
+  std::vector<float> router, moe_in, moe_gate, moe_up, moe_out, moe_weight;
   std::vector<int32_t> moe_expert;
   std::vector<int64_t> moe_row_of, moe_token_of_row, moe_first, moe_next;
+  std::vector<LinearGroup> moe_groups;
 
   void ensure(int64_t tokens, const ModelConfig& c) {
     if (tokens <= capacity_) return;
@@ -35,7 +38,9 @@ struct Workspace {
     grow(up, c.max_intermediate_size());
     if (c.num_experts > 0) {
       grow(router, c.num_experts);
-      grow(moe_in, c.hidden_size);
+      grow(moe_in, c.num_experts_per_tok * c.hidden_size);
+      grow(moe_gate, c.num_experts_per_tok * c.moe_intermediate_size);
+      grow(moe_up, c.num_experts_per_tok * c.moe_intermediate_size);
       grow(moe_out, c.num_experts_per_tok * c.hidden_size);
       grow(moe_weight, c.num_experts_per_tok);
       moe_expert.resize(static_cast<size_t>(tokens * c.num_experts_per_tok));

@@ -211,6 +211,7 @@ const Kernels& reference_kernels() {
       .matmul = matmul,
       .pack_matmul_weight = nullptr,
       .matmul_many = nullptr,
+      .matmul_grouped = nullptr,
       .matmul_int = matmul_int,
       .pack_int_weight = nullptr,
       .embedding = embedding,

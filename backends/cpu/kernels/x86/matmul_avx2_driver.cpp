@@ -19,8 +19,9 @@ namespace {
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
 // The activations quantized once per call (split by rows when there are many) and shared by every
-// thread, with each block's sum when `with_sums`. One buffer per calling thread, reused: calls
-// are per layer, sizes repeat.
+// thread, with each block's sum when `with_sums`. Buffers of the calling thread, reused (calls
+// are per layer, sizes repeat): two of them, `slot` 0 and 1, for a call that needs the codes both
+// ways.
 struct QuantizedInput {
   const BlockQ8Act* blocks;
   const int32_t* sums;  // nullptr unless asked for
@@ -29,10 +30,12 @@ struct QuantizedInput {
 // unsigned_codes: each code + 128 as an unsigned byte (its XOR 0x80), for a leaf that takes them
 // so; the sums stay those of the signed codes.
 QuantizedInput quantize_input(const float* x, int64_t m, int64_t k, bool with_sums, bool parallel,
-                              ThreadPool* pool, bool unsigned_codes = false) {
+                              ThreadPool* pool, bool unsigned_codes = false, int slot = 0) {
   PAGODA_CHECK(k % kQuantBlock == 0);
-  thread_local std::vector<BlockQ8Act> xq;
-  thread_local std::vector<int32_t> sums;
+  thread_local std::vector<BlockQ8Act> xq_slots[2];
+  thread_local std::vector<int32_t> sums_slots[2];
+  std::vector<BlockQ8Act>& xq = xq_slots[slot];
+  std::vector<int32_t>& sums = sums_slots[slot];
   const int64_t nb = k / kQuantBlock;
   xq.resize(static_cast<size_t>(m * nb));
   if (with_sums) sums.resize(static_cast<size_t>(m * nb));
@@ -125,104 +128,152 @@ const uint16_t* bf16_input(const float* x, int64_t m, int64_t k, int64_t ld, boo
   return data;
 }
 
-// Every table's matmul: y = x w^T on weights from pack_matmul_weight_avx2, by `leaves`.
-// y[i] = x w[i]^T for i < count: weights of one dtype and row length, their panels split together
-// over the pool (chunks of kPanelsPerChunk panels of one weight, weight after weight), the input
-// converted once. Each output comes from the same leaf call whatever count is.
-void matmul_packed_pooled(const float* x, int64_t m, const Tensor* const* ws, float* const* ys, int count,
-                          ThreadPool* pool, const MatmulLeaves& leaves) {
+// A piece of a call's work: panels [p0, p1) of group g's weight; cost_begin is the work (rows x
+// panels) of the pieces before it.
+struct MatmulPiece {
+  int g;
+  int64_t p0, p1;
+  int64_t cost_begin;
+};
+
+// Every table's matmul: for each group, g.y = x[g.row, g.row + g.m) g.w^T on weights from
+// pack_matmul_weight_avx2, by `leaves` (matmul is one group, matmul_many groups that share their
+// rows, matmul_grouped any). The weights share dtype and row length; the input is converted once
+// for all groups. The work goes in pieces of kPanelsPerChunk panels of one weight, and each
+// thread takes the pieces that start in its share of the total cost (rows x panels): groups of
+// one expert's few tokens and of another's many split evenly. Each output comes from the same
+// leaf call on the same rows whatever the other groups are.
+void matmul_packed_pooled(const float* x, const MatmulGroup* groups, int count, ThreadPool* pool,
+                          const MatmulLeaves& leaves) {
   PAGODA_CHECK(count >= 1);
-  const Tensor& w0 = *ws[0];
+  const Tensor& w0 = *groups[0].w;
   const int64_t k = w0.row_len();
   const DType type = w0.dtype;
-  int64_t total_chunks = 0, rows = 0, macs = 0;
-  for (int i = 0; i < count; ++i) {
-    PAGODA_CHECK(ws[i]->layout == TensorLayout::kBackendPacked &&
+  int64_t rows = 0, macs = 0, total_pieces = 0;
+  bool any_single = false, any_batched = false;
+  for (int g = 0; g < count; ++g) {
+    const MatmulGroup& grp = groups[g];
+    PAGODA_CHECK(grp.w->layout == TensorLayout::kBackendPacked &&
                  "the x86 matmul takes weights from pack_matmul_weight_avx2");
-    PAGODA_CHECK(ws[i]->dtype == type && ws[i]->row_len() == k && "matmul_many takes weights of one type and k");
-    const int64_t panels = (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows;
-    total_chunks += (panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
-    rows += ws[i]->num_rows();
-    macs += m * ws[i]->num_rows() * k;
+    PAGODA_CHECK(grp.w->dtype == type && grp.w->row_len() == k && "one call's weights share their type and k");
+    PAGODA_CHECK(grp.row >= 0 && grp.m >= 0);
+    if (grp.m == 0 || grp.w->num_rows() == 0) continue;
+    rows = std::max(rows, grp.row + grp.m);
+    macs += grp.m * grp.w->num_rows() * k;
+    const int64_t panels = (grp.w->num_rows() + kPanelRows - 1) / kPanelRows;
+    total_pieces += (panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
+    (grp.m == 1 ? any_single : any_batched) = true;
   }
-  if (m <= 0 || rows <= 0) return;
-  const bool parallel = pool != nullptr && pool->num_threads() > 1 && total_chunks > 1 && macs >= kMinParallelMacs;
-  // leaf(w, y, p0, p1): the outputs of panels [p0, p1) of w into y ([m, w.num_rows()]).
+  if (rows == 0) return;
+  const bool parallel = pool != nullptr && pool->num_threads() > 1 && total_pieces > 1 && macs >= kMinParallelMacs;
+  // leaf(g, p0, p1): the outputs of panels [p0, p1) of group g's weight.
   auto split = [&](auto&& leaf) {
     if (!parallel) {
-      for (int i = 0; i < count; ++i) leaf(*ws[i], ys[i], 0, (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows);
+      for (int g = 0; g < count; ++g) {
+        if (groups[g].m > 0) leaf(groups[g], 0, (groups[g].w->num_rows() + kPanelRows - 1) / kPanelRows);
+      }
       return;
     }
-    pool->parallel_for(total_chunks, [&](int64_t begin, int64_t end) {
-      int64_t first = 0;  // weight i's chunks are [first, first + chunks) of the whole
-      for (int i = 0; i < count && first < end; ++i) {
-        const int64_t panels = (ws[i]->num_rows() + kPanelRows - 1) / kPanelRows;
-        const int64_t chunks = (panels + kPanelsPerChunk - 1) / kPanelsPerChunk;
-        const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + chunks) - first;
-        if (lo < hi) leaf(*ws[i], ys[i], lo * kPanelsPerChunk, std::min(panels, hi * kPanelsPerChunk));
-        first += chunks;
+    // The calling thread's list, reached by the workers through this reference.
+    thread_local std::vector<MatmulPiece> pieces_buffer;
+    std::vector<MatmulPiece>& pieces = pieces_buffer;
+    pieces.clear();
+    int64_t cost = 0;
+    for (int g = 0; g < count; ++g) {
+      if (groups[g].m == 0) continue;
+      const int64_t panels = (groups[g].w->num_rows() + kPanelRows - 1) / kPanelRows;
+      for (int64_t p = 0; p < panels; p += kPanelsPerChunk) {
+        const int64_t p1 = std::min(panels, p + kPanelsPerChunk);
+        pieces.push_back({g, p, p1, cost});
+        cost += groups[g].m * (p1 - p);
       }
+    }
+    const int64_t threads = pool->num_threads();
+    pool->parallel_for(threads, [&](int64_t begin, int64_t end) {
+      // Shares [begin, end) of `threads`: the pieces whose cost_begin is in [lo, hi).
+      const int64_t lo = cost * begin / threads, hi = cost * end / threads;
+      auto first = std::lower_bound(pieces.begin(), pieces.end(), lo,
+                                    [](const MatmulPiece& piece, int64_t c) { return piece.cost_begin < c; });
+      for (auto it = first; it != pieces.end() && it->cost_begin < hi; ++it) leaf(groups[it->g], it->p0, it->p1);
     });
   };
   if ((type == DType::kF16 || type == DType::kBF16) && leaves.half_bf16 != nullptr) {
     const int64_t ld = (k + 15) / 16 * 16;
-    const uint16_t* xb = bf16_input(x, m, k, ld, parallel, pool);
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      leaves.half_bf16(xb, ld, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
-    });
-    return;
-  }
-  if (!is_quantized(type) && m > 1 && leaves.float_batched != nullptr) {
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      leaves.float_batched(x, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    const uint16_t* xb = bf16_input(x, rows, k, ld, parallel, pool);
+    split([&](const MatmulGroup& g, int64_t p0, int64_t p1) {
+      const Tensor& w = *g.w;
+      leaves.half_bf16(xb + g.row * ld, ld, g.m, k, w.dtype, w.data, w.num_rows(), g.y, w.num_rows(), p0, p1);
     });
     return;
   }
   if (!is_quantized(type)) {
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      matmul_packed_rows_avx2(x, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    split([&](const MatmulGroup& g, int64_t p0, int64_t p1) {
+      const Tensor& w = *g.w;
+      if (g.m > 1 && leaves.float_batched != nullptr) {
+        leaves.float_batched(x + g.row * k, g.m, k, w.dtype, w.data, w.num_rows(), g.y, w.num_rows(), p0, p1);
+      } else {
+        matmul_packed_rows_avx2(x + g.row * k, g.m, k, w.dtype, w.data, w.num_rows(), g.y, w.num_rows(), p0, p1);
+      }
     });
     return;
   }
+  const int64_t nb = k / kQuantBlock;
   const bool nibbles = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1;
   const bool with_sums = nibbles || type == DType::kQ4_K || type == DType::kQ5_K;
-  if ((type == DType::kQ8_0 || nibbles) && m > 1 && leaves.q8act_batched != nullptr) {
-    const QuantizedInput xb = quantize_input(x, m, k, with_sums, parallel, pool, /*unsigned_codes=*/type == DType::kQ8_0);
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      leaves.q8act_batched(xb.blocks, xb.sums, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
-    });
-    return;
-  }
-  const QuantizedInput xq = quantize_input(x, m, k, with_sums, parallel, pool);
   if (type == DType::kQ8_0 || nibbles) {
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      leaves.q8act(xq.blocks, xq.sums, m, k, w.dtype, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    // The batched leaf (m > 1, where the table has one) takes q8_0's codes unsigned: a call with
+    // groups of one row and of more quantizes the input both ways.
+    const bool batched_leaf = leaves.q8act_batched != nullptr && any_batched;
+    const bool unsigned_batched = batched_leaf && type == DType::kQ8_0;
+    QuantizedInput xq{}, xu{};
+    if (!unsigned_batched || any_single) xq = quantize_input(x, rows, k, with_sums, parallel, pool);
+    xu = unsigned_batched ? quantize_input(x, rows, k, with_sums, parallel, pool, /*unsigned_codes=*/true, /*slot=*/1)
+                          : xq;
+    split([&](const MatmulGroup& g, int64_t p0, int64_t p1) {
+      const Tensor& w = *g.w;
+      const bool batched = g.m > 1 && batched_leaf;
+      const QuantizedInput& in = batched ? xu : xq;
+      const int32_t* sums = in.sums != nullptr ? in.sums + g.row * nb : nullptr;
+      (batched ? leaves.q8act_batched : leaves.q8act)(in.blocks + g.row * nb, sums, g.m, k, w.dtype, w.data,
+                                                      w.num_rows(), g.y, w.num_rows(), p0, p1);
     });
     return;
   }
+  const QuantizedInput xq = quantize_input(x, rows, k, with_sums, parallel, pool);
   if (type == DType::kQ4_K || type == DType::kQ5_K) {
     auto* leaf = type == DType::kQ4_K ? leaves.q4_k : leaves.q5_k;
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      leaf(xq.blocks, xq.sums, m, k, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    split([&](const MatmulGroup& g, int64_t p0, int64_t p1) {
+      leaf(xq.blocks + g.row * nb, xq.sums + g.row * nb, g.m, k, g.w->data, g.w->num_rows(), g.y, g.w->num_rows(),
+           p0, p1);
     });
     return;
   }
   if (type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ6_K) {
-    const int32_t* half_sums = activation_half_sums(xq.blocks, m * (k / kQuantBlock));
+    const int32_t* half_sums = activation_half_sums(xq.blocks, rows * nb);
     auto* leaf = type == DType::kQ2_K ? leaves.q2_k : type == DType::kQ3_K ? leaves.q3_k : leaves.q6_k;
-    split([&](const Tensor& w, float* y, int64_t p0, int64_t p1) {
-      leaf(xq.blocks, half_sums, m, k, w.data, w.num_rows(), y, w.num_rows(), p0, p1);
+    split([&](const MatmulGroup& g, int64_t p0, int64_t p1) {
+      leaf(xq.blocks + g.row * nb, half_sums + 2 * g.row * nb, g.m, k, g.w->data, g.w->num_rows(), g.y,
+           g.w->num_rows(), p0, p1);
     });
     return;
   }
   PAGODA_CHECK(false && "the AVX2 matmul has no kernel for this block type");
 }
 
+// matmul_many: count groups over the same m rows.
+void matmul_packed_pooled(const float* x, int64_t m, const Tensor* const* ws, float* const* ys, int count,
+                          ThreadPool* pool, const MatmulLeaves& leaves) {
+  constexpr int kMax = 8;
+  PAGODA_CHECK(count >= 1 && count <= kMax);
+  MatmulGroup groups[kMax];
+  for (int i = 0; i < count; ++i) groups[i] = MatmulGroup{0, m, ws[i], ys[i]};
+  matmul_packed_pooled(x, groups, count, pool, leaves);
+}
+
 void matmul_packed_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
-  const Tensor* ws[1] = {&w};
-  float* ys[1] = {y};
-  matmul_packed_pooled(x, m, ws, ys, 1, pool, leaves);
+  const MatmulGroup group{0, m, &w, y};
+  matmul_packed_pooled(x, &group, 1, pool, leaves);
 }
 
 }  // namespace
@@ -285,6 +336,30 @@ void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, f
 
 void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
   matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512Bf16Leaves);
+}
+
+void matmul_avx2_grouped_pooled(const float* x, const MatmulGroup* groups, int count, ThreadPool* pool) {
+  matmul_packed_pooled(x, groups, count, pool, kAvx2Leaves);
+}
+
+void matmul_avx2_grouped(const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx2Leaves);
+}
+
+void matmul_avxvnni_grouped(const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvxVnniLeaves);
+}
+
+void matmul_avx512_grouped(const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx512Leaves);
+}
+
+void matmul_avx512vnni_grouped(const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx512VnniLeaves);
+}
+
+void matmul_avx512bf16_grouped(const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx512Bf16Leaves);
 }
 
 namespace {

@@ -111,16 +111,19 @@ struct MatmulEntry {
   void (*pooled)(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
   void (*shared)(const float* x, int64_t m, const Tensor& w, float* y);
   void (*many)(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+  void (*grouped)(const float* x, const MatmulGroup* groups, int count);
   double half_tol = 1e-5;
 };
-constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2, matmul_avx2_many};
-constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni, matmul_avxvnni_many};
-constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni, matmul_avx512vnni_many};
-constexpr MatmulEntry kAvx512Matmul{matmul_avx512_pooled, matmul_avx512, matmul_avx512_many};
+constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2, matmul_avx2_many, matmul_avx2_grouped};
+constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni, matmul_avxvnni_many,
+                                     matmul_avxvnni_grouped};
+constexpr MatmulEntry kAvx512VnniMatmul{matmul_avx512vnni_pooled, matmul_avx512vnni, matmul_avx512vnni_many,
+                                        matmul_avx512vnni_grouped};
+constexpr MatmulEntry kAvx512Matmul{matmul_avx512_pooled, matmul_avx512, matmul_avx512_many, matmul_avx512_grouped};
 // Each product of bf16-rounded factors is within 2^-8 (and a little) of the exact one; the f32
 // sums add about k 2^-24 of sum |x w|.
 constexpr MatmulEntry kAvx512Bf16Matmul{matmul_avx512bf16_pooled, matmul_avx512bf16, matmul_avx512bf16_many,
-                                        0x1p-7};
+                                        matmul_avx512bf16_grouped, 0x1p-7};
 
 void check_small_shapes(const MatmulEntry& matmul) {
   uint32_t seed = 1;
@@ -245,6 +248,72 @@ PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, ManyIsEachMatmulBitForBit, "avx512", "mat
 
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, ManyIsEachMatmulBitForBit, "avx512bf16", "matmul_many") {
   check_many_matches_one_at_a_time(kAvx512Bf16Matmul);
+}
+
+// matmul_grouped as a mixture of experts calls it: expert e's gate and up over its tokens' rows
+// [row_e, row_e + m_e) of one input (rows of one row, of none, of many: every leaf, the batched
+// ones and decode's), then, small and large enough for the shared pool. Each group's output is
+// the bits of one matmul over its rows alone, and a group of no rows writes nothing.
+void check_grouped_matches_each_matmul(const MatmulEntry& matmul) {
+  uint32_t seed = 900;
+  for (DType t : kAllTypes) {
+    const int64_t k = fits(t, 1120) ? 1120 : 1280;
+    for (int64_t scale : {1, 6}) {
+      const int64_t ms[] = {1, 0, 3, 1, 9, 2};  // tokens per expert
+      constexpr int kExperts = std::size(ms);
+      int64_t rows = 0;
+      for (int64_t m : ms) rows += m;
+      std::vector<float> x(static_cast<size_t>(rows * k));
+      std::mt19937 rng(seed);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (float& v : x) v = dist(rng);
+      std::vector<Problem> weights;
+      std::vector<MatmulGroup> groups;
+      std::vector<std::vector<float>> want, got;
+      weights.reserve(2 * kExperts);
+      int64_t row = 0;
+      for (int e = 0; e < kExperts; ++e) {
+        for (int64_t n : {13 * scale + 3, 8 * scale}) {  // gate and up: a partial panel, whole ones
+          weights.push_back(make_problem(t, 1, k, n, ++seed));
+          want.emplace_back(static_cast<size_t>(std::max<int64_t>(ms[e], 1) * n), NAN);
+          got.emplace_back(want.back().size(), NAN);
+          if (ms[e] > 0) matmul.shared(x.data() + row * k, ms[e], weights.back().packed, want.back().data());
+          groups.push_back(MatmulGroup{row, ms[e], &weights.back().packed, got.back().data()});
+        }
+        row += ms[e];
+      }
+      matmul.grouped(x.data(), groups.data(), static_cast<int>(groups.size()));
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const std::string what = describe(t, groups[g].m, k, weights[g].packed.num_rows()) + ", group " +
+                                 std::to_string(g) + " of " + std::to_string(groups.size());
+        if (groups[g].m == 0) {
+          EXPECT_TRUE(std::isnan(got[g][0])) << what << ": an empty group wrote";
+        } else {
+          EXPECT_EQ(0, std::memcmp(want[g].data(), got[g].data(), want[g].size() * sizeof(float))) << what;
+        }
+      }
+    }
+  }
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, GroupedIsEachMatmulBitForBit, "avx2", "matmul_grouped") {
+  check_grouped_matches_each_matmul(kAvx2Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvxVnni, GroupedIsEachMatmulBitForBit, "avxvnni", "matmul_grouped") {
+  check_grouped_matches_each_matmul(kAvxVnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Vnni, GroupedIsEachMatmulBitForBit, "avx512vnni", "matmul_grouped") {
+  check_grouped_matches_each_matmul(kAvx512VnniMatmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512, GroupedIsEachMatmulBitForBit, "avx512", "matmul_grouped") {
+  check_grouped_matches_each_matmul(kAvx512Matmul);
+}
+
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, GroupedIsEachMatmulBitForBit, "avx512bf16", "matmul_grouped") {
+  check_grouped_matches_each_matmul(kAvx512Bf16Matmul);
 }
 
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx2, MatchesReferenceOnSmallShapes, "avx2", "matmul pack_matmul_weight") {

@@ -24,6 +24,7 @@ struct AttentionSeq;
 struct AttentionParams;
 struct KvLayerView;
 struct IntWeight;
+struct MatmulGroup;
 }  // namespace pagoda
 
 namespace pagoda::cpu {
@@ -261,6 +262,15 @@ void matmul_avxvnni_many(const float* x, int64_t m, const Tensor* const* w, floa
 void matmul_avx512_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
 void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
 void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+// The Kernels::matmul_grouped entries: products of different rows of one input with different
+// weights (one dtype and k), over cpu_thread_pool() in one parallel step; the _pooled form over
+// `pool` (nullptr: the calling thread).
+void matmul_avx2_grouped_pooled(const float* x, const MatmulGroup* groups, int count, ThreadPool* pool);
+void matmul_avx2_grouped(const float* x, const MatmulGroup* groups, int count);
+void matmul_avxvnni_grouped(const float* x, const MatmulGroup* groups, int count);
+void matmul_avx512_grouped(const float* x, const MatmulGroup* groups, int count);
+void matmul_avx512vnni_grouped(const float* x, const MatmulGroup* groups, int count);
+void matmul_avx512bf16_grouped(const float* x, const MatmulGroup* groups, int count);
 
 // One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
 // one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
