@@ -84,8 +84,7 @@ Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uin
       fill_uniform(rng, center, a, row.data(), row_len);
       quantize_row(t, row.data(), const_cast<uint8_t*>(tensor.row(r)), row_len);
     }
-    map.add(s.name, tensor);
-    map.keep_alive(std::move(buffer));
+    map.add(s.name, tensor, std::move(buffer));
   }
   return map;
 }

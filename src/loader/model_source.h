@@ -45,6 +45,11 @@ class WeightMap {
 
   // Adds (or replaces) a tensor; its memory must be kept alive through keep_alive().
   void add(std::string name, Tensor t) { tensors_[std::move(name)] = t; }
+  // Adds a tensor whose memory `owner` holds for it alone: release() frees it.
+  void add(std::string name, Tensor t, std::shared_ptr<const void> owner);
+  // Forgets the tensor `name` (a loader that has copied it); the memory its own owner held goes
+  // with it. Views into a shared owner (a file mapping) stay mapped.
+  void release(const std::string& name);
   // Keeps `owner` (a mapping, a Buffer) alive as long as this map.
   void keep_alive(std::shared_ptr<const void> owner) { owners_.push_back(std::move(owner)); }
   // Every tensor by canonical name.
@@ -57,6 +62,7 @@ class WeightMap {
   std::string source_;  // file or directory, for error messages
   std::map<std::string, Tensor> tensors_;
   std::vector<std::shared_ptr<const void>> owners_;
+  std::map<std::string, std::shared_ptr<const void>> tensor_owners_;  // add() with an owner
 };
 
 enum class LoadFormat { kAuto, kGguf, kSafetensors, kDummy };

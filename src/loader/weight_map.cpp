@@ -85,6 +85,16 @@ bool split_block(std::string_view name, std::string_view prefix, std::string_vie
 
 }  // namespace
 
+void WeightMap::add(std::string name, Tensor t, std::shared_ptr<const void> owner) {
+  tensor_owners_[name] = std::move(owner);
+  tensors_[std::move(name)] = t;
+}
+
+void WeightMap::release(const std::string& name) {
+  tensors_.erase(name);
+  tensor_owners_.erase(name);
+}
+
 const Tensor* WeightMap::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;

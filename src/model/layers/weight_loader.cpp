@@ -164,12 +164,15 @@ Result<Linear> WeightLoader::linear(const std::string& name, int64_t rows, int64
     Linear l = Linear::quantize_int(k_, t, bits, bits == 8 && group != cols ? cols : group);
     ++int_types_[l.type_name()];
     l.set_name(name);
+    source_.weights.release(name);  // the codes are a copy
     return l;
   }
   Buffer converted;
+  const void* stored = t.data;
   PAGODA_ASSIGN_OR_RETURN(t, convert(name, slot, t, &converted));
   Linear l = Linear::dense(k_, t, std::move(converted));
   l.set_name(name);
+  if (l.dense_weight().data != stored) source_.weights.release(name);  // packed or converted: a copy
   return l;
 }
 

@@ -26,8 +26,10 @@ struct F32Vector {
 
 class WeightLoader {
  public:
-  // `source` and `backend` must outlive the loader.
-  WeightLoader(const ModelSource& source, const Backend& backend)
+  // `source` and `backend` must outlive the loader. linear() releases from source.weights each
+  // tensor it has copied (packed, converted, quantized), so a tensor whose memory is its own (a
+  // dummy weight) is freed as soon as it is copied: a load peaks at the weights' size, not twice it.
+  WeightLoader(ModelSource& source, const Backend& backend)
       : source_(source), cfg_(source.config), backend_(backend), k_(backend.kernels()) {}
 
   // The matrix `name` ([rows, cols]) as stored, of a type the backend runs.
@@ -50,7 +52,7 @@ class WeightLoader {
   // A projection stored as int8 codes (i8) with its scales beside it (a W8A8 / W4A8 checkpoint).
   Result<Linear> int8_linear(const std::string& name, const Tensor& codes);
 
-  const ModelSource& source_;
+  ModelSource& source_;
   const ModelConfig& cfg_;
   const Backend& backend_;
   const Kernels& k_;
