@@ -6,14 +6,17 @@
 // build/.../cpu_kernels_bench by hand.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/cpu_thread_pool.h"
 #include "backends/cpu/kernels/reference/reference_kernels.h"
 #include "backends/cpu/kernels/x86/x86_kernels.h"
+#include "backend/kernels.h"
 #include "tensor/convert.h"
 #include "tensor/tensor.h"
 
@@ -256,6 +259,99 @@ BENCHMARK(BM_MatmulIntAvxVnni)
 BENCHMARK(BM_MatmulIntAvx512Vnni)
     ->Apply(int_args)
     ->ArgNames({"bits", "m", "n", "k", "group", "threaded", "zeros"})
+    ->UseRealTime();
+
+// A mixture-of-experts layer's expert products as SparseMoe runs them, at Qwen3-30B-A3B's
+// expert shape (768 x 2048; 64 experts here, 8 per token, a fresh routing each iteration, so
+// the experts' weights stream from memory as a model's do). Args: dtype, tokens, grouped (1:
+// matmul_grouped, every active expert's gate and up as one call and their down as another; 0:
+// per active expert a matmul_many of gate and up and a matmul of down, the loop it replaced).
+// Bytes: the active experts' weights (each read once per iteration).
+void BM_MoeExpertsAvx2(benchmark::State& state) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) {
+    state.SkipWithError("CPU lacks avx2/fma/f16c");
+    return;
+  }
+  constexpr int64_t kExperts = 64, kTopK = 8, kHidden = 2048, kInter = 768, kRoutings = 32;
+  const auto t = static_cast<DType>(state.range(0));
+  const int64_t tokens = state.range(1), rows = tokens * kTopK;
+  const bool grouped = state.range(2) != 0;
+  std::vector<Weights> gate(kExperts), up(kExperts), down(kExperts);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    for (auto [w, n, k] : {std::tuple{&gate[e], kInter, kHidden}, std::tuple{&up[e], kInter, kHidden},
+                           std::tuple{&down[e], kHidden, kInter}}) {
+      *w = random_weights(t, n, k);
+      w->packed = pack_matmul_weight_avx2(w->w, &w->packed_storage);
+    }
+  }
+  // Each routing: tokens x kTopK distinct experts per token, as rows per expert.
+  std::mt19937 rng(7);
+  std::vector<std::vector<int64_t>> routings(kRoutings);
+  for (std::vector<int64_t>& per_expert : routings) {
+    per_expert.assign(kExperts, 0);
+    for (int64_t i = 0; i < tokens; ++i) {
+      std::vector<int64_t> order(kExperts);
+      for (int64_t e = 0; e < kExperts; ++e) order[e] = e;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int64_t j = 0; j < kTopK; ++j) ++per_expert[order[j]];
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(rows * kHidden), 0.5f), g(static_cast<size_t>(rows * kInter)),
+      u(g.size()), out(x.size());
+  std::vector<MatmulGroup> groups;
+  int64_t bytes = 0;
+  size_t next = 0;
+  for (auto _ : state) {
+    const std::vector<int64_t>& per_expert = routings[next];
+    next = (next + 1) % routings.size();
+    groups.clear();
+    int64_t row = 0;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const int64_t m = per_expert[e];
+      if (m == 0) continue;
+      bytes += gate[e].w.nbytes() + up[e].w.nbytes() + down[e].w.nbytes();
+      if (grouped) {
+        groups.push_back(MatmulGroup{row, m, &gate[e].packed, g.data() + row * kInter});
+        groups.push_back(MatmulGroup{row, m, &up[e].packed, u.data() + row * kInter});
+      } else {
+        const Tensor* ws[2] = {&gate[e].packed, &up[e].packed};
+        float* ys[2] = {g.data() + row * kInter, u.data() + row * kInter};
+        matmul_avx2_many(x.data() + row * kHidden, m, ws, ys, 2);
+      }
+      row += m;
+    }
+    if (grouped) {
+      matmul_avx2_grouped(x.data(), groups.data(), static_cast<int>(groups.size()));
+      groups.clear();
+    }
+    row = 0;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const int64_t m = per_expert[e];
+      if (m == 0) continue;
+      if (grouped) {
+        groups.push_back(MatmulGroup{row, m, &down[e].packed, out.data() + row * kHidden});
+      } else {
+        matmul_avx2(g.data() + row * kInter, m, down[e].packed, out.data() + row * kHidden);
+      }
+      row += m;
+    }
+    if (grouped) matmul_avx2_grouped(g.data(), groups.data(), static_cast<int>(groups.size()));
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * rows * 3 * kInter * kHidden);
+  state.SetBytesProcessed(bytes);
+  state.SetLabel(std::string(dtype_name(t)) + (grouped ? " grouped" : " per expert") +
+                 " threads=" + std::to_string(cpu_thread_pool().num_threads()));
+}
+
+BENCHMARK(BM_MoeExpertsAvx2)
+    ->ArgsProduct({{static_cast<int64_t>(DType::kQ4_0), static_cast<int64_t>(DType::kQ4_K),
+                    static_cast<int64_t>(DType::kBF16)},
+                   {1, 16, 128},
+                   {0, 1}})
+    ->ArgNames({"dtype", "tokens", "grouped"})
     ->UseRealTime();
 
 BENCHMARK(BM_MatmulReference)

@@ -141,8 +141,9 @@ struct MatmulPiece {
 // rows, matmul_grouped any). The weights share dtype and row length; the input is converted once
 // for all groups. The work goes in pieces of kPanelsPerChunk panels of one weight, and each
 // thread takes the pieces that start in its share of the total cost (rows x panels): groups of
-// one expert's few tokens and of another's many split evenly. Each output comes from the same
-// leaf call on the same rows whatever the other groups are.
+// one expert's few tokens and of another's many split evenly; a thread's run of one weight's
+// pieces is one leaf call. Each output's value does not depend on the other groups or on where
+// the split falls (the leaves compute each panel alone).
 void matmul_packed_pooled(const float* x, const MatmulGroup* groups, int count, ThreadPool* pool,
                           const MatmulLeaves& leaves) {
   PAGODA_CHECK(count >= 1);
@@ -190,11 +191,17 @@ void matmul_packed_pooled(const float* x, const MatmulGroup* groups, int count, 
     }
     const int64_t threads = pool->num_threads();
     pool->parallel_for(threads, [&](int64_t begin, int64_t end) {
-      // Shares [begin, end) of `threads`: the pieces whose cost_begin is in [lo, hi).
+      // Shares [begin, end) of `threads`: the pieces whose cost_begin is in [lo, hi), a group's
+      // consecutive pieces as one leaf call (decode reads a call's panels as a few long streams).
       const int64_t lo = cost * begin / threads, hi = cost * end / threads;
-      auto first = std::lower_bound(pieces.begin(), pieces.end(), lo,
-                                    [](const MatmulPiece& piece, int64_t c) { return piece.cost_begin < c; });
-      for (auto it = first; it != pieces.end() && it->cost_begin < hi; ++it) leaf(groups[it->g], it->p0, it->p1);
+      auto it = std::lower_bound(pieces.begin(), pieces.end(), lo,
+                                 [](const MatmulPiece& piece, int64_t c) { return piece.cost_begin < c; });
+      while (it != pieces.end() && it->cost_begin < hi) {
+        const MatmulPiece& run = *it;
+        int64_t p1 = run.p1;
+        while (++it != pieces.end() && it->cost_begin < hi && it->g == run.g) p1 = it->p1;
+        leaf(groups[run.g], run.p0, p1);
+      }
     });
   };
   if ((type == DType::kF16 || type == DType::kBF16) && leaves.half_bf16 != nullptr) {
