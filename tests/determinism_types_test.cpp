@@ -1,8 +1,9 @@
 // The determinism suite (determinism_check.h) on the dummy GQA-8 model of determinism_test.cpp,
 // and on a mixture of experts of the same widths, in every weight type (bf16, each GGUF block
 // type, W8A8, W4A8) and KV cache type (int8, fp8), on every SIMD kernel table compiled in
-// (cpu_kernel_tables(); a table the CPU lacks skips, saying so). Not on the scalar reference kernels: each of their outputs is one loop in a fixed order
-// whatever the batch, and here they take 40 s a case. Rows of 256 and 512, so every K-quant
+// (cpu_kernel_tables(); a table the CPU lacks skips, saying so). Not on the scalar reference
+// kernels: each of their outputs is one loop in a fixed order whatever the batch, and here they
+// take 40 s a case. Rows of 256 and 512, so every K-quant
 // applies as it is. A binary of its own because the sanitizer build leaves it out (Makefile):
 // there the K-quant tiles run hundreds of times slower
 // (q2_k: 290 s against 0.9 s; every 32-byte access to their stack arrays goes through ASan's

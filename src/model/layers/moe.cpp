@@ -112,7 +112,8 @@ void SparseMoe::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) co
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = first[e + 1] - first[e];
     if (m == 0) continue;
-    groups.push_back(LinearGroup{first[e], m, &experts_[static_cast<size_t>(e)].down, ws.moe_out.data() + first[e] * hidden_});
+    const Linear* down = &experts_[static_cast<size_t>(e)].down;
+    groups.push_back(LinearGroup{first[e], m, down, ws.moe_out.data() + first[e] * hidden_});
   }
   Linear::apply_grouped(k, ws.moe_gate.data(), groups.data(), static_cast<int>(groups.size()));
 

@@ -345,10 +345,6 @@ void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, f
   matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512Bf16Leaves);
 }
 
-void matmul_avx2_grouped_pooled(const float* x, const MatmulGroup* groups, int count, ThreadPool* pool) {
-  matmul_packed_pooled(x, groups, count, pool, kAvx2Leaves);
-}
-
 void matmul_avx2_grouped(const float* x, const MatmulGroup* groups, int count) {
   matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx2Leaves);
 }

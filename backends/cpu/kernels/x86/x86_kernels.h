@@ -263,9 +263,7 @@ void matmul_avx512_many(const float* x, int64_t m, const Tensor* const* w, float
 void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
 void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
 // The Kernels::matmul_grouped entries: products of different rows of one input with different
-// weights (one dtype and k), over cpu_thread_pool() in one parallel step; the _pooled form over
-// `pool` (nullptr: the calling thread).
-void matmul_avx2_grouped_pooled(const float* x, const MatmulGroup* groups, int count, ThreadPool* pool);
+// weights (one dtype and k), over cpu_thread_pool() in one parallel step.
 void matmul_avx2_grouped(const float* x, const MatmulGroup* groups, int count);
 void matmul_avxvnni_grouped(const float* x, const MatmulGroup* groups, int count);
 void matmul_avx512_grouped(const float* x, const MatmulGroup* groups, int count);
