@@ -136,6 +136,11 @@ void Linear::apply(const Kernels& kernels, const float* x, int64_t m, float* y) 
   }
 }
 
+bool Linear::shares_dense_call(const Linear& a, const Linear& b) {
+  return !a.is_int_ && !b.is_int_ && a.dense_.dtype == b.dense_.dtype && a.dense_.layout == b.dense_.layout &&
+         a.dense_.row_len() == b.dense_.row_len();
+}
+
 void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const Linear* const* ls,
                         float* const* ys, int count) {
   constexpr int kMax = 4;
@@ -145,8 +150,7 @@ void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const
   for (int i = 0; i < count && fuse; ++i) {
     const Tensor& w = ls[i]->dense_;
     ws[i] = &w;
-    fuse = !ls[i]->is_int_ && w.dtype == ls[0]->dense_.dtype && w.layout == ls[0]->dense_.layout &&
-           w.row_len() == ls[0]->dense_.row_len();
+    fuse = shares_dense_call(*ls[i], *ls[0]);
   }
   if (!fuse) {
     for (int i = 0; i < count; ++i) ls[i]->apply(kernels, x, m, ys[i]);
@@ -164,8 +168,7 @@ void Linear::apply_grouped(const Kernels& kernels, const float* x, const LinearG
   bool fuse = kernels.matmul_grouped != nullptr;
   for (int g = 0; g < count && fuse; ++g) {
     const Linear& l = *groups[g].linear;
-    fuse = !l.is_int_ && l.dense_.dtype == first.dense_.dtype && l.dense_.layout == first.dense_.layout &&
-           l.dense_.row_len() == first.dense_.row_len();
+    fuse = shares_dense_call(l, first);
   }
   if (!fuse) {
     const int64_t k = first.in_features();

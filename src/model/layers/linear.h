@@ -104,6 +104,10 @@ class Linear {
   const Tensor& dense_weight() const { return dense_; }
 
  private:
+  // Whether a and b can go to one matmul_many / matmul_grouped call: dense, of one dtype, layout
+  // and row length.
+  static bool shares_dense_call(const Linear& a, const Linear& b);
+
   bool is_int_ = false;
   Tensor dense_;
   IntWeight int_;
