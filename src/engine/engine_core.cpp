@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "base/check.h"
 #include "base/memory_info.h"
@@ -182,7 +183,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   }
   if (core->num_blocks_ > (int64_t{1} << 30)) core->num_blocks_ = int64_t{1} << 30;
   PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs, config.kv_cache_dtype));
-  core->runner_ = std::make_unique<ModelRunner>(std::move(model), std::move(kv));
+  core->executor_ =
+      std::make_unique<LocalExecutor>(std::make_unique<ModelRunner>(std::move(model), std::move(kv)), config.serialize_steps);
   if (draft_model) {
     const int64_t draft_blocks = core->num_blocks_ * 9 / 8;
     PAGODA_ASSIGN_OR_RETURN(KvCacheTensors draft_kv, KvCacheTensors::allocate(draft_model->config(), draft_blocks, bs,
@@ -199,7 +201,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
 }
 
 std::string EngineCore::kv_cache_summary() const {
-  const ModelConfig& mc = runner_->config();
+  const ModelConfig& mc = executor_->config();
   std::string gain;
   if (config_.kv_cache_dtype != KvCacheDtype::kF32) {
     char ratio[32];
@@ -225,7 +227,7 @@ std::string EngineCore::speculative_summary() const {
 }
 
 RequestLimits EngineCore::request_limits() const {
-  return RequestLimits{runner_->config().vocab_size, config_.scheduler.max_model_len, config_.max_logprobs};
+  return RequestLimits{executor_->config().vocab_size, config_.scheduler.max_model_len, config_.max_logprobs};
 }
 
 Status EngineCore::prepare(GenerateRequest& r) const {
@@ -257,13 +259,13 @@ Status EngineCore::add_request(RequestId id, const GenerateRequest& r) {
     req->cache_salt = r.cache_salt;
     req->use_prefix_cache = !r.params.prompt_logprobs.has_value();
     const uint64_t seed = r.params.seed ? *r.params.seed + static_cast<uint64_t>(i) : mix_seed(config_.seed, seq_id);
-    runner_->add_request(seq_id, r.params, seed, stop_ids);
+    executor_->add_request(seq_id, r.params, seed, stop_ids);
     Status st = scheduler_->add_request(std::move(req));
     if (!st.ok()) {
-      runner_->remove_request(seq_id);
+      executor_->remove_request(seq_id);
       for (RequestId done : added) {
         scheduler_->finish_request(done, FinishReason::kAbort);
-        runner_->remove_request(done);
+        executor_->remove_request(done);
         seqs_.erase(done);
       }
       return st;
@@ -303,7 +305,7 @@ OutputChunk EngineCore::finish_chunk(RequestId seq_id, Sequence& s, FinishReason
   c.timings.queued_s = std::max(0.0, s.queued_s);
   c.timings.first_token_s = std::max(0.0, s.first_token_s);
   c.timings.finished_s = since(s);
-  runner_->remove_request(seq_id);
+  executor_->remove_request(seq_id);
   if (proposer_) proposer_->forget(seq_id);
   record_finished(c);
   auto& siblings = children_[s.parent];
@@ -346,7 +348,9 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     Sequence& s = seqs_.at(seq.request_id);
     if (s.queued_s < 0) s.queued_s = since(s);
   }
-  ModelRunnerOutput produced = runner_->execute(scheduled);
+  Result<ModelRunnerOutput> executed = executor_->execute(scheduled);
+  if (!executed.ok()) throw std::runtime_error("the engine's workers failed: " + executed.status().message());
+  ModelRunnerOutput produced = std::move(executed).value();
   for (PromptLogprobsOutput& p : produced.prompt_logprobs) {
     auto& pending = seqs_.at(p.request_id).pending_prompt_logprobs;
     pending.insert(pending.end(), p.entries.begin(), p.entries.end());

@@ -1,6 +1,6 @@
 // EngineCore: the continuous-batching loop body, single-threaded: schedule -> execute ->
-// update -> process outputs. Owns the scheduler, the model runner (with the KV cache memory)
-// and the per-sequence output processing; borrows the tokenizer. Engine (engine.h) runs it on
+// update -> process outputs. Owns the scheduler, the executor (its workers own the model and the
+// KV cache memory) and the per-sequence output processing; borrows the tokenizer. Engine (engine.h) runs it on
 // its own thread; LLM (llm.h) drives it directly. Not thread-safe.
 //
 // KV cache size: config.kv_cache_memory bytes; else, with config.gpu_memory_utilization F, what
@@ -23,7 +23,7 @@
 #include "engine/output_processor.h"
 #include "engine/request_validation.h"
 #include "metrics/engine_metrics.h"
-#include "runner/model_runner.h"
+#include "runner/executor.h"
 #include "sched/scheduler.h"
 #include "spec/proposer.h"
 #include "tokenizer/tokenizer.h"
@@ -68,7 +68,8 @@ class EngineCore {
 
   // One engine step; returns the output chunks it produced. on_scheduled, when set, runs once the
   // scheduler has decided the step (stats() then counts the requests that stay waiting), before
-  // the forward pass.
+  // the forward pass. Throws std::runtime_error naming the problem when the executor fails (a
+  // worker died or refused the step): the core cannot go on.
   std::vector<OutputChunk> step(const std::function<void()>& on_scheduled = {});
 
   // Records vLLM's engine metrics from now on (per step, per token, per finished sequence).
@@ -77,7 +78,7 @@ class EngineCore {
   bool has_unfinished() const { return scheduler_->has_unfinished(); }
   SchedulerStats stats() const { return scheduler_->stats(); }
   const SpecDecodeStats& spec_stats() const { return spec_stats_; }
-  const ModelConfig& model_config() const { return runner_->config(); }
+  const ModelConfig& model_config() const { return executor_->config(); }
   const EngineConfig& config() const { return config_; }
   int64_t num_blocks() const { return num_blocks_; }
   // The target's KV cache (the draft model's, when there is one, comes on top).
@@ -119,7 +120,7 @@ class EngineCore {
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<metrics::EngineMetrics> metrics_;  // may be null
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Proposer> proposer_;  // set when config.speculative.method is not ""
   SpecDecodeStats spec_stats_;

@@ -38,6 +38,9 @@ struct EngineConfig {
   uint64_t seed = 0;                    // seeds requests that give no seed of their own
   int64_t max_logprobs = SamplingParams::kMaxLogprobs;  // most logprobs / prompt_logprobs a request may ask for
   SpeculativeConfig speculative;
+  // Tests: the in-process executor passes every step through its byte encoding, as the
+  // multi-process executors do (runner/step_message.h).
+  bool serialize_steps = false;
 };
 
 // Request defaults from a model folder's generation_config.json (vLLM's --generation-config

@@ -76,6 +76,8 @@ struct SamplingParams {
   static constexpr float kMaxAbsLogitBias = 100.0f;
   static constexpr double kGreedyEpsilon = 1e-5;  // vLLM's _SAMPLING_EPS
 
+  bool operator==(const SamplingParams&) const = default;
+
   // True when the row samples greedily (temperature below kGreedyEpsilon).
   bool greedy() const { return temperature < kGreedyEpsilon; }
 

@@ -37,6 +37,8 @@ struct SchedulerOutput {
 struct TokenLogprobEntry {
   TokenId token = 0;
   float logprob = 0;
+
+  bool operator==(const TokenLogprobEntry&) const = default;
 };
 
 struct SampledOutput {
@@ -44,6 +46,8 @@ struct SampledOutput {
   TokenId token = 0;
   float logprob = 0;
   std::vector<TokenLogprobEntry> top_logprobs;  // when the request asked for logprobs
+
+  bool operator==(const SampledOutput&) const = default;
 };
 
 // Logprobs of prompt tokens computed this step: entries[i] is for prompt token first_index + i
@@ -52,6 +56,8 @@ struct PromptLogprobsOutput {
   RequestId request_id = 0;
   int64_t first_index = 0;
   std::vector<SampledOutput> entries;  // token = the prompt token, with its logprob and top-N
+
+  bool operator==(const PromptLogprobsOutput&) const = default;
 };
 
 // A request's drafts verified this step: the number scheduled and the number accepted.
@@ -59,6 +65,8 @@ struct SpecDecodeCounts {
   RequestId request_id = 0;
   int64_t num_draft_tokens = 0;
   int64_t num_accepted = 0;  // its first num_accepted drafts, the rest rejected
+
+  bool operator==(const SpecDecodeCounts&) const = default;
 };
 
 struct ModelRunnerOutput {
@@ -68,6 +76,8 @@ struct ModelRunnerOutput {
   std::vector<SampledOutput> sampled;
   std::vector<SpecDecodeCounts> spec;  // one per ScheduledSeq with drafts, same order
   std::vector<PromptLogprobsOutput> prompt_logprobs;
+
+  bool operator==(const ModelRunnerOutput&) const = default;
 };
 
 }  // namespace pagoda

@@ -1,0 +1,127 @@
+#include "backends/mpi/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pagoda::mpi {
+namespace {
+
+// MPI counts are ints: larger buffers go in pieces of this many elements.
+constexpr int64_t kMaxCount = int64_t{1} << 30;
+
+Status check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return Status::ok_status();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return unavailable(std::string("MPI ") + what + ": " + std::string(text, static_cast<size_t>(len)));
+}
+
+// MPI starts once per process, at the first create_world(), and is finalised at exit.
+std::mutex g_mu;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create_world() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return unavailable("MPI was finalised in this process and cannot start again");
+    int provided = 0;
+    PAGODA_RETURN_IF_ERROR(check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init"));
+    if (provided < MPI_THREAD_SERIALIZED) {
+      MPI_Finalize();
+      return unavailable("the MPI library offers threading level " + std::to_string(provided) +
+                         ", below MPI_THREAD_SERIALIZED");
+    }
+    std::atexit(finalize_at_exit);
+    PAGODA_RETURN_IF_ERROR(check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "set_errhandler"));
+  }
+  int rank = 0, size = 0;
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "comm_rank"));
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_size(MPI_COMM_WORLD, &size), "comm_size"));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(rank, size));
+}
+
+Status MpiCommunicator::all_reduce_sum(float* data, int64_t count) {
+  for (int64_t off = 0; off < count; off += kMaxCount) {
+    const int n = static_cast<int>(std::min(kMaxCount, count - off));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "allreduce"));
+  }
+  return Status::ok_status();
+}
+
+Status MpiCommunicator::all_gather(const void* send, int64_t bytes, void* recv) {
+  if (bytes <= kMaxCount) {
+    return check(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
+                               MPI_COMM_WORLD),
+                 "allgather");
+  }
+  // Larger pieces: gather each piece into a staging buffer, then place every rank's part.
+  std::vector<uint8_t> staging(static_cast<size_t>(kMaxCount) * static_cast<size_t>(size_));
+  const auto* in = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  for (int64_t off = 0; off < bytes; off += kMaxCount) {
+    const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Allgather(in + off, n, MPI_BYTE, staging.data(), n, MPI_BYTE, MPI_COMM_WORLD), "allgather"));
+    for (int r = 0; r < size_; ++r) std::copy_n(staging.data() + static_cast<size_t>(r) * n, n, out + r * bytes + off);
+  }
+  return Status::ok_status();
+}
+
+Status MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
+  auto* p = static_cast<uint8_t*>(data);
+  for (int64_t off = 0; off < bytes; off += kMaxCount) {
+    const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Bcast(p + off, n, MPI_BYTE, root, MPI_COMM_WORLD), "bcast"));
+  }
+  return Status::ok_status();
+}
+
+Status MpiCommunicator::send(const void* data, int64_t bytes, int dest) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  int64_t off = 0;
+  do {  // a zero-byte message is one empty piece, as recv expects
+    const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Send(p + off, n, MPI_BYTE, dest, 0, MPI_COMM_WORLD), "send"));
+    off += n;
+  } while (off < bytes);
+  return Status::ok_status();
+}
+
+Status MpiCommunicator::recv(void* data, int64_t bytes, int source) {
+  auto* p = static_cast<uint8_t*>(data);
+  int64_t off = 0;
+  do {
+    const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
+    MPI_Status status;
+    PAGODA_RETURN_IF_ERROR(check(MPI_Recv(p + off, n, MPI_BYTE, source, 0, MPI_COMM_WORLD, &status), "recv"));
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (got != n) {
+      return data_loss("MPI recv from rank " + std::to_string(source) + ": " + std::to_string(got) + " bytes where " +
+                       std::to_string(n) + " were expected");
+    }
+    off += n;
+  } while (off < bytes);
+  return Status::ok_status();
+}
+
+Status MpiCommunicator::barrier() { return check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+
+}  // namespace pagoda::mpi

@@ -1,0 +1,34 @@
+#include "runner/executor.h"
+
+#include <utility>
+
+namespace pagoda {
+
+void Executor::add_request(RequestId id, const SamplingParams& params, uint64_t seed,
+                           std::vector<TokenId> min_tokens_suppressed) {
+  NewRequestData n;
+  n.request_id = id;
+  n.params = params;
+  n.seed = seed;
+  n.min_tokens_suppressed = std::move(min_tokens_suppressed);
+  // The prompt is filled in from the scheduler's view when the request is first scheduled.
+  encoder_.add_request(std::move(n));
+}
+
+void Executor::remove_request(RequestId id) { encoder_.remove_request(id); }
+
+Result<ModelRunnerOutput> Executor::execute(const SchedulerOutput& scheduled) {
+  return execute_step(encoder_.encode(scheduled));
+}
+
+LocalExecutor::LocalExecutor(std::unique_ptr<ModelRunner> runner, bool through_bytes)
+    : worker_(std::move(runner)), through_bytes_(through_bytes) {}
+
+Result<ModelRunnerOutput> LocalExecutor::execute_step(const StepMessage& message) {
+  if (!through_bytes_) return worker_.execute(message);
+  PAGODA_ASSIGN_OR_RETURN(StepMessage received, deserialize_step(serialize_step(message)));
+  PAGODA_ASSIGN_OR_RETURN(ModelRunnerOutput out, worker_.execute(received));
+  return deserialize_output(serialize_output(out));
+}
+
+}  // namespace pagoda
