@@ -52,6 +52,7 @@ class ByteWriter {
 
  private:
   void append(const void* p, size_t n) {
+    if (n == 0) return;  // p may be null (an empty vector's data())
     const auto* b = static_cast<const uint8_t*>(p);
     out_.insert(out_.end(), b, b + n);
   }
@@ -90,6 +91,7 @@ class ByteReader {
            " bytes are left");
       return values;
     }
+    if (count == 0) return values;  // memcpy may not be given the empty vector's null data()
     values.resize(count);
     if (take(count * sizeof(T))) std::memcpy(values.data(), bytes_.data() + pos_ - count * sizeof(T), count * sizeof(T));
     return values;
@@ -100,6 +102,7 @@ class ByteReader {
       fail("a string of " + std::to_string(size) + " bytes, but " + std::to_string(remaining()) + " are left");
       return {};
     }
+    if (size == 0) return {};
     std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), size);
     pos_ += size;
     return s;
