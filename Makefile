@@ -56,8 +56,9 @@ test: test-asan test-tsan test-fuzz npm-deps
 # on the two dummy models (stories260K's runs it under ASan: batching, prefix caching, chunked
 # prefill, preemption, speculation).
 ASAN_UNIT_TESTS := base_test tensor_test kv_test sched_test sampler_test metrics_test cpu_kernels_test \
-  cpu_thread_pool_test engine_test executor_test runner_test shm_communicator_test determinism_test golden_stories_test model_reference_test \
-  gguf_hf_equivalence_test cli_test bench_serve_test vllm_compat_test perplexity_test
+  cpu_thread_pool_test engine_test executor_test runner_test shm_communicator_test determinism_test \
+  golden_stories_test model_reference_test gguf_hf_equivalence_test cli_test bench_serve_test \
+  vllm_compat_test perplexity_test
 FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz packed_linear_fuzz tokenizer_json_fuzz tokenize_fuzz \
   chat_template_fuzz openai_request_fuzz
 # The sanitizer builds compile at -O1 with line tables only (-g1: what their reports' stack traces

@@ -1,7 +1,7 @@
 // EngineCore: the continuous-batching loop body, single-threaded: schedule -> execute ->
 // update -> process outputs. Owns the scheduler, the executor (its workers own the model and the
-// KV cache memory) and the per-sequence output processing; borrows the tokenizer. Engine (engine.h) runs it on
-// its own thread; LLM (llm.h) drives it directly. Not thread-safe.
+// KV cache memory) and the per-sequence output processing; borrows the tokenizer. Engine
+// (engine.h) runs it on its own thread; LLM (llm.h) drives it directly. Not thread-safe.
 //
 // KV cache size: config.kv_cache_memory bytes; else, with config.gpu_memory_utilization F, what
 // is left of F x the machine's memory (physical, or the cgroup's limit) after the model's
