@@ -114,6 +114,10 @@ ShmRegion::~ShmRegion() {
 ShmCommunicator::ShmCommunicator(std::shared_ptr<ShmRegion> region, int rank, std::chrono::milliseconds timeout)
     : region_(std::move(region)), rank_(rank), size_(region_->num_ranks()), timeout_(timeout) {
   PAGODA_CHECK(rank_ >= 0 && rank_ < size_);
+  const Layout layout(size_, region_->slot_bytes());
+  mailboxes_ = region_->base() + layout.mailboxes;
+  slots_ = region_->base() + layout.slots;
+  mailbox_data_ = region_->base() + layout.mailbox_data;
   header().pids[rank_].store(static_cast<int32_t>(getpid()), std::memory_order_release);
 }
 
@@ -124,20 +128,17 @@ ShmHeader& ShmCommunicator::header() const {
 }
 
 uint8_t* ShmCommunicator::slot(int rank) const {
-  const Layout layout(size_, region_->slot_bytes());
-  return region_->base() + layout.slots + static_cast<size_t>(rank) * static_cast<size_t>(region_->slot_bytes());
+  return slots_ + static_cast<size_t>(rank) * static_cast<size_t>(region_->slot_bytes());
 }
 
 ShmMailbox& ShmCommunicator::mailbox(int from, int to) const {
-  const Layout layout(size_, region_->slot_bytes());
   const size_t index = static_cast<size_t>(from) * static_cast<size_t>(size_) + static_cast<size_t>(to);
-  return *reinterpret_cast<ShmMailbox*>(region_->base() + layout.mailboxes + index * kMailboxHeaderBytes);
+  return *reinterpret_cast<ShmMailbox*>(mailboxes_ + index * kMailboxHeaderBytes);
 }
 
 uint8_t* ShmCommunicator::mailbox_data(int from, int to) const {
-  const Layout layout(size_, region_->slot_bytes());
   const size_t index = static_cast<size_t>(from) * static_cast<size_t>(size_) + static_cast<size_t>(to);
-  return region_->base() + layout.mailbox_data + index * static_cast<size_t>(region_->slot_bytes());
+  return mailbox_data_ + index * static_cast<size_t>(region_->slot_bytes());
 }
 
 void ShmCommunicator::abort() {

@@ -86,6 +86,10 @@ class ShmCommunicator final : public Communicator {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  // Where the mailbox headers, the slots and the mailboxes' data start in the region.
+  uint8_t* mailboxes_ = nullptr;
+  uint8_t* slots_ = nullptr;
+  uint8_t* mailbox_data_ = nullptr;
   bool failed_ = false;
 };
 
