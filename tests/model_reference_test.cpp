@@ -34,6 +34,7 @@
 #include "loader/quant_mix.h"
 #include "tensor/convert.h"
 #include "tensor/half.h"
+#include "support/small_config.h"
 #include "support/test_data.h"
 #include "model/layers/linear.h"
 #include "model/layers/moe.h"
@@ -492,21 +493,7 @@ double largest_relative_difference(const std::vector<std::vector<float>>& want,
   return worst;
 }
 
-ModelConfig base_config() {
-  ModelConfig c;
-  c.architecture = "llama";
-  c.vocab_size = 61;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_layers = 3;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000;
-  return c;
-}
+ModelConfig base_config() { return testing::small_llama_config(); }
 
 void expect_matches_reference(const ModelConfig& cfg, uint32_t seed) {
   ModelBuilder builder(cfg, seed);
@@ -729,9 +716,10 @@ TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
     }
   }
   const double half_tol = best_table == "avx512bf16" ? 3e-2 : 1e-4;
-  for (auto [type, tol] : {std::pair{DType::kF16, half_tol}, std::pair{DType::kBF16, half_tol},
-                           std::pair{DType::kQ8_0, 3e-2}, std::pair{DType::kQ4_0, 3e-2},
-                           std::pair{DType::kQ4_K, 3e-2}, std::pair{DType::kQ6_K, 3e-2}}) {
+  for (auto [stored, tol] : {std::pair{DType::kF16, half_tol}, std::pair{DType::kBF16, half_tol},
+                             std::pair{DType::kQ8_0, 3e-2}, std::pair{DType::kQ4_0, 3e-2},
+                             std::pair{DType::kQ4_K, 3e-2}, std::pair{DType::kQ6_K, 3e-2}}) {
+    const DType type = stored;  // not a structured binding: clang 14's lambdas cannot capture one
     auto load = [&]() -> Result<ModelSource> {
       PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, type, 3, "tinyllama-shaped"));
       return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};

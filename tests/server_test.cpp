@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -898,6 +901,60 @@ TEST(Server, EngineFailureIsReportedNotHidden) {
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
   EXPECT_NE(server.log().find("the engine has failed (injected fault at step 20); exiting with status 1"),
             std::string::npos)
+      << server.log();
+}
+
+// The processes whose parent is `pid` (from /proc/<p>/stat's fourth field).
+std::vector<int> children_of(int pid) {
+  std::vector<int> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 && ppid == pid && state != 'Z') {
+      out.push_back(std::stoi(name));
+    }
+  }
+  return out;
+}
+
+// Tensor parallelism over two ranks forked by the server (--tensor-parallel-size 2): requests are
+// served; then rank 1 killed mid-step fails the step: the streamed request in flight ends with a
+// server_error, /health says 503 (or the server is gone), and the server exits 1 within seconds,
+// its log naming the rank that died.
+TEST(Server, TensorParallelRankKilledMidStepFailsTheServer) {
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
+  ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--tensor-parallel-size", "2"}));
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  const std::vector<int> workers = children_of(server.pid());
+  ASSERT_EQ(workers.size(), 1u) << server.log();
+  int status = 0;
+  json done = post(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}}, &status);
+  EXPECT_EQ(status, 200) << done.dump();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+  SseClient sse(port, "/v1/completions", req.dump());
+  ASSERT_EQ(sse.status(), 200);
+  ASSERT_TRUE(sse.next().has_value());  // decoding
+  const auto killed = Clock::now();
+  ASSERT_EQ(kill(workers[0], SIGKILL), 0);
+  std::vector<std::string> events = sse.rest();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json err = json::parse(events[events.size() - 2], nullptr, false);
+  ASSERT_FALSE(err.is_discarded()) << events[events.size() - 2];
+  expect_error(err, "server_error");
+  HttpResult health = testing::http_request(port, "GET", "/health");
+  EXPECT_TRUE(health.status == 503 || health.status == 0) << health.status << " " << health.body;
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
+  EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ") has exited"), std::string::npos)
       << server.log();
 }
 

@@ -269,8 +269,9 @@ TEST(VllmCompat, QuantizedServeCommandLineServesAwq) {
 // here are accepted and the run goes on.
 TEST(VllmCompat, UnsupportedValuesFailAcceptedFlagsPass) {
   const std::pair<const char*, const char*> refused[] = {
-      {"-tp 4", "--tensor-parallel-size 4"},
-      {"--tensor-parallel-size=2", "--tensor-parallel-size 2"},
+      {"-tp 0", "--tensor-parallel-size must be in [1, 64], got 0"},
+      {"--tensor-parallel-size=65", "--tensor-parallel-size must be in [1, 64], got 65"},
+      {"-tp 2 --distributed-executor-backend ray", "--distributed-executor-backend ray"},
       {"-pp 2", "--pipeline-parallel-size 2"},
       {"-dp 2", "--data-parallel-size 2"},
       {"--kv-cache-dtype fp8_inc", "--kv-cache-dtype fp8_inc"},
@@ -292,6 +293,7 @@ TEST(VllmCompat, UnsupportedValuesFailAcceptedFlagsPass) {
   RunResult ok = run_pagoda(
       "generate --model demo-random -p hi -n 3 --ignore-eos --enforce-eager --swap-space 8 --trust-remote-code "
       "--max-seq-len-to-capture 4096 --revision main --download-dir /nonexistent -tp 1 -pp 1 -dp 1 "
+      "--distributed-executor-backend uni "
       "--tokenizer-mode slow --kv-cache-dtype auto --quantization none --seed 3 --enable-chunked-prefill "
       "--kv-cache-memory-bytes 64MiB");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;

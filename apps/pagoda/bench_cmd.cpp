@@ -12,6 +12,7 @@
 #include "apps/pagoda/bench/serve_stats.h"
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/engine_setup.h"
+#include "apps/pagoda/ranks.h"
 #include "engine/llm.h"
 
 namespace pagoda::app {
@@ -74,7 +75,9 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   if (f.input_len < 1 || f.output_len < 1 || f.num_prompts < 1) {
     return fail(invalid_argument("--input-len, --output-len and --num-prompts must be at least 1"));
   }
-  auto setup = make_engine(f.model, f.engine);
+  auto group = RankGroup::start(f.model, f.engine);  // before any thread; declared before the engine
+  if (!group.ok()) return fail(group.status());
+  auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
   std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
   if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
@@ -124,7 +127,9 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     return fail(invalid_argument(
         "--batch-size, --input-len, --output-len and --num-iters must be at least 1, --num-iters-warmup >= 0"));
   }
-  auto setup = make_engine(f.model, f.engine);
+  auto group = RankGroup::start(f.model, f.engine);  // before any thread; declared before the engine
+  if (!group.ok()) return fail(group.status());
+  auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
   std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
   if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());

@@ -30,7 +30,9 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   }
   if (!j.is_object()) return bad("must be a JSON object, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4}");
   SpeculativeConfig c;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang 14's lambdas cannot capture one
+    const nlohmann::json& value = item.value();
     auto integer = [&](int64_t* out) -> Status {
       if (!value.is_number_integer()) return bad(key + " must be an integer");
       *out = value.get<int64_t>();
@@ -157,8 +159,17 @@ void EngineFlags::add_to(CLI::App& app) {
                  "accepted, no effect: the CPU backend captures no graphs")
       ->group(kModelConfig);
 
-  app.add_option("--tensor-parallel-size", tensor_parallel_size, "tensor-parallel ranks (-tp); only 1 for now")
+  app.add_option("--tensor-parallel-size", tensor_parallel_size,
+                 "tensor-parallel ranks (-tp): the model's heads, MLP and vocabulary split across processes")
       ->capture_default_str()
+      ->group(kParallelConfig);
+  app.add_option("--distributed-executor-backend", distributed_executor_backend,
+                 "how the ranks start: mp (forked on this host, shared memory) or mpi (the ranks of mpirun); "
+                 "default: mpi under mpirun, else mp")
+      ->group(kParallelConfig);
+  app.add_option("--cpu-affinity", cpu_affinity,
+                 "the ranks' CPUs, one list per rank: 0-3|4-7 (default: VLLM_CPU_OMP_THREADS_BIND, else the "
+                 "allowed cores split evenly)")
       ->group(kParallelConfig);
   app.add_option("--pipeline-parallel-size", pipeline_parallel_size, "pipeline stages (-pp); only 1 for now")
       ->capture_default_str()
@@ -182,8 +193,15 @@ Status not_yet(const std::string& flag, const std::string& value, const std::str
 }  // namespace
 
 Result<EngineConfig> EngineFlags::to_config() const {
-  if (tensor_parallel_size != 1) {
-    return not_yet("--tensor-parallel-size", std::to_string(tensor_parallel_size), "1: one process holds the model");
+  if (tensor_parallel_size < 1 || tensor_parallel_size > 64) {
+    return invalid_argument("--tensor-parallel-size must be in [1, 64], got " + std::to_string(tensor_parallel_size));
+  }
+  if (!distributed_executor_backend.empty() && distributed_executor_backend != "mp" &&
+      distributed_executor_backend != "mpi" && distributed_executor_backend != "uni") {
+    return not_yet("--distributed-executor-backend", distributed_executor_backend, "mp, mpi, uni");
+  }
+  if (distributed_executor_backend == "uni" && tensor_parallel_size != 1) {
+    return invalid_argument("--distributed-executor-backend uni runs one process: --tensor-parallel-size must be 1");
   }
   if (pipeline_parallel_size != 1) {
     return not_yet("--pipeline-parallel-size", std::to_string(pipeline_parallel_size), "1: one process holds the model");

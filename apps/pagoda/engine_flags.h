@@ -65,6 +65,8 @@ struct EngineFlags {
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;
   int64_t data_parallel_size = 1;
+  std::string distributed_executor_backend;  // "" = mpi under mpirun, else mp (apps/pagoda/ranks.h)
+  std::string cpu_affinity;                  // the ranks' CPUs, "0-3|4-7"; "" = VLLM_CPU_OMP_THREADS_BIND or auto
   // Pagoda's
   std::string log_level = "info";
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "apps/pagoda/ranks.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
 
@@ -96,8 +97,11 @@ Status check_draft_vocabulary(const ModelFlags& model, ModelFlags* draft, const 
 }  // namespace
 
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
-                                const std::function<Status(const Tokenizer&)>& before_weights) {
+                                const std::function<Status(const Tokenizer&)>& before_weights, RankGroup* group) {
   PAGODA_ASSIGN_OR_RETURN(EngineConfig config, engine.to_config());
+  if ((group != nullptr) != (engine.tensor_parallel_size > 1)) {
+    return internal_error("make_engine: a rank group is needed exactly when --tensor-parallel-size > 1");
+  }
   set_log_level(*parse_log_level(engine.log_level));
   EngineSetup setup;
   PAGODA_ASSIGN_OR_RETURN(setup.generation_defaults, load_generation_defaults(engine.generation_config, model.model));
@@ -107,12 +111,22 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
   }
   const bool has_draft = config.speculative.method == "draft_model";
   ModelFlags draft = draft_flags(model, config.speculative);
-  PAGODA_ASSIGN_OR_RETURN(LoadedModel loaded,
-                          load_model_and_tokenizer(model, [&](const Tokenizer& tokenizer) -> Status {
-                            if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(tokenizer));
-                            return has_draft ? check_draft_vocabulary(model, &draft, tokenizer) : Status::ok_status();
-                          }));
-  setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded.tokenizer));
+  Result<LoadedModel> loaded = load_model_and_tokenizer(
+      model,
+      [&](const Tokenizer& tokenizer) -> Status {
+        if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(tokenizer));
+        return has_draft ? check_draft_vocabulary(model, &draft, tokenizer) : Status::ok_status();
+      },
+      group != nullptr ? group->tp() : TensorParallel{});
+  if (group != nullptr) {
+    // Every rank's shard loaded alike, or every rank stops here.
+    const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
+    const Status agreed = group->agree(loaded.status(), what);
+    if (loaded.ok() && !agreed.ok()) return agreed;
+    config.tensor_parallel_group = &group->comm();
+  }
+  if (!loaded.ok()) return loaded.status();
+  setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));
   std::unique_ptr<Model> draft_model;
   if (has_draft) {
     Result<LoadedModel> d = load_model_and_tokenizer(draft);
@@ -121,8 +135,9 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
     }
     draft_model = std::move(d->model);
   }
-  PAGODA_ASSIGN_OR_RETURN(setup.core, EngineCore::create(std::move(loaded.model), setup.tokenizer, config,
+  PAGODA_ASSIGN_OR_RETURN(setup.core, EngineCore::create(std::move(loaded->model), setup.tokenizer, config,
                                                          std::move(draft_model)));
+  if (group != nullptr) group->running();
   return setup;
 }
 

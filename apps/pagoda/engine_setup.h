@@ -10,6 +10,8 @@
 
 namespace pagoda::app {
 
+class RankGroup;
+
 struct EngineSetup {
   std::unique_ptr<EngineCore> core;
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -18,9 +20,12 @@ struct EngineSetup {
 
 // Checks the flags, applies --log-level, reads --generation-config, loads the tokenizer and runs
 // `before_weights` on it (both fail fast, before any weight is read), then the model, and sizes
-// the engine.
+// the engine. With --tensor-parallel-size N > 1, `group` is the ranks RankGroup::start started
+// (apps/pagoda/ranks.h; it must outlive the engine): this process loads rank 0's shard, and the
+// engine runs every step on all of them.
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
-                                const std::function<Status(const Tokenizer&)>& before_weights = {});
+                                const std::function<Status(const Tokenizer&)>& before_weights = {},
+                                RankGroup* group = nullptr);
 
 // --generation-config: "auto" reads MODEL/generation_config.json when the model is a folder
 // holding one (nothing otherwise), "vllm" gives no defaults, anything else is a folder that

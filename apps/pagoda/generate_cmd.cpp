@@ -12,6 +12,7 @@
 
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/engine_setup.h"
+#include "apps/pagoda/ranks.h"
 #include "base/log.h"
 #include "engine/llm.h"
 #include "server/openai_protocol.h"
@@ -205,7 +206,9 @@ int generate_file(const GenerateFlags& f, EngineSetup& setup) {
 }  // namespace
 
 int run_generate(const GenerateFlags& f) {
-  auto setup = make_engine(f.model, f.engine);
+  auto group = RankGroup::start(f.model, f.engine);  // before any thread; declared before the engine
+  if (!group.ok()) return fail(group.status());
+  auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
   if (f.verbose) std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
   return f.input_file.empty() ? generate_one(f, *setup) : generate_file(f, *setup);

@@ -19,6 +19,7 @@
 
 #include "apps/pagoda/commands.h"
 #include "apps/pagoda/engine_setup.h"
+#include "apps/pagoda/ranks.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "loader/gguf_file.h"
@@ -218,6 +219,10 @@ int run_serve(ServeFlags f) {
   auto unsent_limit = parse_byte_size(f.max_unsent_stream);
   if (!unsent_limit.ok()) return fail(unsent_limit.status());
   raise_fd_limit();
+  // Tensor parallelism's ranks start before any thread (the server's among them); the group
+  // outlives the engine, which is declared after it.
+  auto group = RankGroup::start(f.model, f.engine);
+  if (!group.ok()) return fail(group.status());
 
   // Signals are caught from the start, so SIGTERM during loading also exits cleanly.
   struct sigaction sa {};
@@ -251,7 +256,9 @@ int run_serve(ServeFlags f) {
   // The tokenizer and chat template are found and checked before any weight is read, so a
   // missing tokenizer or a broken template fails in a moment, not after a long load.
   server::ServedModel served;
-  auto setup = make_engine(f.model, f.engine, [&](const Tokenizer& tokenizer) -> Status {
+  auto setup = make_engine(
+      f.model, f.engine,
+      [&](const Tokenizer& tokenizer) -> Status {
     PAGODA_ASSIGN_OR_RETURN(ChatTemplateSource chat, find_chat_template(f, tokenizer));
     if (chat.text.empty()) {
       log_line(LogLevel::kWarning, "serve",
@@ -263,7 +270,8 @@ int run_serve(ServeFlags f) {
     served.bos_token = chat.bos;
     served.eos_token = chat.eos;
     return Status::ok_status();
-  });
+  },
+      group->get());
   if (!setup.ok()) return fail(setup.status());
   log_line(LogLevel::kInfo, "serve", setup->core->kv_cache_summary());
   if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) log_line(LogLevel::kInfo, "serve", spec);

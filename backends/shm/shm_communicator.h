@@ -71,6 +71,9 @@ class ShmCommunicator final : public Communicator {
 
   // Tells every rank to stop waiting: their calls fail from now on (a rank that is going down).
   void abort();
+  // How long a wait for peers may last from now on (a group waits without a limit while its
+  // ranks load their weights, and with one while it runs steps).
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  private:
   ShmHeader& header() const;

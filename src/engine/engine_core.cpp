@@ -10,6 +10,7 @@
 #include "base/memory_info.h"
 #include "engine/request_validation.h"
 #include "kv/kv_cache_manager.h"
+#include "runner/group_executor.h"
 #include "spec/draft_model_proposer.h"
 #include "spec/ngram_proposer.h"
 
@@ -133,7 +134,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   if (spec.disable_by_batch_size < 0) return invalid_argument("--speculative-config: disable_by_batch_size must be >= 0");
 
   const int64_t bs = config.block_size;
-  core->bytes_per_block_ = KvCacheTensors::bytes_per_block(mc, bs, config.kv_cache_dtype);
+  // What this process holds of the model: under tensor parallelism its rank's KV heads.
+  const ModelConfig& shard = model->shard_config();
+  core->bytes_per_block_ = KvCacheTensors::bytes_per_block(shard, bs, config.kv_cache_dtype);
   // A draft model's cache: 9 blocks for every 8 of the target's (its drafts run ahead of the
   // target's tokens); a request it has no room for gets no drafts that step.
   const int64_t draft_block_bytes =
@@ -150,7 +153,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
     const double total = static_cast<double>(total_memory_bytes());
     const double allowed = config.gpu_memory_utilization * total;
     double weights = static_cast<double>(model->weight_bytes());
-    double activations = static_cast<double>(activation_bytes(mc, sc));
+    double activations = static_cast<double>(activation_bytes(shard, sc));
     if (draft_model) {
       weights += static_cast<double>(draft_model->weight_bytes());
       activations += static_cast<double>(activation_bytes(draft_model->config(), sc));
@@ -182,9 +185,14 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
                             std::to_string(sc.max_model_len) + " tokens; raise --kv-cache-memory-bytes or lower --max-model-len");
   }
   if (core->num_blocks_ > (int64_t{1} << 30)) core->num_blocks_ = int64_t{1} << 30;
-  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(mc, core->num_blocks_, bs, config.kv_cache_dtype));
-  core->executor_ =
-      std::make_unique<LocalExecutor>(std::make_unique<ModelRunner>(std::move(model), std::move(kv)), config.serialize_steps);
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv,
+                          KvCacheTensors::allocate(shard, core->num_blocks_, bs, config.kv_cache_dtype));
+  auto runner = std::make_unique<ModelRunner>(std::move(model), std::move(kv));
+  if (Communicator* group = config.tensor_parallel_group; group != nullptr && group->size() > 1) {
+    PAGODA_ASSIGN_OR_RETURN(core->executor_, GroupExecutor::create(*group, std::move(runner)));
+  } else {
+    core->executor_ = std::make_unique<LocalExecutor>(std::move(runner), config.serialize_steps);
+  }
   if (draft_model) {
     const int64_t draft_blocks = core->num_blocks_ * 9 / 8;
     PAGODA_ASSIGN_OR_RETURN(KvCacheTensors draft_kv, KvCacheTensors::allocate(draft_model->config(), draft_blocks, bs,

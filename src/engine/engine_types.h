@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/communicator.h"
 #include "backend/kernels.h"
 #include "base/types.h"
 #include "sample/sampler.h"
@@ -41,6 +42,10 @@ struct EngineConfig {
   // Tests: the in-process executor passes every step through its byte encoding, as the
   // multi-process executors do (runner/step_message.h).
   bool serialize_steps = false;
+  // Tensor parallelism: the group of ranks the model is sharded over, this process being rank 0
+  // (the other ranks run run_group_worker, runner/group_executor.h); nullptr: one process. Set by
+  // the launcher (apps/pagoda/ranks.h), not a flag; it must outlive the engine.
+  Communicator* tensor_parallel_group = nullptr;
 };
 
 // Request defaults from a model folder's generation_config.json (vLLM's --generation-config

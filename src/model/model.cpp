@@ -5,9 +5,9 @@
 
 namespace pagoda {
 
-Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend) {
+Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend, const TensorParallel& tp) {
   const std::string& arch = source.config.architecture;
-  if (const ArchitectureSpec* spec = find_architecture(arch)) return create_decoder_model(std::move(source), backend, *spec);
+  if (const ArchitectureSpec* spec = find_architecture(arch)) return create_decoder_model(std::move(source), backend, *spec, tp);
   std::string names;
   for (const ArchitectureSpec& a : architectures()) names += (names.empty() ? "" : ", ") + std::string(a.name);
   return unimplemented(source.path + ": unsupported architecture '" + arch + "' (supported: " + names + ")");

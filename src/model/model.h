@@ -14,6 +14,7 @@
 #include "loader/model_source.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
@@ -22,7 +23,12 @@ class Model {
  public:
   virtual ~Model() = default;
 
+  // The whole model's config (what the scheduler, the sampler and the logits see).
   virtual const ModelConfig& config() const = 0;
+  // What this process computes: under tensor parallelism its rank's heads, KV heads and
+  // intermediate sizes (model/tensor_parallel.h), which size its KV cache and buffers; else
+  // config().
+  virtual const ModelConfig& shard_config() const { return config(); }
 
   // Bytes of weights the model holds in memory (matrices as stored or packed, plus the f32
   // vectors), for sizing the KV cache against --gpu-memory-utilization.
@@ -42,6 +48,9 @@ class Model {
 // Builds the model for source.config.architecture (an entry of model/arch/registry.h: "llama",
 // "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral"), taking over the weights. The model copies the backend's kernel table, so `backend` need not outlive it. Fails naming the source for an unknown architecture, a missing tensor, a shape
 // mismatch, or a weight type the backend cannot compute on.
-Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend);
+// With tp.size > 1: rank tp.rank's shard, computed together with the other ranks over tp.comm
+// (every rank runs every forward pass and compute_logits call with the same batch; each gets the
+// whole logits). A communicator failure during a pass throws std::runtime_error.
+Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend, const TensorParallel& tp = {});
 
 }  // namespace pagoda

@@ -1,6 +1,7 @@
 #include "model/arch/decoder.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,12 +14,13 @@ namespace {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(ModelSource source, const Backend& backend)
-      : source_(std::move(source)), cfg_(source_.config), k_(backend.kernels()) {}
+  DecoderModel(ModelSource source, const Backend& backend, ShardPlan plan)
+      : source_(std::move(source)), cfg_(source_.config), k_(backend.kernels()), plan_(std::move(plan)) {}
 
   Status init(const Backend& backend, const ArchitectureSpec& spec);
 
   const ModelConfig& config() const override { return cfg_; }
+  const ModelConfig& shard_config() const override { return plan_.local; }
   int64_t weight_bytes() const override;
   Tensor forward(const ForwardBatch& batch, const KvCacheTensors& kv) override;
   void compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows, float* logits) override;
@@ -32,9 +34,10 @@ class DecoderModel final : public Model {
   ModelSource source_;
   const ModelConfig& cfg_;
   const Kernels k_;  // a copy: function pointers, so the Backend object need not outlive the model
-  Tensor token_embd_;          // [vocab, hidden], as loaded or converted (the embedding reads its rows)
+  const ShardPlan plan_;       // the whole model, or this tensor-parallel rank's shard
+  Tensor token_embd_;          // [vocab, hidden] (this rank's rows), as loaded or converted
   Buffer token_embd_storage_;  // token_embd_'s memory when converted
-  Linear lm_head_;             // [vocab, hidden]; a packed copy of token_embd_ when tied
+  Linear lm_head_;             // [vocab, hidden] (this rank's rows); a packed copy of token_embd_ when tied
   F32Vector output_norm_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
@@ -42,21 +45,26 @@ class DecoderModel final : public Model {
   std::vector<float> x_;        // the residual stream [T, hidden]
   Workspace ws_;                // the blocks' scratch
   std::vector<float> picked_;   // compute_logits: the selected hidden rows
+  // Tensor parallelism: the tokens' ids in this rank's vocabulary rows; this rank's logits padded
+  // to vocab_per_rank, and every rank's gathered.
+  std::vector<TokenId> local_ids_;
+  std::vector<float> picked_logits_, rank_logits_, gathered_logits_;
 };
 
 Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) {
-  WeightLoader w(source_, backend);
+  WeightLoader w(source_, backend, plan_);
   const int64_t hidden = cfg_.hidden_size;
   // Tied embeddings are one tensor, typed as llama-quantize types a tied one: as the output.
   const std::string embd_slot = cfg_.tie_word_embeddings ? "output.weight" : "token_embd.weight";
-  PAGODA_ASSIGN_OR_RETURN(token_embd_, w.matrix("token_embd.weight", cfg_.vocab_size, hidden));
+  PAGODA_ASSIGN_OR_RETURN(token_embd_, w.matrix_rows("token_embd.weight", cfg_.vocab_size, hidden, plan_.vocab));
   PAGODA_ASSIGN_OR_RETURN(token_embd_, w.convert("token_embd.weight", embd_slot, token_embd_, &token_embd_storage_));
   if (cfg_.tie_word_embeddings) {
     // The embedding table as it is now (converted once above), packed for the matmul.
     lm_head_ = Linear::dense(k_, token_embd_, Buffer());
     lm_head_.set_name("output.weight");
   } else {
-    PAGODA_ASSIGN_OR_RETURN(lm_head_, w.linear("output.weight", cfg_.vocab_size, hidden));
+    PAGODA_ASSIGN_OR_RETURN(lm_head_,
+                            w.linear("output.weight", cfg_.vocab_size, hidden, {}, Slice::rows(plan_.vocab)));
   }
   PAGODA_ASSIGN_OR_RETURN(output_norm_, w.vector("output_norm.weight", hidden));
   layers_.reserve(static_cast<size_t>(cfg_.num_layers));
@@ -82,9 +90,26 @@ int64_t DecoderModel::weight_bytes() const {
 Tensor DecoderModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv) {
   const int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
   if (static_cast<int64_t>(x_.size()) < n * hidden) x_.resize(static_cast<size_t>(n * hidden));
-  ws_.ensure(n, cfg_);
+  ws_.ensure(n, plan_.local);
   float* x = x_.data();
-  k_.embedding(token_embd_, batch.token_ids.data(), n, x);
+  if (!plan_.sharded()) {
+    k_.embedding(token_embd_, batch.token_ids.data(), n, x);
+  } else {
+    // Vocabulary-parallel: each rank looks up the tokens in its rows, zeros the others' rows,
+    // and the all-reduce puts every row together.
+    const IndexRange v = plan_.vocab;
+    local_ids_.resize(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+      const TokenId id = batch.token_ids[static_cast<size_t>(t)];
+      local_ids_[static_cast<size_t>(t)] = id >= v.begin && id < v.end ? static_cast<TokenId>(id - v.begin) : 0;
+    }
+    if (v.size() > 0) k_.embedding(token_embd_, local_ids_.data(), n, x);
+    for (int64_t t = 0; t < n; ++t) {
+      const TokenId id = batch.token_ids[static_cast<size_t>(t)];
+      if (v.size() == 0 || id < v.begin || id >= v.end) std::fill_n(x + t * hidden, hidden, 0.0f);
+    }
+    all_reduce_or_throw(plan_.tp, x, n * hidden);
+  }
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     l.attention.forward(k_, batch, kv.layer(static_cast<int64_t>(li)), inv_freq_.data(), x, ws_);
@@ -103,15 +128,41 @@ void DecoderModel::compute_logits(const Tensor& hidden, const int64_t* rows, int
     const float* src = hidden.as<float>() + rows[i] * dim;
     std::copy(src, src + dim, picked_.begin() + i * dim);
   }
-  lm_head_.apply(k_, picked_.data(), num_rows, logits);
+  if (!plan_.sharded()) {
+    lm_head_.apply(k_, picked_.data(), num_rows, logits);
+    return;
+  }
+  // Vocabulary-parallel: each rank's rows of the vocabulary, padded to vocab_per_rank, gathered.
+  const int64_t per = plan_.vocab_per_rank, mine = plan_.vocab.size(), ranks = plan_.tp.size;
+  rank_logits_.assign(static_cast<size_t>(num_rows * per), 0.0f);
+  gathered_logits_.resize(static_cast<size_t>(ranks * num_rows * per));
+  if (mine > 0) {
+    picked_logits_.resize(static_cast<size_t>(num_rows * mine));
+    lm_head_.apply(k_, picked_.data(), num_rows, picked_logits_.data());
+    for (int64_t i = 0; i < num_rows; ++i) {
+      std::copy_n(picked_logits_.data() + i * mine, mine, rank_logits_.data() + i * per);
+    }
+  }
+  const int64_t bytes = num_rows * per * static_cast<int64_t>(sizeof(float));
+  if (Status st = plan_.tp.comm->all_gather(rank_logits_.data(), bytes, gathered_logits_.data()); !st.ok()) {
+    throw std::runtime_error("tensor-parallel all-gather of the logits: " + st.message());
+  }
+  const int64_t vocab = cfg_.vocab_size;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t begin = r * per, width = std::clamp<int64_t>(vocab - begin, 0, per);
+    for (int64_t i = 0; i < num_rows; ++i) {
+      std::copy_n(gathered_logits_.data() + (r * num_rows + i) * per, width, logits + i * vocab + begin);
+    }
+  }
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Model>> create_decoder_model(ModelSource source, const Backend& backend,
-                                                    const ArchitectureSpec& spec) {
+                                                    const ArchitectureSpec& spec, const TensorParallel& tp) {
   PAGODA_RETURN_IF_ERROR(source.config.validate(source.path));
-  auto model = std::make_unique<DecoderModel>(std::move(source), backend);
+  PAGODA_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(source.config, tp, source.path));
+  auto model = std::make_unique<DecoderModel>(std::move(source), backend, std::move(plan));
   PAGODA_RETURN_IF_ERROR(model->init(backend, spec));
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -13,22 +13,27 @@ void add_bias(const Kernels& k, float* x, int64_t rows, const F32Vector& bias, i
 
 Result<AttentionBlock> AttentionBlock::load(WeightLoader& w, const std::string& p, const ModelConfig& cfg) {
   AttentionBlock b;
+  const ShardPlan& shard = w.shard();
   const int64_t hidden = cfg.hidden_size, hd = cfg.head_dim;
   const int64_t q_dim = cfg.num_heads * hd, kv_dim = cfg.num_kv_heads * hd;
-  b.params_ = AttentionParams{cfg.num_heads, cfg.num_kv_heads, hd,
+  // This rank's heads (all of them without tensor parallelism) as rows of q, k, v and columns of o.
+  const IndexRange q_part{shard.q_heads.begin * hd, shard.q_heads.end * hd};
+  const IndexRange kv_part{shard.kv_heads.begin * hd, shard.kv_heads.end * hd};
+  b.params_ = AttentionParams{shard.q_heads.size(), shard.kv_heads.size(), hd,
                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), cfg.sliding_window};
   b.hidden_ = hidden;
   b.eps_ = static_cast<float>(cfg.rms_norm_eps);
   b.rope_interleaved_ = cfg.rope_interleaved;
+  b.tp_ = shard.tp;
   PAGODA_ASSIGN_OR_RETURN(b.norm_, w.vector(p + "attn_norm.weight", hidden));
-  PAGODA_ASSIGN_OR_RETURN(b.wq_, w.linear(p + "attn_q.weight", q_dim, hidden));
-  PAGODA_ASSIGN_OR_RETURN(b.wk_, w.linear(p + "attn_k.weight", kv_dim, hidden));
-  PAGODA_ASSIGN_OR_RETURN(b.wv_, w.linear(p + "attn_v.weight", kv_dim, hidden));
-  PAGODA_ASSIGN_OR_RETURN(b.wo_, w.linear(p + "attn_output.weight", hidden, q_dim));
+  PAGODA_ASSIGN_OR_RETURN(b.wq_, w.linear(p + "attn_q.weight", q_dim, hidden, {}, Slice::rows(q_part)));
+  PAGODA_ASSIGN_OR_RETURN(b.wk_, w.linear(p + "attn_k.weight", kv_dim, hidden, {}, Slice::rows(kv_part)));
+  PAGODA_ASSIGN_OR_RETURN(b.wv_, w.linear(p + "attn_v.weight", kv_dim, hidden, {}, Slice::rows(kv_part)));
+  PAGODA_ASSIGN_OR_RETURN(b.wo_, w.linear(p + "attn_output.weight", hidden, q_dim, {}, Slice::cols(q_part)));
   if (cfg.attention_bias) {
-    PAGODA_ASSIGN_OR_RETURN(b.bq_, w.vector(p + "attn_q.bias", q_dim));
-    PAGODA_ASSIGN_OR_RETURN(b.bk_, w.vector(p + "attn_k.bias", kv_dim));
-    PAGODA_ASSIGN_OR_RETURN(b.bv_, w.vector(p + "attn_v.bias", kv_dim));
+    PAGODA_ASSIGN_OR_RETURN(b.bq_, w.vector(p + "attn_q.bias", q_dim, q_part));
+    PAGODA_ASSIGN_OR_RETURN(b.bk_, w.vector(p + "attn_k.bias", kv_dim, kv_part));
+    PAGODA_ASSIGN_OR_RETURN(b.bv_, w.vector(p + "attn_v.bias", kv_dim, kv_part));
   }
   if (cfg.qk_norm) {
     PAGODA_ASSIGN_OR_RETURN(b.q_norm_, w.vector(p + "attn_q_norm.weight", hd));
@@ -59,6 +64,7 @@ void AttentionBlock::forward(const Kernels& k, const ForwardBatch& batch, const 
   k.store_kv(kk, v, batch.slot_mapping.data(), n, cache);
   k.paged_attention(q, batch.seqs.data(), static_cast<int64_t>(batch.seqs.size()), cache, params_, attn);
   wo_.apply(k, attn, n, h);
+  all_reduce_or_throw(tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
   k.add(x, h, n * hidden_);
 }
 

@@ -4,13 +4,16 @@ namespace pagoda {
 
 Result<std::unique_ptr<FeedForward>> GatedMlp::load(WeightLoader& w, const std::string& p, const ModelConfig& cfg) {
   auto b = std::make_unique<GatedMlp>();
-  b->hidden_ = cfg.hidden_size;
-  b->inter_ = cfg.intermediate_size;
+  const IndexRange part = w.shard().intermediate;  // this rank's intermediate features
+  const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size;
+  b->hidden_ = h;
+  b->inter_ = part.size();
   b->eps_ = static_cast<float>(cfg.rms_norm_eps);
-  PAGODA_ASSIGN_OR_RETURN(b->norm_, w.vector(p + "ffn_norm.weight", cfg.hidden_size));
-  PAGODA_ASSIGN_OR_RETURN(b->gate_, w.linear(p + "ffn_gate.weight", cfg.intermediate_size, cfg.hidden_size));
-  PAGODA_ASSIGN_OR_RETURN(b->up_, w.linear(p + "ffn_up.weight", cfg.intermediate_size, cfg.hidden_size));
-  PAGODA_ASSIGN_OR_RETURN(b->down_, w.linear(p + "ffn_down.weight", cfg.hidden_size, cfg.intermediate_size));
+  b->tp_ = w.shard().tp;
+  PAGODA_ASSIGN_OR_RETURN(b->norm_, w.vector(p + "ffn_norm.weight", h));
+  PAGODA_ASSIGN_OR_RETURN(b->gate_, w.linear(p + "ffn_gate.weight", inter, h, {}, Slice::rows(part)));
+  PAGODA_ASSIGN_OR_RETURN(b->up_, w.linear(p + "ffn_up.weight", inter, h, {}, Slice::rows(part)));
+  PAGODA_ASSIGN_OR_RETURN(b->down_, w.linear(p + "ffn_down.weight", h, inter, {}, Slice::cols(part)));
   return std::unique_ptr<FeedForward>(std::move(b));
 }
 
@@ -22,6 +25,7 @@ void GatedMlp::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) con
   Linear::apply_many(k, h, n, gate_up, gate_up_out, 2);
   k.silu_mul(gate, up, n * inter_, gate);
   down_.apply(k, gate, n, h);
+  all_reduce_or_throw(tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
   k.add(x, h, n * hidden_);
 }
 

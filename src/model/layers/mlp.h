@@ -25,7 +25,8 @@ class FeedForward {
 
 class GatedMlp final : public FeedForward {
  public:
-  // Reads <prefix>ffn_norm.weight and ffn_gate / ffn_up / ffn_down.weight.
+  // Reads <prefix>ffn_norm.weight and ffn_gate / ffn_up / ffn_down.weight (the loader's shard:
+  // under tensor parallelism, down's partial sums are all-reduced before the residual add).
   static Result<std::unique_ptr<FeedForward>> load(WeightLoader& weights, const std::string& prefix,
                                                    const ModelConfig& cfg);
   void forward(const Kernels& k, int64_t n, float* x, Workspace& ws) const override;
@@ -34,6 +35,7 @@ class GatedMlp final : public FeedForward {
  private:
   int64_t hidden_ = 0, inter_ = 0;
   float eps_ = 0;
+  TensorParallel tp_;
   F32Vector norm_;
   Linear gate_, up_, down_;
 };

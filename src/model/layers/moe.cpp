@@ -35,12 +35,17 @@ void route_tokens(const float* logits, int64_t n, int64_t num_experts, int64_t t
 
 Result<std::unique_ptr<FeedForward>> SparseMoe::load(WeightLoader& w, const std::string& p, const ModelConfig& cfg) {
   auto b = std::make_unique<SparseMoe>();
+  // Tensor parallelism splits every expert (and the shared one) by its intermediate features, as
+  // the dense MLP; the router and the shared expert's gate are replicated.
+  const IndexRange part = w.shard().moe_intermediate, shared_part = w.shard().shared_intermediate;
+  const int64_t inter = cfg.moe_intermediate_size, shared_inter = cfg.shared_expert_intermediate_size;
   b->hidden_ = cfg.hidden_size;
-  b->inter_ = cfg.moe_intermediate_size;
-  b->shared_inter_ = cfg.shared_expert_intermediate_size;
+  b->inter_ = part.size();
+  b->shared_inter_ = shared_part.size();
   b->top_k_ = cfg.num_experts_per_tok;
   b->renormalize_ = cfg.norm_topk_prob;
   b->eps_ = static_cast<float>(cfg.rms_norm_eps);
+  b->tp_ = w.shard().tp;
   const int64_t h = cfg.hidden_size;
   PAGODA_ASSIGN_OR_RETURN(b->norm_, w.vector(p + "ffn_norm.weight", h));
   PAGODA_ASSIGN_OR_RETURN(b->router_, w.linear(p + "ffn_gate_inp.weight", cfg.num_experts, h));
@@ -48,14 +53,17 @@ Result<std::unique_ptr<FeedForward>> SparseMoe::load(WeightLoader& w, const std:
   for (int64_t e = 0; e < cfg.num_experts; ++e) {
     Expert& x = b->experts_[static_cast<size_t>(e)];
     const std::string s = "." + std::to_string(e) + ".weight";
-    PAGODA_ASSIGN_OR_RETURN(x.gate, w.linear(p + "ffn_gate" + s, b->inter_, h));
-    PAGODA_ASSIGN_OR_RETURN(x.up, w.linear(p + "ffn_up" + s, b->inter_, h));
-    PAGODA_ASSIGN_OR_RETURN(x.down, w.linear(p + "ffn_down" + s, h, b->inter_));
+    PAGODA_ASSIGN_OR_RETURN(x.gate, w.linear(p + "ffn_gate" + s, inter, h, {}, Slice::rows(part)));
+    PAGODA_ASSIGN_OR_RETURN(x.up, w.linear(p + "ffn_up" + s, inter, h, {}, Slice::rows(part)));
+    PAGODA_ASSIGN_OR_RETURN(x.down, w.linear(p + "ffn_down" + s, h, inter, {}, Slice::cols(part)));
   }
-  if (b->shared_inter_ > 0) {
-    PAGODA_ASSIGN_OR_RETURN(b->shared_.gate, w.linear(p + "ffn_gate_shexp.weight", b->shared_inter_, h));
-    PAGODA_ASSIGN_OR_RETURN(b->shared_.up, w.linear(p + "ffn_up_shexp.weight", b->shared_inter_, h));
-    PAGODA_ASSIGN_OR_RETURN(b->shared_.down, w.linear(p + "ffn_down_shexp.weight", h, b->shared_inter_));
+  if (shared_inter > 0) {
+    PAGODA_ASSIGN_OR_RETURN(b->shared_.gate,
+                            w.linear(p + "ffn_gate_shexp.weight", shared_inter, h, {}, Slice::rows(shared_part)));
+    PAGODA_ASSIGN_OR_RETURN(b->shared_.up,
+                            w.linear(p + "ffn_up_shexp.weight", shared_inter, h, {}, Slice::rows(shared_part)));
+    PAGODA_ASSIGN_OR_RETURN(b->shared_.down,
+                            w.linear(p + "ffn_down_shexp.weight", h, shared_inter, {}, Slice::cols(shared_part)));
     PAGODA_ASSIGN_OR_RETURN(b->shared_gate_, w.linear(p + "ffn_gate_inp_shexp.weight", 1, h));
   }
   return std::unique_ptr<FeedForward>(std::move(b));
@@ -141,6 +149,7 @@ void SparseMoe::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) co
       for (int64_t c = 0; c < hidden_; ++c) y[c] += g * o[c];
     }
   }
+  all_reduce_or_throw(tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
   k.add(x, h, n * hidden_);
 }
 

@@ -50,6 +50,7 @@ class SparseMoe final : public FeedForward {
   int64_t hidden_ = 0, inter_ = 0, shared_inter_ = 0, top_k_ = 0;
   bool renormalize_ = false;
   float eps_ = 0;
+  TensorParallel tp_;
   F32Vector norm_;
   Linear router_;
   std::vector<Expert> experts_;

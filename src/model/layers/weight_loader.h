@@ -2,7 +2,8 @@
 // checkpoint stores it and the weight mix asks (a dense Tensor converted to the mix's type, integer
 // codes for w8a8 / w4a8, a checkpoint's int8 or packed codes), small vectors become f32; every
 // weight's type is checked against what the backend runs. It counts what each matrix became for
-// the start-up log. Used during a model's init only.
+// the start-up log. Under tensor parallelism it hands out this rank's slice of each projection
+// (model/tensor_parallel.h). Used during a model's init only.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "base/status.h"
 #include "loader/model_source.h"
 #include "model/layers/linear.h"
+#include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
@@ -24,38 +26,71 @@ struct F32Vector {
   int64_t bytes() const { return static_cast<int64_t>(data.size()); }
 };
 
+// The part of a projection [out, in] a tensor-parallel rank holds: output features (rows:
+// column-parallel layers) or input features (columns: row-parallel ones) [begin, end), or all.
+struct Slice {
+  enum class Dim { kWhole, kRows, kCols };
+  Dim dim = Dim::kWhole;
+  IndexRange range;
+  static Slice rows(IndexRange r) { return Slice{Dim::kRows, r}; }
+  static Slice cols(IndexRange r) { return Slice{Dim::kCols, r}; }
+};
+
+// Part of a dense matrix [rows, cols] of any DType: a view of its rows, or its columns copied
+// into *storage; a column range that cuts a quantized block is refused, naming `context`.
+Result<Tensor> slice_dense(const Tensor& t, const Slice& slice, Buffer* storage, const std::string& context);
+// Part of a projection's integer codes, with their scales, zero points and column permutation
+// (GPTQ's act-order: the code columns whose input columns fall in the range). A column range
+// that takes part of a scale group (unless one scale covers the row), or an odd number of int4
+// columns, is refused, naming `context`.
+Result<IntCodes> slice_int_codes(IntCodes c, const Slice& slice, const std::string& context);
+
 class WeightLoader {
  public:
   // `source` and `backend` must outlive the loader. linear() releases from source.weights each
   // tensor it has copied (packed, converted, quantized), so a tensor whose memory is its own (a
   // dummy weight) is freed as soon as it is copied: a load peaks at the weights' size, not twice it.
+  // `plan`: the shard this rank holds (unsharded(source.config) for the whole model).
+  WeightLoader(ModelSource& source, const Backend& backend, ShardPlan plan)
+      : source_(source), cfg_(source.config), backend_(backend), k_(backend.kernels()), plan_(std::move(plan)) {}
   WeightLoader(ModelSource& source, const Backend& backend)
-      : source_(source), cfg_(source.config), backend_(backend), k_(backend.kernels()) {}
+      : WeightLoader(source, backend, unsharded(source.config)) {}
 
-  // The matrix `name` ([rows, cols]) as stored, of a type the backend runs.
+  const ShardPlan& shard() const { return plan_; }
+
+  // The matrix `name` ([rows, cols]) as stored, of a type the backend runs; matrix_rows: a view
+  // of its rows [part.begin, part.end).
   Result<Tensor> matrix(const std::string& name, int64_t rows, int64_t cols);
+  Result<Tensor> matrix_rows(const std::string& name, int64_t rows, int64_t cols, IndexRange part);
   // t (the tensor `name`) converted to the type source.weight_mix gives it, into *storage;
   // float weights only (quantized ones stay as stored), and t itself without a mix. The mix's
   // rules see `slot_name` (a tied LM head is output.weight).
   Result<Tensor> convert(const std::string& name, const std::string& slot_name, Tensor t, Buffer* storage);
   // A projection: the tensor `name` converted as above, or quantized to integer codes under an
   // int-codes mix, or a checkpoint's int8 or packed codes (W8A8, AWQ, GPTQ, ...), in the backend's
-  // packed layout where it has one; named `name` (Linear::name).
-  Result<Linear> linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name = {});
-  // The vector `name` ([len]) as f32.
+  // packed layout where it has one; named `name` (Linear::name). rows and cols are the whole
+  // tensor's; `slice` picks this rank's part of it. A quantized weight whose blocks (GGUF types)
+  // or scale groups (integer codes) a column slice would cut is refused, naming the tensor.
+  Result<Linear> linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name = {},
+                        Slice slice = {});
+  // The vector `name` ([len]) as f32; with `part`, its elements [part.begin, part.end).
   Result<F32Vector> vector(const std::string& name, int64_t len);
+  Result<F32Vector> vector(const std::string& name, int64_t len, IndexRange part);
   // Logs what the matrices became ("weights typed by ... at load: ...") when a mix or a
   // checkpoint's quantization typed them.
   void log_types() const;
 
  private:
   // A projection stored as int8 codes (i8) with its scales beside it (a W8A8 / W4A8 checkpoint).
-  Result<Linear> int8_linear(const std::string& name, const Tensor& codes);
+  Result<IntCodes> int8_codes(const std::string& name, const Tensor& codes);
+  // "<source>: tensor <name> (tensor-parallel rank r of n)": what a refused slice names.
+  std::string slice_context(const std::string& name) const;
 
   ModelSource& source_;
   const ModelConfig& cfg_;
   const Backend& backend_;
   const Kernels& k_;
+  ShardPlan plan_;
   std::map<DType, int> converted_types_;  // with a weight mix: how many matrices are of each type
   std::map<std::string, int> int_types_;  // and how many became integer codes, by Linear::type_name
 };

@@ -238,7 +238,6 @@ PAGODA_FLATTEN void float_rows(const float* x, int64_t m, int64_t k, const uint8
 // widens each group's pairs to int32 before they are summed.
 struct Q8Panel {
   static constexpr int64_t kBlockBytes = 16 + 8 * kQuantBlock;
-  static constexpr int64_t kMinAt = 0;
   static constexpr bool kHasMin = false;
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* blk, const BlockQ8Act* const* xb, const int32_t*,

@@ -31,7 +31,6 @@ constexpr int kRows = 8;             // input rows per tile
 struct Q8Pair {
   static constexpr int64_t kBlockBytes = 16 + 8 * kQuantBlock;
   static constexpr bool kHasMin = false;
-  static constexpr int64_t kMinAt = 0;
   template <int R>
   static PAGODA_INLINE void dots(const uint8_t* wa, const uint8_t* wb, const BlockQ8Act* const* xb, const int32_t*,
                                  __m512i (&dot)[R]) {

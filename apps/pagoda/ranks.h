@@ -1,0 +1,66 @@
+// Starting the ranks of a tensor-parallel engine (--tensor-parallel-size N > 1), as vLLM's
+// executor backends do:
+//  - mp (one host, the default outside mpirun): this process forks N - 1 worker ranks before it
+//    starts any thread; the ranks talk through shared memory (backends/shm), and each is pinned
+//    to its own share of the CPUs (--cpu-affinity or VLLM_CPU_OMP_THREADS_BIND, else the allowed
+//    cores split evenly). A worker ends when rank 0 stops it, exits or dies (it is killed with
+//    its parent).
+//  - mpi (the default under mpirun, `mpirun -np N pagoda serve M -tp N`, across hosts with a
+//    hostfile): the job's ranks over MPI (backends/mpi); mpirun places and binds them.
+// Rank 0 runs the command (server, scheduler and its own shard, apps/pagoda/engine_setup.h);
+// every other rank loads its shard and runs the steps rank 0 sends (run_group_worker).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/pagoda/engine_flags.h"
+#include "apps/pagoda/model_loading.h"
+#include "backend/communicator.h"
+#include "base/status.h"
+#include "model/tensor_parallel.h"
+
+namespace pagoda::app {
+
+class RankGroup {
+ public:
+  // nullptr when engine.tensor_parallel_size is 1. Returns in rank 0 only: the other ranks run
+  // their worker in here and end their process (status 0 when rank 0 stopped them, 1 on an
+  // error, which they log first).
+  static Result<std::unique_ptr<RankGroup>> start(const ModelFlags& model, const EngineFlags& engine);
+  // Waits for the forked workers (stopped by the engine, or, if the group never started or
+  // failed, by aborting the group), killing any that do not end within seconds.
+  ~RankGroup();
+
+  TensorParallel tp() const { return TensorParallel{0, comm_->size(), comm_.get()}; }
+  Communicator& comm() { return *comm_; }
+  const std::string& backend() const { return backend_; }
+
+  // Rank 0's side of the start: its own shard's outcome, then every rank's (agree_to_start).
+  Status agree(const Status& loaded, const std::string& what);
+  // The engine runs: a peer that does not answer within the step timeout fails the step.
+  void running();
+
+ private:
+  RankGroup() = default;
+
+  std::unique_ptr<Communicator> comm_;
+  bool agreed_ = false;              // every rank loaded its shard
+  bool running_ = false;             // the engine (and its GroupExecutor) exists
+  std::string backend_;              // "mp" or "mpi"
+  std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1
+};
+
+// What the ranks must agree on, in words: the model, its shape and type, and the engine flags that
+// shape the KV cache and the shards. Equal on every rank started with the same command line.
+std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& engine, const ModelConfig& config);
+
+// The CPUs of rank `rank` of `ranks` under `spec` ("0-3|4-7": one list per rank, '|' between
+// ranks, ',' and '-' within one; "" or "auto": the allowed cores split evenly, SMT siblings
+// together). Fails naming the problem in `spec`.
+Result<std::vector<int>> rank_cpus(const std::string& spec, int rank, int ranks);
+
+}  // namespace pagoda::app

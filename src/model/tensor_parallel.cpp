@@ -1,0 +1,90 @@
+#include "model/tensor_parallel.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace pagoda {
+namespace {
+
+IndexRange even_share(int64_t n, const TensorParallel& tp) {
+  const int64_t per = n / tp.size;
+  return IndexRange{tp.rank * per, (tp.rank + 1) * per};
+}
+
+}  // namespace
+
+ShardPlan unsharded(const ModelConfig& cfg) {
+  ShardPlan p;
+  p.local = cfg;
+  p.q_heads = IndexRange{0, cfg.num_heads};
+  p.kv_heads = IndexRange{0, cfg.num_kv_heads};
+  p.intermediate = IndexRange{0, cfg.intermediate_size};
+  p.moe_intermediate = IndexRange{0, cfg.moe_intermediate_size};
+  p.shared_intermediate = IndexRange{0, cfg.shared_expert_intermediate_size};
+  p.vocab = IndexRange{0, cfg.vocab_size};
+  p.vocab_per_rank = cfg.vocab_size;
+  return p;
+}
+
+Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source) {
+  const std::string size = std::to_string(tp.size);
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
+    return invalid_argument(source + ": tensor-parallel rank " + std::to_string(tp.rank) + " of " + size);
+  }
+  if (tp.size > 1 && (tp.comm == nullptr || tp.comm->size() != tp.size || tp.comm->rank() != tp.rank)) {
+    return invalid_argument(source + ": tensor parallelism of size " + size +
+                            " needs a communicator of that size at this rank");
+  }
+  auto refuse = [&](const std::string& what, int64_t n) {
+    return invalid_argument(source + ": --tensor-parallel-size " + size + " does not divide " + what + " (" +
+                            std::to_string(n) + "); choose a size that does");
+  };
+  ShardPlan p = unsharded(cfg);
+  p.tp = tp;
+  if (tp.size == 1) return p;
+  if (cfg.num_heads % tp.size != 0) return refuse("the attention heads", cfg.num_heads);
+  p.q_heads = even_share(cfg.num_heads, tp);
+  if (cfg.num_kv_heads >= tp.size) {
+    if (cfg.num_kv_heads % tp.size != 0) return refuse("the KV heads", cfg.num_kv_heads);
+    p.kv_heads = even_share(cfg.num_kv_heads, tp);
+  } else {
+    // Fewer KV heads than ranks: each is replicated on size / kv_heads ranks in a row, the ones
+    // holding the query heads that read it.
+    if (tp.size % cfg.num_kv_heads != 0) {
+      return invalid_argument(source + ": --tensor-parallel-size " + size + " is larger than the KV heads (" +
+                              std::to_string(cfg.num_kv_heads) + ") and not a multiple of them");
+    }
+    const int64_t head = tp.rank / (tp.size / cfg.num_kv_heads);
+    p.kv_heads = IndexRange{head, head + 1};
+  }
+  if (cfg.intermediate_size % tp.size != 0) return refuse("the MLP's intermediate size", cfg.intermediate_size);
+  p.intermediate = even_share(cfg.intermediate_size, tp);
+  if (cfg.num_experts > 0) {
+    if (cfg.moe_intermediate_size % tp.size != 0) {
+      return refuse("the experts' intermediate size", cfg.moe_intermediate_size);
+    }
+    p.moe_intermediate = even_share(cfg.moe_intermediate_size, tp);
+    if (cfg.shared_expert_intermediate_size % tp.size != 0) {
+      return refuse("the shared expert's intermediate size", cfg.shared_expert_intermediate_size);
+    }
+    p.shared_intermediate = even_share(cfg.shared_expert_intermediate_size, tp);
+    p.local.moe_intermediate_size = p.moe_intermediate.size();
+    p.local.shared_expert_intermediate_size = p.shared_intermediate.size();
+  }
+  p.vocab_per_rank = (cfg.vocab_size + tp.size - 1) / tp.size;
+  p.vocab.begin = std::min(cfg.vocab_size, tp.rank * p.vocab_per_rank);
+  p.vocab.end = std::min(cfg.vocab_size, (tp.rank + 1) * p.vocab_per_rank);
+  p.local.num_heads = p.q_heads.size();
+  p.local.num_kv_heads = p.kv_heads.size();
+  p.local.intermediate_size = p.intermediate.size();
+  return p;
+}
+
+void all_reduce_or_throw(const TensorParallel& tp, float* data, int64_t count) {
+  if (tp.size <= 1) return;
+  if (Status st = tp.comm->all_reduce_sum(data, count); !st.ok()) {
+    throw std::runtime_error("tensor-parallel all-reduce: " + st.message());
+  }
+}
+
+}  // namespace pagoda

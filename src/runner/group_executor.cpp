@@ -1,0 +1,127 @@
+#include "runner/group_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "base/wire.h"
+
+namespace pagoda {
+namespace {
+
+constexpr uint8_t kKvCache = 'K', kStep = 'S', kStop = 'Q';
+
+// agree_to_start's record per rank: ok, the fingerprint, the message (error or description).
+constexpr int64_t kRecordBytes = 1024;
+constexpr size_t kTextBytes = kRecordBytes - 1 - 8;
+
+std::string text_of(const uint8_t* record) {
+  const auto* text = reinterpret_cast<const char*>(record + 9);
+  return std::string(text, strnlen(text, kTextBytes));
+}
+
+}  // namespace
+
+uint64_t fingerprint_of(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+Status agree_to_start(Communicator& comm, const Status& mine, uint64_t fingerprint, const std::string& what) {
+  std::vector<uint8_t> record(kRecordBytes, 0);
+  record[0] = mine.ok() ? 1 : 0;
+  std::memcpy(record.data() + 1, &fingerprint, sizeof fingerprint);
+  const std::string text = mine.ok() ? what : mine.message();
+  std::memcpy(record.data() + 9, text.data(), std::min(text.size(), kTextBytes - 1));
+  std::vector<uint8_t> all(static_cast<size_t>(comm.size() * kRecordBytes));
+  PAGODA_RETURN_IF_ERROR(comm.all_gather(record.data(), kRecordBytes, all.data()));
+  for (int r = 0; r < comm.size(); ++r) {
+    const uint8_t* rec = all.data() + r * kRecordBytes;
+    if (rec[0] != 1) return unavailable("rank " + std::to_string(r) + ": " + text_of(rec));
+  }
+  for (int r = 1; r < comm.size(); ++r) {
+    const uint8_t* rec = all.data() + r * kRecordBytes;
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, rec + 1, sizeof theirs);
+    uint64_t first = 0;
+    std::memcpy(&first, all.data() + 1, sizeof first);
+    if (theirs != first) {
+      return invalid_argument("rank " + std::to_string(r) + " loaded another model or configuration than rank 0 (" +
+                                 text_of(rec) + " against " + text_of(all.data()) + ")");
+    }
+  }
+  return Status::ok_status();
+}
+
+Result<std::unique_ptr<GroupExecutor>> GroupExecutor::create(Communicator& comm, std::unique_ptr<ModelRunner> runner) {
+  const KvCacheTensors& kv = runner->kv_cache();
+  ByteWriter w;
+  w.put<uint8_t>(kKvCache);
+  w.put<int64_t>(kv.num_blocks());
+  w.put<int64_t>(kv.block_size());
+  w.put<uint8_t>(static_cast<uint8_t>(kv.dtype()));
+  std::vector<uint8_t> bytes = w.take();
+  PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
+  PAGODA_RETURN_IF_ERROR(agree_to_start(comm, Status::ok_status(), 0, "the KV cache"));
+  return std::unique_ptr<GroupExecutor>(new GroupExecutor(comm, std::move(runner)));
+}
+
+Status stop_group(Communicator& comm) {
+  std::vector<uint8_t> stop{kStop};
+  return broadcast_bytes(comm, stop, 0);
+}
+
+GroupExecutor::~GroupExecutor() {
+  if (!failed_) (void)stop_group(comm_);  // a group that fails now has nobody left to tell
+}
+
+Result<ModelRunnerOutput> GroupExecutor::execute_step(const StepMessage& message) {
+  if (failed_) return unavailable("the tensor-parallel group failed earlier");
+  std::vector<uint8_t> bytes = serialize_step(message);
+  bytes.insert(bytes.begin(), kStep);
+  if (Status st = broadcast_bytes(comm_, bytes, 0); !st.ok()) {
+    failed_ = true;
+    return st;
+  }
+  // The other ranks run the same message; the forward pass's collectives fail if one of them
+  // cannot (Model::forward throws, and the engine fails the step).
+  Result<ModelRunnerOutput> out = worker_.execute(message);
+  if (!out.ok()) failed_ = true;
+  return out;
+}
+
+Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
+  std::vector<uint8_t> bytes;
+  PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
+  ByteReader r(bytes);
+  const uint8_t kind = r.get<uint8_t>();
+  if (kind == kStop) return Status::ok_status();  // rank 0 stopped before its first step
+  const int64_t num_blocks = r.get<int64_t>(), block_size = r.get<int64_t>();
+  const uint8_t dtype = r.get<uint8_t>();
+  if (!r.ok() || kind != kKvCache || dtype > static_cast<uint8_t>(KvCacheDtype::kInt8)) {
+    return data_loss("rank " + std::to_string(comm.rank()) + ": rank 0's first message is not the KV cache's size");
+  }
+  Result<KvCacheTensors> kv =
+      KvCacheTensors::allocate(shard->shard_config(), num_blocks, block_size, static_cast<KvCacheDtype>(dtype));
+  PAGODA_RETURN_IF_ERROR(agree_to_start(comm, kv.status(), 0, "the KV cache"));
+  Worker worker(std::make_unique<ModelRunner>(std::move(shard), std::move(*kv)));
+  while (true) {
+    PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
+    if (bytes.empty()) return data_loss("rank " + std::to_string(comm.rank()) + ": an empty message from rank 0");
+    if (bytes[0] == kStop) return Status::ok_status();
+    if (bytes[0] != kStep) {
+      return data_loss("rank " + std::to_string(comm.rank()) + ": a message of unknown kind " +
+                       std::to_string(bytes[0]) + " from rank 0");
+    }
+    PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(std::span<const uint8_t>(bytes).subspan(1)));
+    try {
+      PAGODA_RETURN_IF_ERROR(worker.execute(message).status());
+    } catch (const std::exception& e) {  // a collective of the forward pass failed (Model::forward)
+      return unavailable(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,67 @@
+// The executor of a model sharded over a group of ranks (tensor parallelism: vLLM's
+// MultiprocExecutor and its workers' busy loop). Rank 0 holds the scheduler and a GroupExecutor;
+// every other rank runs run_group_worker. Each step's StepMessage goes to every rank by one
+// broadcast, every rank's Worker runs it on its shard (the forward pass's all-reduces keep the
+// ranks in step, and every rank gets the whole logits and samples the same tokens), and rank 0's
+// output is the step's.
+//
+// On the wire (broadcast_bytes from rank 0), one kind byte then the body:
+//   'K' the KV cache: num_blocks, block_size, dtype (sent once, before any step);
+//   'S' a step: serialize_step's bytes;
+//   'Q' stop: rank 0 is shutting down.
+//
+// Starting a group, every rank calls agree_to_start with its own outcome (the shard it loaded,
+// the KV cache it allocated) and a fingerprint of what it loaded: a rank that failed, or loaded
+// another model or configuration, fails every rank's start, naming it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/communicator.h"
+#include "base/status.h"
+#include "runner/executor.h"
+
+namespace pagoda {
+
+// Every rank's `mine`, and its `fingerprint` (equal on every rank that loaded the same thing;
+// `what` describes it for the message). Returns the first failure, "rank R: <its error>", or a
+// mismatch naming both ranks' descriptions; OK when every rank succeeded alike. Every rank of
+// the group must call it, whatever its outcome.
+Status agree_to_start(Communicator& comm, const Status& mine, uint64_t fingerprint, const std::string& what);
+
+// A stable 64-bit hash (FNV-1a) of `text`, for fingerprints.
+uint64_t fingerprint_of(const std::string& text);
+
+class GroupExecutor final : public Executor {
+ public:
+  // Rank 0: sends the group the KV cache's size (that of `runner`'s cache), waits for every rank
+  // to allocate its own, and takes over `runner` (rank 0's shard).
+  static Result<std::unique_ptr<GroupExecutor>> create(Communicator& comm, std::unique_ptr<ModelRunner> runner);
+  // Tells the other ranks to stop (when the group still works).
+  ~GroupExecutor() override;
+
+  const ModelConfig& config() const override { return worker_.config(); }
+
+ protected:
+  Result<ModelRunnerOutput> execute_step(const StepMessage& message) override;
+
+ private:
+  GroupExecutor(Communicator& comm, std::unique_ptr<ModelRunner> runner) : comm_(comm), worker_(std::move(runner)) {}
+
+  Communicator& comm_;
+  Worker worker_;
+  bool failed_ = false;
+};
+
+// Rank 0, when it will not create its GroupExecutor after all (the engine could not be built):
+// tells the other ranks, waiting for their first message, to stop.
+Status stop_group(Communicator& comm);
+
+// Every rank but 0: waits for the KV cache's size, allocates this shard's, then runs each step
+// rank 0 sends on its Worker until rank 0 says stop (OK) or the group fails (the error). `shard`
+// is this rank's model (create_model with the group).
+Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard);
+
+}  // namespace pagoda
