@@ -954,7 +954,22 @@ TEST(Server, TensorParallelRankKilledMidStepFailsTheServer) {
   EXPECT_TRUE(health.status == 503 || health.status == 0) << health.status << " " << health.body;
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
   EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
-  EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ") has exited"), std::string::npos)
+  // The step's wait for the rank, or the server's watch over its ranks, names it first.
+  EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ")"), std::string::npos) << server.log();
+}
+
+// A rank that dies while the server is idle stops the server too, within a second or two, naming
+// the rank: no request has to fail first for the supervisor to learn of it.
+TEST(Server, TensorParallelRankDeadWhileIdleStopsTheServer) {
+  START_STORIES(server, {"--tensor-parallel-size", "2"});
+  EXPECT_EQ(testing::http_request(port, "GET", "/health").status, 200);
+  const std::vector<int> workers = children_of(server.pid());
+  ASSERT_EQ(workers.size(), 1u) << server.log();
+  ASSERT_EQ(kill(workers[0], SIGKILL), 0);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(10)), std::optional<int>(1)) << server.log();
+  EXPECT_NE(server.log().find("the engine has failed (tensor-parallel rank 1 (pid " + std::to_string(workers[0]) +
+                              ") was killed by signal 9)"),
+            std::string::npos)
       << server.log();
 }
 

@@ -216,6 +216,23 @@ void RankGroup::running() {
   if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(comm_.get())) shm->set_timeout(kStepTimeout);
 }
 
+void RankGroup::abort() {
+  if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(comm_.get())) shm->abort();
+}
+
+Status RankGroup::check_workers() {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] < 0) continue;
+    int status = 0;
+    if (waitpid(workers_[i], &status, WNOHANG) != workers_[i]) continue;
+    const std::string who = "tensor-parallel rank " + std::to_string(i + 1) + " (pid " + std::to_string(workers_[i]) + ")";
+    workers_[i] = -1;
+    if (WIFSIGNALED(status)) return unavailable(who + " was killed by signal " + std::to_string(WTERMSIG(status)));
+    return unavailable(who + " exited with status " + std::to_string(WEXITSTATUS(status)));
+  }
+  return Status::ok_status();
+}
+
 RankGroup::~RankGroup() {
   if (agreed_ && !running_) {
     // The shards loaded but the engine was not built: the workers wait for their first message.
@@ -229,6 +246,7 @@ RankGroup::~RankGroup() {
   const auto deadline = start + std::chrono::seconds(5);
   bool aborted = false;
   for (pid_t w : workers_) {
+    if (w < 0) continue;  // reaped by check_workers
     int status = 0;
     while (waitpid(w, &status, WNOHANG) == 0) {
       if (!aborted && std::chrono::steady_clock::now() > start + std::chrono::seconds(1)) {

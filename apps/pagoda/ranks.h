@@ -43,6 +43,11 @@ class RankGroup {
   Status agree(const Status& loaded, const std::string& what);
   // The engine runs: a peer that does not answer within the step timeout fails the step.
   void running();
+  // mp: whether every forked rank still runs; an error names the first that has ended (its exit
+  // status or signal). An idle server would otherwise notice a dead rank only at its next step.
+  Status check_workers();
+  // mp: makes every wait of the group fail from now on (a collective in flight, or the next step's).
+  void abort();
 
  private:
   RankGroup() = default;
@@ -51,7 +56,7 @@ class RankGroup {
   bool agreed_ = false;              // every rank loaded its shard
   bool running_ = false;             // the engine (and its GroupExecutor) exists
   std::string backend_;              // "mp" or "mpi"
-  std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1
+  std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1 (-1 once reaped)
 };
 
 // What the ranks must agree on, in words: the model, its shape and type, and the engine flags that

@@ -308,8 +308,22 @@ int run_serve(ServeFlags f) {
   // Until a signal, or until the engine fails: a failed engine cannot recover (its loop has
   // ended every request with an error), so the server drains and exits non-zero for whoever
   // supervises it to restart it, rather than live on answering 503.
+  // A tensor-parallel rank that ends fails the server even while it is idle: the group is aborted,
+  // so that a step in flight fails (its requests end with the error, as above) and none starts.
   EngineHealth health;
   while (g_signals.load() == 0 && !(health = engine->health()).failed) {
+    if (*group) {
+      if (Status st = (*group)->check_workers(); !st.ok()) {
+        (*group)->abort();
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (!engine->health().failed && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        health.failed = true;
+        health.error = st.message();
+        break;
+      }
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (health.failed) {
