@@ -150,7 +150,6 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
   std::string backend = engine.distributed_executor_backend;
   if (backend.empty()) backend = under_mpirun ? "mpi" : "mp";
   std::unique_ptr<RankGroup> group(new RankGroup());
-  group->backend_ = backend;
   if (backend == "mpi") {
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> world, mpi::MpiCommunicator::create_world());
     if (world->size() != ranks) {

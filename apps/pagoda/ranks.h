@@ -37,7 +37,6 @@ class RankGroup {
 
   TensorParallel tp() const { return TensorParallel{0, comm_->size(), comm_.get()}; }
   Communicator& comm() { return *comm_; }
-  const std::string& backend() const { return backend_; }
 
   // Rank 0's side of the start: its own shard's outcome, then every rank's (agree_to_start).
   Status agree(const Status& loaded, const std::string& what);
@@ -55,7 +54,6 @@ class RankGroup {
   std::unique_ptr<Communicator> comm_;
   bool agreed_ = false;              // every rank loaded its shard
   bool running_ = false;             // the engine (and its GroupExecutor) exists
-  std::string backend_;              // "mp" or "mpi"
   std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1 (-1 once reaped)
 };
 
