@@ -89,6 +89,78 @@ TEST(Executor, StepsThroughBytesEqualStepsHandedOver) {
   EXPECT_EQ(direct.core().stats().num_preemptions, bytes.core().stats().num_preemptions);
 }
 
+// Pipeline parallelism's batch queue, in one process: with two steps in flight the engine
+// schedules a step while the one before it is still to be collected (the scheduler leaves out
+// the requests whose token is pending and never preempts one in flight), and every output is the
+// same as one step at a time: seeded samples included, which a preempted in-flight request
+// would change (its generator would have drawn for a token then dropped).
+TEST(Executor, TwoStepsInFlightGiveTheSameOutputs) {
+  PAGODA_TEST_FILE(model, kModel);
+  EngineConfig one = tight(false);
+  one.speculative = {};
+  EngineConfig two = one;
+  two.serialize_steps = true;
+  two.steps_in_flight = 2;
+  LLM serial(testing::make_engine_core(model, one));
+  LLM queued(testing::make_engine_core(model, two));
+  const auto rs = mixed_requests();
+  auto a = serial.generate(rs);
+  auto b = queued.generate(rs);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].prompt_logprobs, (*b)[i].prompt_logprobs) << i;
+    if (rs[i].params.prompt_logprobs) {
+      // One entry per prompt position after the first, even for a prompt preempted midway and
+      // computed again (each position's row comes back once more then).
+      for (const RequestOutput* o : {&(*a)[i], &(*b)[i]}) {
+        ASSERT_EQ(o->prompt_logprobs.size(), o->prompt_token_ids.size() - 1) << i;
+        for (size_t k = 0; k < o->prompt_logprobs.size(); ++k) {
+          EXPECT_EQ(o->prompt_logprobs[k].token, o->prompt_token_ids[k + 1]) << k;
+        }
+      }
+    }
+    ASSERT_EQ((*a)[i].outputs.size(), (*b)[i].outputs.size());
+    for (size_t j = 0; j < (*a)[i].outputs.size(); ++j) {
+      EXPECT_EQ((*a)[i].outputs[j].token_ids, (*b)[i].outputs[j].token_ids) << i << "." << j;
+      EXPECT_EQ((*a)[i].outputs[j].logprobs, (*b)[i].outputs[j].logprobs) << i << "." << j;
+    }
+  }
+  EXPECT_GT(queued.core().stats().num_preemptions, 0);
+  EXPECT_GT(queued.core().stats().prefix_cache.hits, 0);
+  EXPECT_FALSE(queued.core().has_unfinished());
+
+  // Driven by hand: a step that returns outputs has already submitted the next one.
+  auto core = testing::make_engine_core(model, two);
+  ASSERT_NE(core, nullptr);
+  for (RequestId id = 1; id <= 4; ++id) {
+    GenerateRequest r = rs[static_cast<size_t>(id)];
+    ASSERT_TRUE(core->prepare(r).ok());
+    ASSERT_TRUE(core->add_request(id, r).ok());
+  }
+  EXPECT_TRUE(core->step().empty());  // the first step is submitted, nothing is collected
+  EXPECT_EQ(core->num_steps_in_flight(), 1);
+  int64_t overlapped = 0, finished = 0;
+  while (core->has_unfinished()) {
+    std::vector<OutputChunk> chunks = core->step();
+    EXPECT_LE(core->num_steps_in_flight(), 1);
+    if (!chunks.empty() && core->num_steps_in_flight() == 1) ++overlapped;
+    for (const OutputChunk& c : chunks) finished += c.finish_reason != FinishReason::kNone;
+  }
+  EXPECT_GT(overlapped, 10);
+  EXPECT_EQ(finished, 4);
+  // An abort while the request's step is in flight: its output is dropped when it comes back.
+  GenerateRequest r = rs[0];
+  ASSERT_TRUE(core->prepare(r).ok());
+  ASSERT_TRUE(core->add_request(9, r).ok());
+  EXPECT_TRUE(core->step().empty());
+  EXPECT_EQ(core->abort(9).size(), 1u);
+  EXPECT_TRUE(core->has_unfinished());  // the step is still to be collected
+  EXPECT_TRUE(core->step().empty());
+  EXPECT_FALSE(core->has_unfinished());
+}
+
 class WorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {

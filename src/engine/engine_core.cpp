@@ -191,7 +191,13 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   if (Communicator* group = config.tensor_parallel_group; group != nullptr && group->size() > 1) {
     PAGODA_ASSIGN_OR_RETURN(core->executor_, GroupExecutor::create(*group, std::move(runner)));
   } else {
-    core->executor_ = std::make_unique<LocalExecutor>(std::move(runner), config.serialize_steps);
+    core->executor_ = std::make_unique<LocalExecutor>(std::move(runner), config.serialize_steps, config.steps_in_flight);
+  }
+  if (draft_model || !spec.method.empty()) {
+    if (core->executor_->max_in_flight() > 1) {
+      return invalid_argument("speculative decoding with pipeline parallelism: the drafts of a request need its "
+                              "last token, which is still in the pipeline; use one or the other");
+    }
   }
   if (draft_model) {
     const int64_t draft_blocks = core->num_blocks_ * 9 / 8;
@@ -343,25 +349,48 @@ std::vector<OutputChunk> EngineCore::abort(RequestId id, FinishReason reason) {
 }
 
 std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_scheduled) {
-  SchedulerOutput scheduled = scheduler_->schedule();
-  if (proposer_) {
-    for (RequestId id : scheduled.preempted) proposer_->forget(id);
+  // vLLM's batch queue: while fewer steps than the executor runs at once are in flight, schedule
+  // one more (the scheduler leaves out the requests whose output is still to come) and submit
+  // it; return at once if there is room for another, else take the oldest step's output.
+  const size_t depth = static_cast<size_t>(executor_->max_in_flight());
+  if (in_flight_.size() < depth) {
+    SchedulerOutput scheduled = scheduler_->schedule();
+    if (proposer_) {
+      for (RequestId id : scheduled.preempted) proposer_->forget(id);
+    }
+    if (on_scheduled) on_scheduled();
+    if (scheduled.empty()) executor_->preempted(scheduled.preempted);
+    if (!scheduled.empty()) {
+      for (const ScheduledSeq& seq : scheduled.seqs) {
+        Sequence& s = seqs_.at(seq.request_id);
+        if (s.queued_s < 0) s.queued_s = since(s);
+      }
+      if (Status st = executor_->submit(scheduled); !st.ok()) {
+        throw std::runtime_error("the engine's workers failed: " + st.message());
+      }
+      in_flight_.push_back(std::move(scheduled));
+      if (in_flight_.size() < depth) return {};
+    }
   }
-  if (on_scheduled) on_scheduled();
-  if (scheduled.empty()) {
+  if (in_flight_.empty()) {
     record_step(0);
     return {};
   }
-  for (const ScheduledSeq& seq : scheduled.seqs) {
-    Sequence& s = seqs_.at(seq.request_id);
-    if (s.queued_s < 0) s.queued_s = since(s);
-  }
-  Result<ModelRunnerOutput> executed = executor_->execute(scheduled);
+  const SchedulerOutput scheduled = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  Result<ModelRunnerOutput> executed = executor_->collect();
   if (!executed.ok()) throw std::runtime_error("the engine's workers failed: " + executed.status().message());
   ModelRunnerOutput produced = std::move(executed).value();
   for (PromptLogprobsOutput& p : produced.prompt_logprobs) {
-    auto& pending = seqs_.at(p.request_id).pending_prompt_logprobs;
-    pending.insert(pending.end(), p.entries.begin(), p.entries.end());
+    auto s = seqs_.find(p.request_id);
+    if (s == seqs_.end()) continue;  // aborted while its step was in flight
+    // A request preempted during its prompt computes those rows again: each position once.
+    Sequence& seq = s->second;
+    for (size_t i = 0; i < p.entries.size(); ++i) {
+      if (p.first_index + static_cast<int64_t>(i) != seq.next_prompt_logprob) continue;
+      seq.pending_prompt_logprobs.push_back(std::move(p.entries[i]));
+      ++seq.next_prompt_logprob;
+    }
   }
   for (const SpecDecodeCounts& c : produced.spec) {
     ++spec_stats_.num_drafts;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -75,7 +76,10 @@ class EngineCore {
   // Records vLLM's engine metrics from now on (per step, per token, per finished sequence).
   void set_metrics(std::shared_ptr<metrics::EngineMetrics> metrics) { metrics_ = std::move(metrics); }
 
-  bool has_unfinished() const { return scheduler_->has_unfinished(); }
+  // Requests to run, or steps in flight whose output is still to be taken.
+  bool has_unfinished() const { return scheduler_->has_unfinished() || !in_flight_.empty(); }
+  // Steps submitted whose output step() has not taken yet.
+  int64_t num_steps_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
   SchedulerStats stats() const { return scheduler_->stats(); }
   const SpecDecodeStats& spec_stats() const { return spec_stats_; }
   const ModelConfig& model_config() const { return executor_->config(); }
@@ -103,6 +107,7 @@ class EngineCore {
     int64_t num_output_tokens = 0;
     int64_t num_cached_tokens = 0;
     std::vector<SampledOutput> pending_prompt_logprobs;  // until the first chunk carries them
+    int64_t next_prompt_logprob = 1;  // the prompt position whose logprobs come next
     std::chrono::steady_clock::time_point arrival;
     double queued_s = -1;
     double first_token_s = -1;
@@ -132,6 +137,10 @@ class EngineCore {
   uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, Sequence> seqs_;                 // by scheduler id
   std::unordered_map<RequestId, std::vector<RequestId>> children_;  // request id -> seq ids
+  // Steps submitted and not yet collected, oldest first (more than one under pipeline
+  // parallelism); their token views may outlive a request aborted meanwhile, so only their ids
+  // are read once the step is collected.
+  std::deque<SchedulerOutput> in_flight_;
 };
 
 // Parses a byte size such as "4GiB", "512MiB", "1.5GB", "1000000" (errors name the text).

@@ -42,6 +42,9 @@ struct EngineConfig {
   // Tests: the in-process executor passes every step through its byte encoding, as the
   // multi-process executors do (runner/step_message.h).
   bool serialize_steps = false;
+  // Tests: the in-process executor lets the engine keep this many steps in flight, as a pipeline
+  // of that many stages does (each step still runs when it is submitted).
+  int steps_in_flight = 1;
   // Tensor parallelism: the group of ranks the model is sharded over, this process being rank 0
   // (the other ranks run run_group_worker, runner/group_executor.h); nullptr: one process. Set by
   // the launcher (apps/pagoda/ranks.h), not a flag; it must outlive the engine.

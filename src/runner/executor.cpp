@@ -1,5 +1,6 @@
 #include "runner/executor.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace pagoda {
@@ -21,8 +22,24 @@ Result<ModelRunnerOutput> Executor::execute(const SchedulerOutput& scheduled) {
   return execute_step(encoder_.encode(scheduled));
 }
 
-LocalExecutor::LocalExecutor(std::unique_ptr<ModelRunner> runner, bool through_bytes)
-    : worker_(std::move(runner)), through_bytes_(through_bytes) {}
+Status Executor::submit(const SchedulerOutput& scheduled) { return submit_step(encoder_.encode(scheduled)); }
+
+Result<ModelRunnerOutput> Executor::collect() { return collect_step(); }
+
+Status Executor::submit_step(const StepMessage& message) {
+  done_.push_back(execute_step(message));
+  return Status::ok_status();
+}
+
+Result<ModelRunnerOutput> Executor::collect_step() {
+  if (done_.empty()) return internal_error("collect without a step in flight");
+  Result<ModelRunnerOutput> out = std::move(done_.front());
+  done_.pop_front();
+  return out;
+}
+
+LocalExecutor::LocalExecutor(std::unique_ptr<ModelRunner> runner, bool through_bytes, int max_in_flight)
+    : worker_(std::move(runner)), through_bytes_(through_bytes), max_in_flight_(std::max(1, max_in_flight)) {}
 
 Result<ModelRunnerOutput> LocalExecutor::execute_step(const StepMessage& message) {
   if (!through_bytes_) return worker_.execute(message);

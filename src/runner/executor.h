@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -30,16 +31,31 @@ class Executor {
   void add_request(RequestId id, const SamplingParams& params, uint64_t seed, std::vector<TokenId> min_tokens_suppressed);
   // The request ended; the workers forget it with the next step.
   void remove_request(RequestId id);
+  // A step that scheduled nothing preempted these; the workers hear of it with the next step.
+  void preempted(std::span<const RequestId> ids) { encoder_.preempt(ids); }
 
   // Runs one step on the workers. An error means the workers failed (a rank died, a message was
   // refused): the engine cannot go on.
   Result<ModelRunnerOutput> execute(const SchedulerOutput& scheduled);
 
+  // Steps that may be in flight at once: 1, or the pipeline's stages (vLLM's batch queue). The
+  // engine submits steps while fewer are in flight and collects their outputs in order.
+  virtual int max_in_flight() const { return 1; }
+  // Starts a step (its message is encoded now, after every earlier one); collect() returns the
+  // oldest submitted step's output. Errors as for execute().
+  Status submit(const SchedulerOutput& scheduled);
+  Result<ModelRunnerOutput> collect();
+
  protected:
   virtual Result<ModelRunnerOutput> execute_step(const StepMessage& message) = 0;
+  // Executors that run steps concurrently override both; by default a step runs at submit and
+  // its output waits for collect.
+  virtual Status submit_step(const StepMessage& message);
+  virtual Result<ModelRunnerOutput> collect_step();
 
  private:
   StepEncoder encoder_;
+  std::deque<Result<ModelRunnerOutput>> done_;  // the default submit_step's outputs
 };
 
 // One worker in this process (vLLM's UniProcExecutor). With `through_bytes`, each message and
@@ -47,9 +63,12 @@ class Executor {
 // runs); otherwise the message is handed over as it is.
 class LocalExecutor final : public Executor {
  public:
-  explicit LocalExecutor(std::unique_ptr<ModelRunner> runner, bool through_bytes = false);
+  // `max_in_flight` > 1 (tests): the engine keeps that many steps in flight, as under pipeline
+  // parallelism, though each runs when it is submitted.
+  explicit LocalExecutor(std::unique_ptr<ModelRunner> runner, bool through_bytes = false, int max_in_flight = 1);
 
   const ModelConfig& config() const override { return worker_.config(); }
+  int max_in_flight() const override { return max_in_flight_; }
 
  protected:
   Result<ModelRunnerOutput> execute_step(const StepMessage& message) override;
@@ -57,6 +76,7 @@ class LocalExecutor final : public Executor {
  private:
   Worker worker_;
   bool through_bytes_;
+  int max_in_flight_;
 };
 
 }  // namespace pagoda

@@ -233,18 +233,24 @@ void StepEncoder::remove_request(RequestId id) {
   if (sent_.erase(id)) finished_.push_back(id);
 }
 
+void StepEncoder::preempt(std::span<const RequestId> ids) {
+  for (RequestId id : ids) {
+    auto it = sent_.find(id);
+    if (it == sent_.end()) continue;  // preempted before the workers saw it: nothing to undo
+    it->second.blocks_valid = false;
+    it->second.num_blocks = 0;
+    preempted_.push_back(id);
+  }
+}
+
 StepMessage StepEncoder::encode(const SchedulerOutput& scheduled) {
   StepMessage m;
   m.step = ++step_;
   m.finished = std::move(finished_);
   finished_.clear();
-  for (RequestId id : scheduled.preempted) {
-    auto it = sent_.find(id);
-    if (it == sent_.end()) continue;  // preempted before the workers saw it: nothing to undo
-    it->second.blocks_valid = false;
-    it->second.num_blocks = 0;
-    m.preempted.push_back(id);
-  }
+  preempt(scheduled.preempted);
+  m.preempted = std::move(preempted_);
+  preempted_.clear();
   for (const ScheduledSeq& seq : scheduled.seqs) {
     auto it = sent_.find(seq.request_id);
     if (it == sent_.end()) {

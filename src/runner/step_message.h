@@ -83,6 +83,9 @@ class StepEncoder {
 
   // The message for this step. Every scheduled request must have been added and not removed.
   StepMessage encode(const SchedulerOutput& scheduled);
+  // Requests preempted by a step that scheduled nothing (so has no message of its own): the
+  // next message names them.
+  void preempt(std::span<const RequestId> ids);
 
   // Requests added and not yet removed (for tests).
   size_t num_requests() const { return pending_.size() + sent_.size(); }
@@ -97,6 +100,7 @@ class StepEncoder {
   std::unordered_map<RequestId, NewRequestData> pending_;  // added, never scheduled
   std::unordered_map<RequestId, Sent> sent_;
   std::vector<RequestId> finished_;  // for the next message
+  std::vector<RequestId> preempted_; // for the next message
 };
 
 }  // namespace pagoda

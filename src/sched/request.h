@@ -43,6 +43,9 @@ struct Request {
   int64_t num_preemptions = 0;
   std::vector<TokenId> spec_tokens;            // drafts proposed for the next step
   std::vector<TokenId> scheduled_spec_tokens;  // drafts of the step in flight (until its update)
+  // Steps scheduled with this request whose output has not come back yet (more than one only
+  // under pipeline parallelism, where several batches are in flight).
+  int64_t steps_in_flight = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_tokens.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_tokens.size()); }

@@ -68,14 +68,25 @@ Request* Scheduler::pop_waiting_head() {
 }
 
 // Frees the victim's blocks, puts it back at the front of the waiting queue and drops it from
-// this step's batch. Returns the victim.
+// this step's batch. Returns the victim, or null when every running request is in a step in
+// flight (pipeline parallelism): those keep their blocks, which the step is still writing, and
+// their sampled tokens, which a preemption would drop after the sampler drew them.
 Request* Scheduler::preempt_one(std::vector<Request*>& scheduled) {
-  auto victim_it = running_.end() - 1;  // FCFS: the most recently admitted
-  if (config_.policy == SchedulingPolicy::kPriority) {
-    victim_it = std::max_element(running_.begin(), running_.end(), [](const Request* a, const Request* b) {
-      return a->priority != b->priority ? a->priority < b->priority : a->arrival_seq < b->arrival_seq;
-    });
+  auto victim_it = running_.end();
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->steps_in_flight > 0) continue;
+    if (victim_it == running_.end()) {
+      victim_it = it;
+    } else if (config_.policy == SchedulingPolicy::kPriority) {
+      // The least important: the highest priority value, the latest arrival among equals.
+      const Request* a = *victim_it;
+      const Request* b = *it;
+      if (a->priority != b->priority ? a->priority < b->priority : a->arrival_seq < b->arrival_seq) victim_it = it;
+    } else {
+      victim_it = it;  // FCFS: the most recently admitted
+    }
   }
+  if (victim_it == running_.end()) return nullptr;
   Request* victim = *victim_it;
   running_.erase(victim_it);
   kv_.free(victim->id);
@@ -103,6 +114,7 @@ SchedulerOutput Scheduler::schedule() {
 
   // 1. Running requests, oldest admitted first.
   bool preempted = false;
+  bool blocked = false;  // a running request found no blocks and nothing to preempt
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
     const int64_t uncomputed = r->num_tokens() - r->num_computed_tokens;
@@ -114,8 +126,13 @@ SchedulerOutput Scheduler::schedule() {
     }
     bool placed = true;
     while (!kv_.allocate_slots(r->id, r->all_tokens, r->num_computed_tokens, n, {}, r->cache_salt)) {
-      preempted = true;
       Request* victim = preempt_one(scheduled);
+      if (victim == nullptr) {  // the others are in flight: r waits for their blocks
+        placed = false;
+        blocked = true;
+        break;
+      }
+      preempted = true;
       out.preempted.push_back(victim->id);
       placed = victim != r;
       // A request preempted after being scheduled this step gives its tokens back.
@@ -141,7 +158,7 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // 2. Waiting requests, unless this step had to preempt (never preempt to admit new work).
-  while (!preempted && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  while (!preempted && !blocked && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = peek_waiting_head();
     if (!r) break;
     ComputedBlocks hit;
@@ -181,6 +198,7 @@ SchedulerOutput Scheduler::schedule() {
     out.num_scheduled_tokens += n;
     // 4. Optimistic advance: the next step may schedule the next chunk right away.
     r->num_computed_tokens += n;
+    ++r->steps_in_flight;
   }
   PAGODA_CHECK(out.num_scheduled_tokens <= config_.max_num_batched_tokens);
   PAGODA_CHECK(static_cast<int64_t>(running_.size()) <= config_.max_num_seqs);
@@ -198,7 +216,9 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
   }
   for (const ScheduledSeq& seq : scheduled.seqs) {
     auto it = requests_.find(seq.request_id);
-    if (it != requests_.end()) it->second->scheduled_spec_tokens.clear();
+    if (it == requests_.end()) continue;
+    it->second->scheduled_spec_tokens.clear();
+    --it->second->steps_in_flight;
   }
   std::vector<RequestUpdate> updates;
   for (const SampledOutput& s : produced.sampled) {

@@ -149,6 +149,36 @@ TEST(Scheduler, PreemptsMostRecentAndNeverToAdmit) {
   EXPECT_EQ(s.kv().num_free_blocks(), 6);
 }
 
+// Pipeline parallelism keeps several steps in flight: a request in one of them is never the
+// victim (its blocks are still being written, its token is still to come), even where the
+// policy would pick it; the request that needs the blocks gives way instead.
+TEST(Scheduler, NeverPreemptsARequestWhoseStepIsInFlight) {
+  SchedulerConfig c;
+  c.policy = SchedulingPolicy::kPriority;
+  Scheduler s(c, {2, 4, false});  // two blocks of 4 tokens
+  ASSERT_TRUE(s.add_request(make_request(1, 4, 4, /*priority=*/0)).ok());
+  auto step1 = s.schedule();
+  EXPECT_EQ(batch_of(step1), (Batch{{1, 4}}));
+  ASSERT_TRUE(s.add_request(make_request(2, 4, 4, /*priority=*/10)).ok());
+  auto step2 = s.schedule();  // step 1 is in flight: request 1 waits for its token
+  EXPECT_EQ(batch_of(step2), (Batch{{2, 4}}));
+  s.update_from_output(step1, fake_run(step1));
+  // Request 1 needs a second block; request 2, the policy's victim, is in flight.
+  auto step3 = s.schedule();
+  EXPECT_TRUE(step3.seqs.empty());
+  EXPECT_EQ(step3.preempted, (std::vector<RequestId>{1}));
+  s.update_from_output(step3, fake_run(step3));
+  auto updates = s.update_from_output(step2, fake_run(step2));
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].request_id, 2u);  // its token arrived
+  // Request 2 goes on in the block request 1 gave back.
+  auto step4 = s.schedule();
+  EXPECT_EQ(batch_of(step4), (Batch{{2, 1}}));
+  EXPECT_TRUE(step4.preempted.empty());
+  s.update_from_output(step4, fake_run(step4));
+  ASSERT_TRUE(s.kv().pool().check_invariants().ok());
+}
+
 TEST(Scheduler, PriorityPolicyAdmitsLowerFirst) {
   SchedulerConfig c;
   c.policy = SchedulingPolicy::kPriority;
