@@ -96,7 +96,10 @@ TEST(Cli, TensorParallelKeepsTheGoldenTextAndTheProbes) {
     RunResult r = run_pagoda(greedy_256_args(model) + " --tensor-parallel-size " + tp);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, golden_text(txt)) << "-tp " << tp;
-    EXPECT_NE(r.err.find("tensor parallelism: " + std::string(tp) + " ranks on this host"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--tensor-parallel-size " + std::string(tp) + " x --pipeline-parallel-size 1: " + tp +
+                         " ranks on this host"),
+              std::string::npos)
+        << r.err;
   }
   const std::string dir = pagoda::testing::make_temp_dir() + "/";
   const std::string in = dir + "probes.jsonl";
@@ -149,6 +152,57 @@ TEST(Cli, TensorParallelKeepsTheGoldenTextAndTheProbes) {
   EXPECT_NE(affinity.err.find("names CPUs for 1 ranks, but there are 2"), std::string::npos) << affinity.err;
 }
 
+// Pipeline parallelism: stories260K's 5 layers in 2 stages (2 + 3), alone and with 2
+// tensor-parallel ranks per stage (4 ranks), give the golden text; the probes (a batch of
+// sequences, several steps in flight) give exactly the one-process tokens and log-probabilities
+// (a pipeline reorders no sum) in 2 stages, and the same tokens in 2 x 2. More stages than layers
+// are refused.
+TEST(Cli, PipelineParallelKeepsTheGoldenTextAndTheProbes) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  for (const char* sizes : {"-pp 2", "-pp 2 -tp 2"}) {
+    RunResult r = run_pagoda(greedy_256_args(model) + " " + sizes);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, golden_text(txt)) << sizes;
+  }
+  const std::string dir = pagoda::testing::make_temp_dir() + "/";
+  const std::string in = dir + "probes.jsonl";
+  std::ofstream(in) << "{\"prompt\": \"Once upon a time\", \"max_tokens\": 40, \"temperature\": 0}\n"
+                    << "{\"prompt\": \"Lily had a dog\", \"n\": 3, \"temperature\": 1.0, \"seed\": 3, "
+                       "\"presence_penalty\": 0.5, \"max_tokens\": 40}\n"
+                    << "{\"prompt\": \"Tom saw\", \"stop\": [\".\"], \"max_tokens\": 60, \"temperature\": 0}\n"
+                    << "{\"prompt\": \"The sun\", \"temperature\": 0.8, \"top_p\": 0.9, \"seed\": 11, "
+                       "\"max_tokens\": 50, \"logprobs\": 2}\n";
+  std::vector<nlohmann::json> outputs[3];
+  const char* sizes[] = {"-pp 1", "-pp 2", "-pp 2 -tp 2"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string out = dir + "out" + std::to_string(i) + ".jsonl";
+    RunResult r = run_pagoda("generate --model " + quote(model) + " --input-file " + quote(in) + " --output-file " +
+                             quote(out) + " " + sizes[i]);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream file(out);
+    for (std::string line; std::getline(file, line);) outputs[i].push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(outputs[i].size(), 4u) << sizes[i];
+  }
+  for (int i = 1; i < 3; ++i) {
+    for (size_t p = 0; p < 4; ++p) {
+      nlohmann::json one = outputs[0][p], other = outputs[i][p];
+      if (!one.is_array()) one = nlohmann::json::array({one}), other = nlohmann::json::array({other});
+      ASSERT_EQ(one.size(), other.size()) << sizes[i] << " probe " << p;
+      for (size_t c = 0; c < one.size(); ++c) {
+        EXPECT_EQ(other[c]["token_ids"], one[c]["token_ids"]) << sizes[i] << " probe " << p;
+        EXPECT_EQ(other[c]["finish_reason"], one[c]["finish_reason"]);
+        if (i == 1 && one[c].contains("logprobs")) {
+          EXPECT_EQ(other[c]["logprobs"], one[c]["logprobs"]) << "probe " << p;
+        }
+      }
+    }
+  }
+  RunResult six = run_pagoda(greedy_256_args(model) + " -pp 6");
+  EXPECT_EQ(six.exit_code, 1);
+  EXPECT_NE(six.err.find("--pipeline-parallel-size 6 is more than the 5 layers"), std::string::npos) << six.err;
+}
+
 // The same over MPI: `mpirun -np 2 pagoda generate ... -tp 2`, the ranks talking over TCP on the
 // loopback interface as between hosts (rank 0 prints; mpirun gives it a pseudo-terminal, where
 // generate ends the text with a newline). A job of another size than -tp is refused. Under ASan
@@ -162,9 +216,15 @@ TEST(Cli, TensorParallelUnderMpirunKeepsTheGoldenText) {
   RunResult r = testing::run_binary(mpirun + "-np 2 " + PAGODA_BINARY, greedy_256_args(model) + " -tp 2", env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, golden_text(txt) + "\n");
+  // Two pipeline stages over MPI (its ranks send on a thread of their own: MPI_THREAD_MULTIPLE).
+  RunResult pp = testing::run_binary(mpirun + "-np 2 " + PAGODA_BINARY, greedy_256_args(model) + " -pp 2", env);
+  ASSERT_EQ(pp.exit_code, 0) << pp.err;
+  EXPECT_EQ(pp.out, golden_text(txt) + "\n");
   RunResult wrong = testing::run_binary(mpirun + "-np 2 " + PAGODA_BINARY, greedy_256_args(model) + " -tp 4", env);
   EXPECT_NE(wrong.exit_code, 0);
-  EXPECT_NE(wrong.err.find("--tensor-parallel-size 4 under an MPI job of 2 ranks"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("--tensor-parallel-size 4 x --pipeline-parallel-size 1 under an MPI job of 2 ranks"),
+            std::string::npos)
+      << wrong.err;
   // Each rank its own command line (mpirun's MPMD form): rank 1 converts the weights to q8_0.
   RunResult mismatched = testing::run_binary(
       mpirun + "-np 1 " + PAGODA_BINARY + " " + greedy_256_args(model) + " -tp 2 : -np 1 " + PAGODA_BINARY,

@@ -958,6 +958,37 @@ TEST(Server, TensorParallelRankKilledMidStepFailsTheServer) {
   EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ")"), std::string::npos) << server.log();
 }
 
+// The same with two pipeline stages, while steps are in flight: killing the last stage (which
+// sends rank 0 the outputs) fails the stream, the server reports 503 and exits 1 within seconds.
+TEST(Server, PipelineRankKilledMidStepFailsTheServer) {
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
+  ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--pipeline-parallel-size", "2"}));
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  const std::vector<int> workers = children_of(server.pid());
+  ASSERT_EQ(workers.size(), 1u) << server.log();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+  SseClient first(port, "/v1/completions", req.dump());
+  SseClient second(port, "/v1/completions", req.dump());
+  ASSERT_EQ(first.status(), 200);
+  ASSERT_EQ(second.status(), 200);
+  ASSERT_TRUE(first.next().has_value());
+  ASSERT_TRUE(second.next().has_value());
+  const auto killed = Clock::now();
+  ASSERT_EQ(kill(workers[0], SIGKILL), 0);
+  for (SseClient* sse : {&first, &second}) {
+    std::vector<std::string> events = sse->rest();
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    json err = json::parse(events[events.size() - 2], nullptr, false);
+    ASSERT_FALSE(err.is_discarded()) << events[events.size() - 2];
+    expect_error(err, "server_error");
+  }
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
+  EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ")"), std::string::npos) << server.log();
+}
+
 // A rank that dies while the server is idle stops the server too, within a second or two, naming
 // the rank: no request has to fail first for the supervisor to learn of it.
 TEST(Server, TensorParallelRankDeadWhileIdleStopsTheServer) {
@@ -967,7 +998,7 @@ TEST(Server, TensorParallelRankDeadWhileIdleStopsTheServer) {
   ASSERT_EQ(workers.size(), 1u) << server.log();
   ASSERT_EQ(kill(workers[0], SIGKILL), 0);
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(10)), std::optional<int>(1)) << server.log();
-  EXPECT_NE(server.log().find("the engine has failed (tensor-parallel rank 1 (pid " + std::to_string(workers[0]) +
+  EXPECT_NE(server.log().find("the engine has failed (rank 1 (pid " + std::to_string(workers[0]) +
                               ") was killed by signal 9)"),
             std::string::npos)
       << server.log();

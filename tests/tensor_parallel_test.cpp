@@ -19,6 +19,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_thread_pool.h"
+#include "backend/send_queue.h"
 #include "backends/shm/shm_communicator.h"
 #include "loader/model_source.h"
 #include "model/layers/weight_loader.h"
@@ -247,31 +248,48 @@ struct Report {
   float values[kMaxFloats];
 };
 
-using RankBody = std::function<Result<std::vector<float>>(const TensorParallel& tp)>;
+using RankBody = std::function<Result<std::vector<float>>(const TensorParallel& tp, const PipelineParallel& pp)>;
 
-// Runs `body` on `ranks` forked ranks (a shared-memory group; one rank: no communicator) and
-// returns rank 0's result; a failure on any rank fails the test with its message.
-std::vector<float> run_ranks(int ranks, const RankBody& body) {
+// Runs `body` on tp x pp forked ranks (rank r: tensor-parallel rank r % tp of stage r / tp, as
+// pagoda places them; a shared-memory group over all, and one per stage for its tensor-parallel
+// collectives; one rank: no communicator) and returns the result of the last stage's first rank;
+// a failure on any rank fails the test with its message.
+std::vector<float> run_ranks(int tp_size, const RankBody& body, int pp_size = 1) {
+  const int ranks = tp_size * pp_size;
+  const int reporter = (pp_size - 1) * tp_size;
   void* mem = mmap(nullptr, sizeof(Report), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   EXPECT_NE(mem, MAP_FAILED);
   if (mem == MAP_FAILED) return {};
   auto* report = new (mem) Report();
   auto region = shm::ShmRegion::create(ranks);
   EXPECT_TRUE(region.ok());
+  std::vector<std::shared_ptr<shm::ShmRegion>> stage_regions;
+  for (int s = 0; pp_size > 1 && tp_size > 1 && s < pp_size; ++s) stage_regions.push_back(*shm::ShmRegion::create(tp_size));
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
       (void)cpu::set_cpu_threads(1);
-      std::unique_ptr<shm::ShmCommunicator> comm;
+      std::unique_ptr<shm::ShmCommunicator> comm, stage_comm;
+      std::unique_ptr<SendQueue> sender;
       TensorParallel tp;
-      if (ranks > 1) {
-        comm = std::make_unique<shm::ShmCommunicator>(*region, r, std::chrono::seconds(120));
-        tp = TensorParallel{r, ranks, comm.get()};
+      PipelineParallel pp;
+      const int stage = r / tp_size;
+      if (ranks > 1) comm = std::make_unique<shm::ShmCommunicator>(*region, r, std::chrono::seconds(120));
+      if (!stage_regions.empty()) {
+        stage_comm = std::make_unique<shm::ShmCommunicator>(stage_regions[static_cast<size_t>(stage)], r % tp_size,
+                                                            std::chrono::seconds(120));
+      }
+      if (tp_size > 1) tp = TensorParallel{r % tp_size, tp_size, stage_comm ? stage_comm.get() : comm.get()};
+      if (pp_size > 1) {
+        sender = std::make_unique<SendQueue>(*comm);
+        pp = PipelineParallel{stage, pp_size, comm.get(), stage > 0 ? r - tp_size : -1,
+                              stage < pp_size - 1 ? r + tp_size : -1, sender.get()};
       }
       Result<std::vector<float>> out = internal_error("no result");
       try {
-        out = body(tp);
+        out = body(tp, pp);
+        if (Status st = sender ? sender->flush() : Status::ok_status(); out.ok() && !st.ok()) out = st;
       } catch (const std::exception& e) {
         out = internal_error(std::string("exception: ") + e.what());
       }
@@ -280,7 +298,7 @@ std::vector<float> run_ranks(int ranks, const RankBody& body) {
         if (comm) comm->abort();
         _exit(1);
       }
-      if (r == 0) {
+      if (r == reporter) {
         report->count = std::min(out->size(), Report::kMaxFloats);
         std::copy_n(out->data(), report->count, report->values);
       }
@@ -307,11 +325,11 @@ std::vector<float> run_ranks(int ranks, const RankBody& body) {
 // token each (reading the shard's KV cache), from the model of `config` with dummy weights of
 // `dtype`, sharded as tp says.
 RankBody logits_of(const ModelConfig& config, DType dtype, std::optional<QuantMix> mix = std::nullopt) {
-  return [=](const TensorParallel& tp) -> Result<std::vector<float>> {
+  return [=](const TensorParallel& tp, const PipelineParallel& pp) -> Result<std::vector<float>> {
     PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(config, dtype, 5, "dummy"));
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create());
     ModelSource source{"dummy", LoadFormat::kDummy, config, std::move(w), mix};
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(std::move(source), *backend, tp));
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(std::move(source), *backend, tp, pp));
     const int64_t bs = 4;
     PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model->shard_config(), 16, bs));
     const int64_t vocab = config.vocab_size;
@@ -321,6 +339,7 @@ RankBody logits_of(const ModelConfig& config, DType dtype, std::optional<QuantMi
     auto step = [&](const ForwardBatchBuffers& in) {
       const ForwardBatch batch = in.batch();
       Tensor hidden = model->forward(batch, kv);
+      if (!model->computes_logits()) return;  // a stage before the last
       std::vector<int64_t> rows(static_cast<size_t>(batch.num_tokens()));
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
       std::vector<float> logits(rows.size() * static_cast<size_t>(vocab));
@@ -403,6 +422,38 @@ TEST(TensorParallelModel, ReplicatedKvHeadsPaddedVocabularyBiasesAndExperts) {
   EXPECT_LE(largest_relative_difference(moe_whole, moe_two, moe.vocab_size), 1e-5);
 }
 
+// Pipeline parallelism: the layers in stages (3 layers in 2 and 3 stages; with 2 tensor-parallel
+// ranks per stage), the activations sent on from stage to stage, the logits from the last. A
+// pipeline adds no sum of its own: without tensor parallelism the logits are the one-process
+// logits bit for bit, through the embedding (first stage), the tied LM head (last stage, which
+// loads the embedding for it) and the mixture's experts.
+TEST(PipelineParallelModel, StagesGiveTheOneProcessLogits) {
+  EXPECT_EQ(stage_layers(5, 0, 2).begin, 0);
+  EXPECT_EQ(stage_layers(5, 0, 2).end, 2);
+  EXPECT_EQ(stage_layers(5, 1, 2).begin, 2);
+  EXPECT_EQ(stage_layers(5, 1, 2).end, 5);  // vLLM's split: the remainder to the last stage
+  ModelConfig moe = small_config();
+  moe.architecture = "qwen2_moe";
+  moe.num_layers = 3;
+  moe.attention_bias = true;
+  moe.tie_word_embeddings = true;
+  moe.moe_intermediate_size = 24;
+  moe.num_experts = 6;
+  moe.num_experts_per_tok = 2;
+  moe.shared_expert_intermediate_size = 40;
+  moe.mlp_only_layers = {1};
+  const std::vector<float> whole = run_ranks(1, logits_of(moe, DType::kF32));
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(run_ranks(1, logits_of(moe, DType::kF32), 2), whole);
+  EXPECT_EQ(run_ranks(1, logits_of(moe, DType::kF32), 3), whole);
+  EXPECT_LE(largest_relative_difference(whole, run_ranks(2, logits_of(moe, DType::kF32), 2), moe.vocab_size), 1e-5);
+  // More stages than layers, or a stage without its communicator, is refused.
+  auto four = plan_shard(moe, TensorParallel{}, "moe", PipelineParallel{0, 4});
+  ASSERT_FALSE(four.ok());
+  EXPECT_EQ(four.status().message(), "moe: --pipeline-parallel-size 4 is more than the 3 layers");
+  EXPECT_FALSE(plan_shard(moe, TensorParallel{}, "moe", PipelineParallel{0, 2}).ok());
+}
+
 // A weight type whose blocks a rank's share would cut is refused at load, naming the tensor.
 TEST(TensorParallelModel, BlocksCutByTheShardsAreRefused) {
   ModelConfig cfg = small_config();
@@ -410,7 +461,7 @@ TEST(TensorParallelModel, BlocksCutByTheShardsAreRefused) {
   cfg.head_dim = 16;
   cfg.intermediate_size = 96;  // 48 per rank: not whole blocks of 32
   // Each rank reports its own load error; the first rank's is the test's.
-  auto body = [cfg](const TensorParallel& tp) -> Result<std::vector<float>> {
+  auto body = [cfg](const TensorParallel& tp, const PipelineParallel&) -> Result<std::vector<float>> {
     PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, DType::kQ8_0, 5, "dummy"));
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create());
     ModelSource source{"dummy.gguf", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};

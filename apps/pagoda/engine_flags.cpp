@@ -171,7 +171,9 @@ void EngineFlags::add_to(CLI::App& app) {
                  "the ranks' CPUs, one list per rank: 0-3|4-7 (default: VLLM_CPU_OMP_THREADS_BIND, else the "
                  "allowed cores split evenly)")
       ->group(kParallelConfig);
-  app.add_option("--pipeline-parallel-size", pipeline_parallel_size, "pipeline stages (-pp); only 1 for now")
+  app.add_option("--pipeline-parallel-size", pipeline_parallel_size,
+                 "pipeline stages (-pp): the layers split across processes, several steps in flight; "
+                 "tensor x pipeline ranks in all")
       ->capture_default_str()
       ->group(kParallelConfig);
   app.add_option("--data-parallel-size", data_parallel_size,
@@ -200,11 +202,13 @@ Result<EngineConfig> EngineFlags::to_config() const {
       distributed_executor_backend != "mpi" && distributed_executor_backend != "uni") {
     return not_yet("--distributed-executor-backend", distributed_executor_backend, "mp, mpi, uni");
   }
-  if (distributed_executor_backend == "uni" && tensor_parallel_size != 1) {
-    return invalid_argument("--distributed-executor-backend uni runs one process: --tensor-parallel-size must be 1");
+  if (pipeline_parallel_size < 1 || pipeline_parallel_size * tensor_parallel_size > 64) {
+    return invalid_argument("--pipeline-parallel-size must be at least 1, with --tensor-parallel-size x "
+                            "--pipeline-parallel-size at most 64 ranks, got " + std::to_string(pipeline_parallel_size));
   }
-  if (pipeline_parallel_size != 1) {
-    return not_yet("--pipeline-parallel-size", std::to_string(pipeline_parallel_size), "1: one process holds the model");
+  if (distributed_executor_backend == "uni" && tensor_parallel_size * pipeline_parallel_size != 1) {
+    return invalid_argument("--distributed-executor-backend uni runs one process: --tensor-parallel-size and "
+                            "--pipeline-parallel-size must be 1");
   }
   if (data_parallel_size != 1) {
     return not_yet("--data-parallel-size", std::to_string(data_parallel_size),

@@ -99,8 +99,8 @@ Status check_draft_vocabulary(const ModelFlags& model, ModelFlags* draft, const 
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
                                 const std::function<Status(const Tokenizer&)>& before_weights, RankGroup* group) {
   PAGODA_ASSIGN_OR_RETURN(EngineConfig config, engine.to_config());
-  if ((group != nullptr) != (engine.tensor_parallel_size > 1)) {
-    return internal_error("make_engine: a rank group is needed exactly when --tensor-parallel-size > 1");
+  if ((group != nullptr) != (engine.tensor_parallel_size * engine.pipeline_parallel_size > 1)) {
+    return internal_error("make_engine: a rank group is needed exactly when there is more than one rank");
   }
   set_log_level(*parse_log_level(engine.log_level));
   EngineSetup setup;
@@ -117,13 +117,13 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
         if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(tokenizer));
         return has_draft ? check_draft_vocabulary(model, &draft, tokenizer) : Status::ok_status();
       },
-      group != nullptr ? group->tp() : TensorParallel{});
+      group != nullptr ? group->tp() : TensorParallel{}, group != nullptr ? group->pp() : PipelineParallel{});
   if (group != nullptr) {
     // Every rank's shard loaded alike, or every rank stops here.
     const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
     const Status agreed = group->agree(loaded.status(), what);
     if (loaded.ok() && !agreed.ok()) return agreed;
-    config.tensor_parallel_group = &group->comm();
+    config.parallel_group = group->parallel_group();
   }
   if (!loaded.ok()) return loaded.status();
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));

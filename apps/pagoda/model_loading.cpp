@@ -181,7 +181,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags) {
 
 Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
                                              const std::function<Status(const Tokenizer&)>& before_weights,
-                                             const TensorParallel& tp) {
+                                             const TensorParallel& tp, const PipelineParallel& pp) {
   PAGODA_RETURN_IF_ERROR(flags.check());
   flags.warn_no_effect();
   LoadedModel out;
@@ -231,7 +231,7 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
     return invalid_argument("the quantization method of " + flags.model + " (" + declared +
                             ", from its config.json) does not match --quantization " + flags.quantization);
   }
-  PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend, tp));
+  PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend, tp, pp));
   if (out.tokenizer->vocab_size() > out.model->config().vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
                             " tokens but the model only " +

@@ -57,9 +57,10 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags);
 // chat template, say), then the backend and weights, and checks the tokenizer fits the model's
 // vocabulary. So a missing tokenizer or a bad template fails in well under a second, before any
 // weight is read or generated.
-// With tp.size > 1, the model is rank tp.rank's shard (model/tensor_parallel.h).
+// With tp.size > 1, the model is rank tp.rank's shard; with pp.size > 1, the layers of stage
+// pp.stage (model/tensor_parallel.h).
 Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
                                              const std::function<Status(const Tokenizer&)>& before_weights = {},
-                                             const TensorParallel& tp = {});
+                                             const TensorParallel& tp = {}, const PipelineParallel& pp = {});
 
 }  // namespace pagoda::app

@@ -43,18 +43,38 @@ Status pin_to(const std::vector<int>& cpus) {
   return Status::ok_status();
 }
 
-// A worker rank: its shard, the start, then the steps. Never returns: a forked rank ends with
-// _exit (the parent's atexit handlers and static objects are not its own), an MPI rank with exit
-// (which finalizes MPI, as mpirun expects).
-[[noreturn]] void worker_main(Communicator& comm, const ModelFlags& model, const EngineFlags& engine, bool forked) {
-  const std::string me = "rank " + std::to_string(comm.rank());
-  const TensorParallel tp{comm.rank(), comm.size(), &comm};
-  Result<LoadedModel> loaded = load_model_and_tokenizer(model, {}, tp);
+// Where world rank `rank` sits: stage rank / tp, tensor-parallel rank rank % tp (vLLM's order:
+// a stage's ranks are consecutive), and its neighbours in the pipeline.
+struct Place {
+  int stage, tp_rank, prev, next;
+};
+Place place_of(int rank, int tp, int pp) {
+  const int stage = rank / tp;
+  return Place{stage, rank % tp, stage > 0 ? rank - tp : -1, stage < pp - 1 ? rank + tp : -1};
+}
+
+// A worker rank: its shard, the start, then the steps. `tp_comm`: its stage's tensor-parallel
+// group (null with one rank per stage). Never returns: a forked rank ends with _exit (the
+// parent's atexit handlers and static objects are not its own), an MPI rank with exit (which
+// finalizes MPI, as mpirun expects).
+[[noreturn]] void worker_main(Communicator& world, Communicator* tp_comm, const ModelFlags& model,
+                              const EngineFlags& engine, bool forked) {
+  const std::string me = "rank " + std::to_string(world.rank());
+  const int tp_size = static_cast<int>(engine.tensor_parallel_size);
+  const int pp_size = static_cast<int>(engine.pipeline_parallel_size);
+  const Place at = place_of(world.rank(), tp_size, pp_size);
+  std::unique_ptr<SendQueue> sender;
+  if (pp_size > 1) sender = std::make_unique<SendQueue>(world);
+  const TensorParallel tp{at.tp_rank, tp_size, tp_size > 1 ? tp_comm : nullptr};
+  const PipelineParallel pp{at.stage, pp_size, pp_size > 1 ? &world : nullptr, at.prev, at.next, sender.get()};
+  Result<LoadedModel> loaded = load_model_and_tokenizer(model, {}, tp, pp);
   const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
   // A failed start is rank 0's to report (it names the rank); a failure after it, this rank's.
-  Status st = agree_to_start(comm, loaded.status(), fingerprint_of(what), what);
+  Status st = agree_to_start(world, loaded.status(), fingerprint_of(what), what);
   if (st.ok()) {
-    st = run_group_worker(comm, std::move(loaded->model));
+    const bool sends_output = world.rank() == (pp_size - 1) * tp_size;
+    st = pp_size > 1 ? run_pipeline_worker(world, *sender, std::move(loaded->model), sends_output)
+                     : run_group_worker(world, std::move(loaded->model));
     if (!st.ok()) log_line(LogLevel::kError, "ranks", me + ": " + st.message());
   }
   std::fflush(nullptr);
@@ -138,32 +158,50 @@ std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& en
          std::to_string(c.hidden_size) + ", vocab " + std::to_string(c.vocab_size) + "), load format " +
          model.load_format + ", dtype " + model.dtype + ", weights seed " + std::to_string(model.weights_seed) +
          ", quantization " + (model.quantization.empty() ? "none" : model.quantization) + ", tensor parallel " +
-         std::to_string(engine.tensor_parallel_size) + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
+         std::to_string(engine.tensor_parallel_size) + ", pipeline parallel " +
+         std::to_string(engine.pipeline_parallel_size) + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
          std::to_string(engine.block_size) + ", max model len " + std::to_string(engine.max_model_len);
 }
 
 Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, const EngineFlags& engine) {
   PAGODA_RETURN_IF_ERROR(engine.to_config().status());  // every flag checked before a rank starts
-  const int ranks = static_cast<int>(engine.tensor_parallel_size);
+  const int tp = static_cast<int>(engine.tensor_parallel_size);
+  const int pp = static_cast<int>(engine.pipeline_parallel_size);
+  const int ranks = tp * pp;
   if (ranks == 1) return std::unique_ptr<RankGroup>();
+  const std::string sizes = "--tensor-parallel-size " + std::to_string(tp) + " x --pipeline-parallel-size " +
+                            std::to_string(pp);
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   std::string backend = engine.distributed_executor_backend;
   if (backend.empty()) backend = under_mpirun ? "mpi" : "mp";
   std::unique_ptr<RankGroup> group(new RankGroup());
+  group->tp_size_ = tp;
+  group->pp_size_ = pp;
   if (backend == "mpi") {
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> world, mpi::MpiCommunicator::create_world());
     if (world->size() != ranks) {
-      return invalid_argument("--tensor-parallel-size " + std::to_string(ranks) + " under an MPI job of " +
-                              std::to_string(world->size()) + " ranks: start as many ranks as the size (mpirun -np " +
-                              std::to_string(ranks) + ")");
+      return invalid_argument(sizes + " under an MPI job of " + std::to_string(world->size()) +
+                              " ranks: start as many ranks as the sizes' product (mpirun -np " + std::to_string(ranks) + ")");
     }
-    if (world->rank() != 0) worker_main(*world, model, engine, /*forked=*/false);
-    group->comm_ = std::move(world);
+    if (pp > 1 && !world->concurrent_send_and_recv()) {
+      return unavailable("--pipeline-parallel-size " + std::to_string(pp) +
+                         " under MPI needs MPI_THREAD_MULTIPLE, which this MPI library does not grant");
+    }
+    std::unique_ptr<Communicator> stage_group;
+    if (pp > 1 && tp > 1) {  // every rank splits the world, together
+      const Place at = place_of(world->rank(), tp, pp);
+      PAGODA_ASSIGN_OR_RETURN(stage_group, world->split(at.stage, at.tp_rank));
+    }
+    Communicator* tp_comm = pp > 1 ? stage_group.get() : world.get();
+    if (world->rank() != 0) worker_main(*world, tp_comm, model, engine, /*forked=*/false);
+    group->world_ = std::move(world);
+    group->stage_group_ = std::move(stage_group);
+    group->finish_start();
     return group;
   }
   if (backend != "mp") {
-    return invalid_argument("--distributed-executor-backend " + backend + " runs one process; --tensor-parallel-size " +
-                            std::to_string(ranks) + " needs mp or mpi");
+    return invalid_argument("--distributed-executor-backend " + backend + " runs one process; " + sizes +
+                            " needs mp or mpi");
   }
   // Every rank's CPUs, checked before anything starts (vLLM's CPU backend reads the same lists
   // from VLLM_CPU_OMP_THREADS_BIND; "all" or "nobind" there, or here, leaves the CPUs alone).
@@ -175,6 +213,12 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
     PAGODA_ASSIGN_OR_RETURN(cpus[static_cast<size_t>(r)], rank_cpus(affinity, r, ranks));
   }
   PAGODA_ASSIGN_OR_RETURN(std::shared_ptr<shm::ShmRegion> region, shm::ShmRegion::create(ranks));
+  // With a pipeline, each stage's tensor-parallel ranks have a region of their own.
+  std::vector<std::shared_ptr<shm::ShmRegion>> stage_regions;
+  for (int s = 0; pp > 1 && tp > 1 && s < pp; ++s) {
+    PAGODA_ASSIGN_OR_RETURN(std::shared_ptr<shm::ShmRegion> r, shm::ShmRegion::create(tp));
+    stage_regions.push_back(std::move(r));
+  }
   const pid_t parent = getpid();
   std::fflush(nullptr);  // nothing buffered is written twice
   for (int r = 1; r < ranks; ++r) {
@@ -189,34 +233,68 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
       signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C goes to rank 0, which stops the workers
       signal(SIGTERM, SIG_DFL);
       shm::ShmCommunicator comm(region, r, kNoLimit);
+      std::unique_ptr<shm::ShmCommunicator> stage_comm;
+      if (!stage_regions.empty()) {
+        const Place at = place_of(r, tp, pp);
+        stage_comm = std::make_unique<shm::ShmCommunicator>(stage_regions[static_cast<size_t>(at.stage)], at.tp_rank,
+                                                            kNoLimit);
+      }
       if (Status st = pin ? pin_to(cpus[static_cast<size_t>(r)]) : Status::ok_status(); !st.ok()) {
         log_line(LogLevel::kWarning, "ranks", "rank " + std::to_string(r) + ": " + st.message());
       }
-      worker_main(comm, model, engine, /*forked=*/true);
+      worker_main(comm, pp > 1 ? stage_comm.get() : &comm, model, engine, /*forked=*/true);
     }
     group->workers_.push_back(pid);
   }
   if (Status st = pin ? pin_to(cpus[0]) : Status::ok_status(); !st.ok()) log_line(LogLevel::kWarning, "ranks", "rank 0: " + st.message());
-  group->comm_ = std::make_unique<shm::ShmCommunicator>(region, 0, kNoLimit);
+  group->world_ = std::make_unique<shm::ShmCommunicator>(region, 0, kNoLimit);
+  if (!stage_regions.empty()) group->stage_group_ = std::make_unique<shm::ShmCommunicator>(stage_regions[0], 0, kNoLimit);
+  group->finish_start();
   log_line(LogLevel::kInfo, "ranks",
-           "tensor parallelism: " + std::to_string(ranks) + " ranks on this host (mp, shared memory), rank 0 pid " +
+           sizes + ": " + std::to_string(ranks) + " ranks on this host (mp, shared memory), rank 0 pid " +
                std::to_string(parent));
   return group;
 }
 
+void RankGroup::finish_start() {
+  if (pp_size_ > 1) sender_ = std::make_unique<SendQueue>(*world_);
+}
+
+TensorParallel RankGroup::tp() const {
+  if (tp_size_ == 1) return TensorParallel{};
+  return TensorParallel{0, tp_size_, pp_size_ > 1 ? stage_group_.get() : world_.get()};
+}
+
+PipelineParallel RankGroup::pp() const {
+  if (pp_size_ == 1) return PipelineParallel{};
+  return PipelineParallel{0, pp_size_, world_.get(), -1, tp_size_, sender_.get()};
+}
+
+ParallelGroup RankGroup::parallel_group() const {
+  return ParallelGroup{world_.get(), pp_size_, sender_.get(), (pp_size_ - 1) * tp_size_};
+}
+
+std::vector<shm::ShmCommunicator*> RankGroup::shm_comms() const {
+  std::vector<shm::ShmCommunicator*> out;
+  for (Communicator* c : {world_.get(), stage_group_.get()}) {
+    if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(c)) out.push_back(shm);
+  }
+  return out;
+}
+
 Status RankGroup::agree(const Status& loaded, const std::string& what) {
-  Status st = agree_to_start(*comm_, loaded, fingerprint_of(what), what);
+  Status st = agree_to_start(*world_, loaded, fingerprint_of(what), what);
   agreed_ = st.ok();
   return st;
 }
 
 void RankGroup::running() {
   running_ = true;
-  if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(comm_.get())) shm->set_timeout(kStepTimeout);
+  for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(kStepTimeout);
 }
 
 void RankGroup::abort() {
-  if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(comm_.get())) shm->abort();
+  for (shm::ShmCommunicator* shm : shm_comms()) shm->abort();
 }
 
 Status RankGroup::check_workers() {
@@ -224,7 +302,7 @@ Status RankGroup::check_workers() {
     if (workers_[i] < 0) continue;
     int status = 0;
     if (waitpid(workers_[i], &status, WNOHANG) != workers_[i]) continue;
-    const std::string who = "tensor-parallel rank " + std::to_string(i + 1) + " (pid " + std::to_string(workers_[i]) + ")";
+    const std::string who = "rank " + std::to_string(i + 1) + " (pid " + std::to_string(workers_[i]) + ")";
     workers_[i] = -1;
     if (WIFSIGNALED(status)) return unavailable(who + " was killed by signal " + std::to_string(WTERMSIG(status)));
     return unavailable(who + " exited with status " + std::to_string(WEXITSTATUS(status)));
@@ -235,9 +313,10 @@ Status RankGroup::check_workers() {
 RankGroup::~RankGroup() {
   if (agreed_ && !running_) {
     // The shards loaded but the engine was not built: the workers wait for their first message.
-    if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(comm_.get())) shm->set_timeout(kStepTimeout);
-    (void)stop_group(*comm_);
+    for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(kStepTimeout);
+    (void)stop_group(*world_);
   }
+  sender_.reset();  // sends what it still holds (the engine's stop) before the workers are reaped
   if (workers_.empty()) return;
   // The workers stopped (the engine said so), or are told to now: an aborted group fails their
   // waits at once.
@@ -249,7 +328,7 @@ RankGroup::~RankGroup() {
     int status = 0;
     while (waitpid(w, &status, WNOHANG) == 0) {
       if (!aborted && std::chrono::steady_clock::now() > start + std::chrono::seconds(1)) {
-        if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(comm_.get())) shm->abort();
+        for (shm::ShmCommunicator* shm : shm_comms()) shm->abort();
         aborted = true;
       }
       if (std::chrono::steady_clock::now() > deadline) {

@@ -1,4 +1,5 @@
-// Starting the ranks of a tensor-parallel engine (--tensor-parallel-size N > 1), as vLLM's
+// Starting the ranks of a parallel engine (--tensor-parallel-size T x --pipeline-parallel-size P
+// = N > 1 ranks; rank r is tensor-parallel rank r % T of pipeline stage r / T), as vLLM's
 // executor backends do:
 //  - mp (one host, the default outside mpirun): this process forks N - 1 worker ranks before it
 //    starts any thread; the ranks talk through shared memory (backends/shm), and each is pinned
@@ -8,7 +9,9 @@
 //  - mpi (the default under mpirun, `mpirun -np N pagoda serve M -tp N`, across hosts with a
 //    hostfile): the job's ranks over MPI (backends/mpi); mpirun places and binds them.
 // Rank 0 runs the command (server, scheduler and its own shard, apps/pagoda/engine_setup.h);
-// every other rank loads its shard and runs the steps rank 0 sends (run_group_worker).
+// every other rank loads its shard and runs the steps rank 0 sends (run_group_worker, or
+// run_pipeline_worker with a pipeline). With both, each stage's ranks also have a group of their
+// own for the tensor-parallel collectives (a shared-memory region per stage, or MPI_Comm_split).
 #pragma once
 
 #include <sys/types.h>
@@ -20,14 +23,20 @@
 #include "apps/pagoda/engine_flags.h"
 #include "apps/pagoda/model_loading.h"
 #include "backend/communicator.h"
+#include "backend/send_queue.h"
+#include "engine/engine_types.h"
 #include "base/status.h"
 #include "model/tensor_parallel.h"
+
+namespace pagoda::shm {
+class ShmCommunicator;
+}
 
 namespace pagoda::app {
 
 class RankGroup {
  public:
-  // nullptr when engine.tensor_parallel_size is 1. Returns in rank 0 only: the other ranks run
+  // nullptr when there is one rank. Returns in rank 0 only: the other ranks run
   // their worker in here and end their process (status 0 when rank 0 stopped them, 1 on an
   // error, which they log first).
   static Result<std::unique_ptr<RankGroup>> start(const ModelFlags& model, const EngineFlags& engine);
@@ -35,8 +44,11 @@ class RankGroup {
   // failed, by aborting the group), killing any that do not end within seconds.
   ~RankGroup();
 
-  TensorParallel tp() const { return TensorParallel{0, comm_->size(), comm_.get()}; }
-  Communicator& comm() { return *comm_; }
+  // Rank 0's shard (stage 0's first tensor-parallel rank) and what the engine runs the group with.
+  TensorParallel tp() const;
+  PipelineParallel pp() const;
+  ParallelGroup parallel_group() const;
+  Communicator& comm() { return *world_; }
 
   // Rank 0's side of the start: its own shard's outcome, then every rank's (agree_to_start).
   Status agree(const Status& loaded, const std::string& what);
@@ -51,7 +63,14 @@ class RankGroup {
  private:
   RankGroup() = default;
 
-  std::unique_ptr<Communicator> comm_;
+  void finish_start();  // rank 0's SendQueue (pipeline)
+  std::vector<shm::ShmCommunicator*> shm_comms() const;
+
+  int tp_size_ = 1;
+  int pp_size_ = 1;
+  std::unique_ptr<Communicator> world_;        // every rank
+  std::unique_ptr<Communicator> stage_group_;  // pipeline x tensor: stage 0's tensor-parallel ranks
+  std::unique_ptr<SendQueue> sender_;          // pipeline: rank 0's sends
   bool agreed_ = false;              // every rank loaded its shard
   bool running_ = false;             // the engine (and its GroupExecutor) exists
   std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1 (-1 once reaped)

@@ -25,6 +25,7 @@ Status check(int code, const char* what) {
 
 // MPI starts once per process, at the first create_world(), and is finalised at exit.
 std::mutex g_mu;
+bool g_thread_multiple = false;  // MPI_THREAD_MULTIPLE was granted
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -43,7 +44,8 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create_world() {
     MPI_Finalized(&finalized);
     if (finalized) return unavailable("MPI was finalised in this process and cannot start again");
     int provided = 0;
-    PAGODA_RETURN_IF_ERROR(check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "init"));
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     if (provided < MPI_THREAD_SERIALIZED) {
       MPI_Finalize();
       return unavailable("the MPI library offers threading level " + std::to_string(provided) +
@@ -55,13 +57,34 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create_world() {
   int rank = 0, size = 0;
   PAGODA_RETURN_IF_ERROR(check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "comm_rank"));
   PAGODA_RETURN_IF_ERROR(check(MPI_Comm_size(MPI_COMM_WORLD, &size), "comm_size"));
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(rank, size));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(MPI_COMM_WORLD, rank, size));
+}
+
+bool MpiCommunicator::concurrent_send_and_recv() const {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_thread_multiple;
+}
+
+Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::split(int color, int key) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_split(comm_, color, key, &sub), "comm_split"));
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "set_errhandler"));
+  int rank = 0, size = 0;
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_rank(sub, &rank), "comm_rank"));
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_size(sub, &size), "comm_size"));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(sub, rank, size));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
 }
 
 Status MpiCommunicator::all_reduce_sum(float* data, int64_t count) {
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int n = static_cast<int>(std::min(kMaxCount, count - off));
-    PAGODA_RETURN_IF_ERROR(check(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "allreduce"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM, comm_), "allreduce"));
   }
   return Status::ok_status();
 }
@@ -69,7 +92,7 @@ Status MpiCommunicator::all_reduce_sum(float* data, int64_t count) {
 Status MpiCommunicator::all_gather(const void* send, int64_t bytes, void* recv) {
   if (bytes <= kMaxCount) {
     return check(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
-                               MPI_COMM_WORLD),
+                               comm_),
                  "allgather");
   }
   // Larger pieces: gather each piece into a staging buffer, then place every rank's part.
@@ -78,7 +101,7 @@ Status MpiCommunicator::all_gather(const void* send, int64_t bytes, void* recv) 
   auto* out = static_cast<uint8_t*>(recv);
   for (int64_t off = 0; off < bytes; off += kMaxCount) {
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
-    PAGODA_RETURN_IF_ERROR(check(MPI_Allgather(in + off, n, MPI_BYTE, staging.data(), n, MPI_BYTE, MPI_COMM_WORLD), "allgather"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Allgather(in + off, n, MPI_BYTE, staging.data(), n, MPI_BYTE, comm_), "allgather"));
     for (int r = 0; r < size_; ++r) std::copy_n(staging.data() + static_cast<size_t>(r) * n, n, out + r * bytes + off);
   }
   return Status::ok_status();
@@ -88,7 +111,7 @@ Status MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
   auto* p = static_cast<uint8_t*>(data);
   for (int64_t off = 0; off < bytes; off += kMaxCount) {
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
-    PAGODA_RETURN_IF_ERROR(check(MPI_Bcast(p + off, n, MPI_BYTE, root, MPI_COMM_WORLD), "bcast"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_), "bcast"));
   }
   return Status::ok_status();
 }
@@ -98,7 +121,7 @@ Status MpiCommunicator::send(const void* data, int64_t bytes, int dest) {
   int64_t off = 0;
   do {  // a zero-byte message is one empty piece, as recv expects
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
-    PAGODA_RETURN_IF_ERROR(check(MPI_Send(p + off, n, MPI_BYTE, dest, 0, MPI_COMM_WORLD), "send"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Send(p + off, n, MPI_BYTE, dest, 0, comm_), "send"));
     off += n;
   } while (off < bytes);
   return Status::ok_status();
@@ -110,7 +133,7 @@ Status MpiCommunicator::recv(void* data, int64_t bytes, int source) {
   do {
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
     MPI_Status status;
-    PAGODA_RETURN_IF_ERROR(check(MPI_Recv(p + off, n, MPI_BYTE, source, 0, MPI_COMM_WORLD, &status), "recv"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Recv(p + off, n, MPI_BYTE, source, 0, comm_, &status), "recv"));
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     if (got != n) {
@@ -122,6 +145,6 @@ Status MpiCommunicator::recv(void* data, int64_t bytes, int source) {
   return Status::ok_status();
 }
 
-Status MpiCommunicator::barrier() { return check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+Status MpiCommunicator::barrier() { return check(MPI_Barrier(comm_), "barrier"); }
 
 }  // namespace pagoda::mpi

@@ -2,13 +2,17 @@
 // libopenmpi-dev) across processes and hosts. The library picks the transport (shared memory
 // between the ranks of one host, TCP or a fabric between hosts) and the collective algorithms.
 //
-// MPI is initialised once per process (MPI_THREAD_SERIALIZED: any thread, one at a time) by the
-// first create_world() and finalised at exit. Errors are returned, not fatal
+// MPI is initialised once per process by the first create_world() (asking for
+// MPI_THREAD_MULTIPLE, which a SendQueue's thread needs; MPI_THREAD_SERIALIZED is enough for
+// everything else) and finalised at exit. Errors are returned, not fatal
 // (MPI_ERRORS_RETURN), and carry the library's message; a peer that dies makes mpirun end the
 // job, as it does for every MPI program.
 //
-// One thread at a time.
+// One thread at a time, or, where concurrent_send_and_recv(), one sending while another
+// receives or runs collectives.
 #pragma once
+
+#include <mpi.h>
 
 #include <memory>
 
@@ -21,6 +25,13 @@ class MpiCommunicator final : public Communicator {
   // The world of this job (a process started without mpirun is a world of one). Fails when the
   // library cannot start or does not offer serialized threading.
   static Result<std::unique_ptr<MpiCommunicator>> create_world();
+  // The ranks of this communicator with the same `color`, ordered by `key` (MPI_Comm_split); every
+  // rank must call it. Tensor-parallel groups within a pipeline, for example.
+  Result<std::unique_ptr<MpiCommunicator>> split(int color, int key);
+  ~MpiCommunicator() override;
+
+  // Whether the library grants MPI_THREAD_MULTIPLE (a SendQueue on this communicator).
+  bool concurrent_send_and_recv() const;
 
   const char* name() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -33,7 +44,8 @@ class MpiCommunicator final : public Communicator {
   Status barrier() override;
 
  private:
-  MpiCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  MpiCommunicator(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  MPI_Comm comm_;
   int rank_;
   int size_;
 };

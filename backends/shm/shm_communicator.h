@@ -13,11 +13,14 @@
 //   rank is an error naming it within a fraction of a second (dead) or the timeout (hung), never
 //   a hang.
 //
-// One thread at a time per communicator; one communicator per rank process.
+// One thread at a time per communicator, or one sending while another receives or runs
+// collectives (a SendQueue: sends touch only this rank's outgoing mailboxes); one communicator
+// per rank process and group.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -93,7 +96,7 @@ class ShmCommunicator final : public Communicator {
   uint8_t* mailboxes_ = nullptr;
   uint8_t* slots_ = nullptr;
   uint8_t* mailbox_data_ = nullptr;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};  // read by a SendQueue's thread too
 };
 
 }  // namespace pagoda::shm

@@ -8,7 +8,8 @@
 // part is done. An error (a peer that died or stopped answering, a transport failure) names the
 // problem; the group is then unusable, and the engine fails.
 //
-// One thread at a time per communicator (the engine or worker thread).
+// One thread at a time per communicator (the engine or worker thread); implementations that say
+// so also let one thread send while another receives or runs collectives (SendQueue).
 #pragma once
 
 #include <cstdint>

@@ -188,8 +188,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv,
                           KvCacheTensors::allocate(shard, core->num_blocks_, bs, config.kv_cache_dtype));
   auto runner = std::make_unique<ModelRunner>(std::move(model), std::move(kv));
-  if (Communicator* group = config.tensor_parallel_group; group != nullptr && group->size() > 1) {
-    PAGODA_ASSIGN_OR_RETURN(core->executor_, GroupExecutor::create(*group, std::move(runner)));
+  if (const ParallelGroup& g = config.parallel_group; g.world != nullptr && g.pipeline_stages > 1) {
+    if (g.sender == nullptr) return internal_error("a pipeline-parallel group without its SendQueue");
+    PAGODA_ASSIGN_OR_RETURN(core->executor_, PipelineExecutor::create(*g.world, *g.sender, g.pipeline_stages,
+                                                                      g.output_rank, std::move(runner)));
+  } else if (g.world != nullptr && g.world->size() > 1) {
+    PAGODA_ASSIGN_OR_RETURN(core->executor_, GroupExecutor::create(*g.world, std::move(runner)));
   } else {
     core->executor_ = std::make_unique<LocalExecutor>(std::move(runner), config.serialize_steps, config.steps_in_flight);
   }

@@ -17,6 +17,16 @@
 
 namespace pagoda {
 
+class SendQueue;
+
+// A parallel engine's ranks as rank 0 sees them (everything must outlive the engine).
+struct ParallelGroup {
+  Communicator* world = nullptr;  // every rank; nullptr: one process
+  int pipeline_stages = 1;
+  SendQueue* sender = nullptr;    // pipeline_stages > 1: rank 0's queue of sends on `world`
+  int output_rank = 0;            // pipeline_stages > 1: the last stage's first rank
+};
+
 // --speculative-config (vLLM's JSON object): which proposer drafts tokens for the target to
 // verify, and its limits. method "" = no speculation.
 struct SpeculativeConfig {
@@ -45,10 +55,9 @@ struct EngineConfig {
   // Tests: the in-process executor lets the engine keep this many steps in flight, as a pipeline
   // of that many stages does (each step still runs when it is submitted).
   int steps_in_flight = 1;
-  // Tensor parallelism: the group of ranks the model is sharded over, this process being rank 0
-  // (the other ranks run run_group_worker, runner/group_executor.h); nullptr: one process. Set by
-  // the launcher (apps/pagoda/ranks.h), not a flag; it must outlive the engine.
-  Communicator* tensor_parallel_group = nullptr;
+  // Tensor and pipeline parallelism: the ranks the model is split over, this process being rank
+  // 0 (runner/group_executor.h). Set by the launcher (apps/pagoda/ranks.h), not a flag.
+  ParallelGroup parallel_group;
 };
 
 // Request defaults from a model folder's generation_config.json (vLLM's --generation-config

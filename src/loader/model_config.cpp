@@ -82,6 +82,7 @@ Status ModelConfig::validate(const std::string& source) const {
 }
 
 bool ModelConfig::is_sparse_layer(int64_t layer) const {
+  layer += first_layer;
   if (num_experts <= 0 || decoder_sparse_step <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;
   for (int64_t l : mlp_only_layers) {
     if (l == layer) return false;

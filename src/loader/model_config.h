@@ -49,6 +49,9 @@ struct ModelConfig {
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
+  // A pipeline stage's config (model/tensor_parallel.h): its layer l is the model's layer
+  // first_layer + l; is_sparse_layer and max_intermediate_size count in the model's layers.
+  int64_t first_layer = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;  // usually hidden_size / num_heads; Qwen3 sets it explicitly

@@ -36,8 +36,11 @@ class Model {
 
   // Runs every layer on the batch, writing the new tokens' K/V into `kv`. Returns the final
   // normed hidden states [num_tokens, hidden_size] f32, a view into the model's workspace that
-  // stays valid until the next call.
+  // stays valid until the next call. A pipeline stage runs its own layers on what the stage
+  // before it sent, and every stage but the last sends its result on and returns no tensor.
   virtual Tensor forward(const ForwardBatch& batch, const KvCacheTensors& kv) = 0;
+  // Whether this process computes logits (false on a pipeline stage before the last).
+  virtual bool computes_logits() const { return true; }
 
   // logits[i, :] = LM head applied to hidden row rows[i].  hidden: [num_tokens, hidden_size]
   // f32 from forward(); logits: [num_rows, vocab_size] f32, caller-owned.
@@ -51,6 +54,9 @@ class Model {
 // With tp.size > 1: rank tp.rank's shard, computed together with the other ranks over tp.comm
 // (every rank runs every forward pass and compute_logits call with the same batch; each gets the
 // whole logits). A communicator failure during a pass throws std::runtime_error.
-Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend, const TensorParallel& tp = {});
+// With pp.size > 1: the layers of stage pp.stage (model/tensor_parallel.h), run in step with the
+// other stages (every stage runs every forward pass with the same batch, in the same order).
+Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend, const TensorParallel& tp = {},
+                                            const PipelineParallel& pp = {});
 
 }  // namespace pagoda

@@ -11,11 +11,20 @@ IndexRange even_share(int64_t n, const TensorParallel& tp) {
   return IndexRange{tp.rank * per, (tp.rank + 1) * per};
 }
 
+// The tensor-parallel part of plan_shard: the heads, intermediate features and vocabulary rows.
+Result<ShardPlan> plan_tensor_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source);
+
 }  // namespace
+
+IndexRange stage_layers(int64_t num_layers, int stage, int stages) {
+  const int64_t per = num_layers / stages;
+  return IndexRange{stage * per, stage == stages - 1 ? num_layers : (stage + 1) * per};
+}
 
 ShardPlan unsharded(const ModelConfig& cfg) {
   ShardPlan p;
   p.local = cfg;
+  p.layers = IndexRange{0, cfg.num_layers};
   p.q_heads = IndexRange{0, cfg.num_heads};
   p.kv_heads = IndexRange{0, cfg.num_kv_heads};
   p.intermediate = IndexRange{0, cfg.intermediate_size};
@@ -26,7 +35,31 @@ ShardPlan unsharded(const ModelConfig& cfg) {
   return p;
 }
 
-Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source) {
+Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source,
+                             const PipelineParallel& pp) {
+  if (pp.size < 1 || pp.stage < 0 || pp.stage >= pp.size) {
+    return invalid_argument(source + ": pipeline stage " + std::to_string(pp.stage) + " of " + std::to_string(pp.size));
+  }
+  if (pp.size > cfg.num_layers) {
+    return invalid_argument(source + ": --pipeline-parallel-size " + std::to_string(pp.size) + " is more than the " +
+                            std::to_string(cfg.num_layers) + " layers");
+  }
+  if (pp.size > 1 && (pp.comm == nullptr || pp.sender == nullptr || (pp.stage > 0) != (pp.prev >= 0) ||
+                      (pp.stage < pp.size - 1) != (pp.next >= 0))) {
+    return invalid_argument(source + ": pipeline stage " + std::to_string(pp.stage) + " of " +
+                            std::to_string(pp.size) + " needs a communicator, a sender and its neighbours' ranks");
+  }
+  PAGODA_ASSIGN_OR_RETURN(ShardPlan p, plan_tensor_shard(cfg, tp, source));
+  p.pp = pp;
+  p.layers = stage_layers(cfg.num_layers, pp.stage, pp.size);
+  p.local.num_layers = p.layers.size();
+  p.local.first_layer = p.layers.begin;
+  return p;
+}
+
+namespace {
+
+Result<ShardPlan> plan_tensor_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source) {
   const std::string size = std::to_string(tp.size);
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
     return invalid_argument(source + ": tensor-parallel rank " + std::to_string(tp.rank) + " of " + size);
@@ -79,6 +112,8 @@ Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, c
   p.local.intermediate_size = p.intermediate.size();
   return p;
 }
+
+}  // namespace
 
 void all_reduce_or_throw(const TensorParallel& tp, float* data, int64_t count) {
   if (tp.size <= 1) return;

@@ -32,6 +32,26 @@ struct TensorParallel {
   Communicator* comm = nullptr;
 };
 
+class SendQueue;
+
+// Pipeline parallelism (--pipeline-parallel-size P): the layers split into P stages of
+// consecutive layers (vLLM's split: num_layers / P each, the last stage the remainder); stage 0
+// looks up the embedding, the last stage applies the final norm and computes the logits, and each
+// stage sends the residual stream [tokens, hidden] f32 on to the next. With tensor parallelism
+// too, each stage is a tensor-parallel group of its own, and rank t of a stage talks to rank t
+// of the next.
+struct PipelineParallel {
+  int stage = 0;
+  int size = 1;
+  // size > 1: the group over all stages, which the activations go through (the model does not
+  // own it); `prev` / `next`: the ranks this stage receives from and sends to (-1 at the ends);
+  // `sender`: sends without waiting for the next stage (backend/send_queue.h).
+  Communicator* comm = nullptr;
+  int prev = -1;
+  int next = -1;
+  SendQueue* sender = nullptr;
+};
+
 // [begin, end) of one dimension.
 struct IndexRange {
   int64_t begin = 0;
@@ -39,28 +59,38 @@ struct IndexRange {
   int64_t size() const { return end - begin; }
 };
 
+// The layers of pipeline stage `stage` of `stages` over `num_layers` (stages <= num_layers).
+IndexRange stage_layers(int64_t num_layers, int stage, int stages);
+
 struct ShardPlan {
   TensorParallel tp;
+  PipelineParallel pp;
+  IndexRange layers;              // this stage's layers (all of them without a pipeline)
   IndexRange q_heads, kv_heads;   // this rank's query and KV heads
   IndexRange intermediate;        // of the dense MLP's intermediate features
   IndexRange moe_intermediate;    // of each expert's
   IndexRange shared_intermediate; // of a mixture's shared expert
   IndexRange vocab;               // of token_embd / output rows
   int64_t vocab_per_rank = 0;     // ceil(vocab / size): each rank's share of the gathered logits
-  // The model as this rank computes it: its heads, KV heads and intermediate sizes (everything
-  // else as the whole model's). The KV cache and the forward pass's buffers are sized from it.
+  // The model as this rank computes it: its layers, heads, KV heads and intermediate sizes
+  // (everything else as the whole model's). The KV cache and the forward pass's buffers are
+  // sized from it.
   ModelConfig local;
 
   bool sharded() const { return tp.size > 1; }
+  bool first_stage() const { return pp.stage == 0; }
+  bool last_stage() const { return pp.stage == pp.size - 1; }
 };
 
 // The whole model on one rank (no communicator): every range whole, local = cfg.
 ShardPlan unsharded(const ModelConfig& cfg);
 
-// The plan of rank tp.rank of tp.size for `cfg`. Fails naming `source` and the reason when the
-// heads, the KV heads (or the ranks per KV head) or an intermediate size do not divide evenly, or
-// when size > 1 without a communicator of that size.
-Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source);
+// The plan of rank tp.rank of tp.size in pipeline stage pp.stage for `cfg`. Fails naming `source`
+// and the reason when the heads, the KV heads (or the ranks per KV head) or an intermediate size
+// do not divide evenly, when there are more stages than layers, or when a size > 1 comes without
+// a communicator of that size (or, for a pipeline, without its sender).
+Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source,
+                             const PipelineParallel& pp = {});
 
 // tp.comm->all_reduce_sum(data, count) when tp.size > 1; throws std::runtime_error with the
 // communicator's error (a rank died or stopped answering: the forward pass cannot finish, and

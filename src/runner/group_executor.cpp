@@ -10,7 +10,9 @@
 namespace pagoda {
 namespace {
 
-constexpr uint8_t kKvCache = 'K', kStep = 'S', kStop = 'Q';
+constexpr uint8_t kKvCache = 'K', kStep = 'S', kStop = 'Q', kOutput = 'O';
+// The largest message a rank accepts from another (a step's or an output's bytes).
+constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 
 // agree_to_start's record per rank: ok, the fingerprint, the message (error or description).
 constexpr int64_t kRecordBytes = 1024;
@@ -92,12 +94,16 @@ Result<ModelRunnerOutput> GroupExecutor::execute_step(const StepMessage& message
   return out;
 }
 
-Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
+namespace {
+
+// A worker rank's start: rank 0's first message (the KV cache's size, or stop), this shard's KV
+// cache, every rank's agreement. Null (and OK) when rank 0 stopped the group first.
+Result<std::unique_ptr<Worker>> start_worker(Communicator& comm, std::unique_ptr<Model> shard) {
   std::vector<uint8_t> bytes;
   PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
   ByteReader r(bytes);
   const uint8_t kind = r.get<uint8_t>();
-  if (kind == kStop) return Status::ok_status();  // rank 0 stopped before its first step
+  if (kind == kStop) return std::unique_ptr<Worker>();  // rank 0 stopped before its first step
   const int64_t num_blocks = r.get<int64_t>(), block_size = r.get<int64_t>();
   const uint8_t dtype = r.get<uint8_t>();
   if (!r.ok() || kind != kKvCache || dtype > static_cast<uint8_t>(KvCacheDtype::kInt8)) {
@@ -106,7 +112,27 @@ Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
   Result<KvCacheTensors> kv =
       KvCacheTensors::allocate(shard->shard_config(), num_blocks, block_size, static_cast<KvCacheDtype>(dtype));
   PAGODA_RETURN_IF_ERROR(agree_to_start(comm, kv.status(), 0, "the KV cache"));
-  Worker worker(std::make_unique<ModelRunner>(std::move(shard), std::move(*kv)));
+  return std::make_unique<Worker>(std::make_unique<ModelRunner>(std::move(shard), std::move(*kv)));
+}
+
+// Runs one step message (its bytes after the kind) on `worker`: the output, or the error naming
+// this rank (a refused message, or a collective or transfer of the forward pass that failed).
+Result<ModelRunnerOutput> run_step(Communicator& comm, Worker& worker, std::span<const uint8_t> body) {
+  PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(body));
+  try {
+    return worker.execute(message);
+  } catch (const std::exception& e) {  // Model::forward
+    return unavailable(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Worker> started, start_worker(comm, std::move(shard)));
+  if (!started) return Status::ok_status();
+  Worker& worker = *started;
+  std::vector<uint8_t> bytes;
   while (true) {
     PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
     if (bytes.empty()) return data_loss("rank " + std::to_string(comm.rank()) + ": an empty message from rank 0");
@@ -115,13 +141,78 @@ Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
       return data_loss("rank " + std::to_string(comm.rank()) + ": a message of unknown kind " +
                        std::to_string(bytes[0]) + " from rank 0");
     }
-    PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(std::span<const uint8_t>(bytes).subspan(1)));
-    try {
-      PAGODA_RETURN_IF_ERROR(worker.execute(message).status());
-    } catch (const std::exception& e) {  // a collective of the forward pass failed (Model::forward)
-      return unavailable(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+    PAGODA_RETURN_IF_ERROR(run_step(comm, worker, std::span<const uint8_t>(bytes).subspan(1)).status());
+  }
+}
+
+Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_ptr<Model> shard, bool sends_output) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Worker> started, start_worker(world, std::move(shard)));
+  if (!started) return Status::ok_status();
+  const std::string me = "rank " + std::to_string(world.rank());
+  while (true) {
+    PAGODA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, recv_bytes(world, 0, kMaxMessageBytes));
+    if (bytes.empty()) return data_loss(me + ": an empty message from rank 0");
+    if (bytes[0] == kStop) return sender.flush();
+    if (bytes[0] != kStep) return data_loss(me + ": a message of unknown kind " + std::to_string(bytes[0]) + " from rank 0");
+    PAGODA_ASSIGN_OR_RETURN(ModelRunnerOutput out, run_step(world, *started, std::span<const uint8_t>(bytes).subspan(1)));
+    if (sends_output) {
+      std::vector<uint8_t> reply = serialize_output(out);
+      reply.insert(reply.begin(), kOutput);
+      PAGODA_RETURN_IF_ERROR(sender.post(0, std::move(reply), /*with_size=*/true));
     }
   }
+}
+
+Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(Communicator& world, SendQueue& sender, int stages,
+                                                                   int output_rank, std::unique_ptr<ModelRunner> runner) {
+  const KvCacheTensors& kv = runner->kv_cache();
+  ByteWriter w;
+  w.put<uint8_t>(kKvCache);
+  w.put<int64_t>(kv.num_blocks());
+  w.put<int64_t>(kv.block_size());
+  w.put<uint8_t>(static_cast<uint8_t>(kv.dtype()));
+  std::vector<uint8_t> bytes = w.take();
+  PAGODA_RETURN_IF_ERROR(broadcast_bytes(world, bytes, 0));
+  PAGODA_RETURN_IF_ERROR(agree_to_start(world, Status::ok_status(), 0, "the KV cache"));
+  return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(world, sender, stages, output_rank, std::move(runner)));
+}
+
+PipelineExecutor::~PipelineExecutor() {
+  if (failed_) return;  // a group that failed has nobody left to tell
+  for (int r = 1; r < world_.size(); ++r) (void)sender_.post(r, {kStop}, /*with_size=*/true);
+  (void)sender_.flush();
+}
+
+Status PipelineExecutor::submit_step(const StepMessage& message) {
+  if (failed_) return unavailable("the pipeline-parallel group failed earlier");
+  std::vector<uint8_t> bytes = serialize_step(message);
+  bytes.insert(bytes.begin(), kStep);
+  Status st;
+  for (int r = 1; r < world_.size() && st.ok(); ++r) st = sender_.post(r, bytes, /*with_size=*/true);
+  // Stage 0 of the step; its forward pass queues the activations for stage 1.
+  if (st.ok()) st = run_step(world_, worker_, std::span<const uint8_t>(bytes).subspan(1)).status();
+  if (!st.ok()) failed_ = true;
+  return st;
+}
+
+Result<ModelRunnerOutput> PipelineExecutor::collect_step() {
+  if (failed_) return unavailable("the pipeline-parallel group failed earlier");
+  Result<std::vector<uint8_t>> bytes = recv_bytes(world_, output_rank_, kMaxMessageBytes);
+  Result<ModelRunnerOutput> out = bytes.status();
+  if (bytes.ok()) {
+    if (bytes->empty() || (*bytes)[0] != kOutput) {
+      out = data_loss("rank " + std::to_string(output_rank_) + " sent something other than a step's output");
+    } else {
+      out = deserialize_output(std::span<const uint8_t>(*bytes).subspan(1));
+    }
+  }
+  if (!out.ok()) failed_ = true;
+  return out;
+}
+
+Result<ModelRunnerOutput> PipelineExecutor::execute_step(const StepMessage& message) {
+  PAGODA_RETURN_IF_ERROR(submit_step(message));
+  return collect_step();
 }
 
 }  // namespace pagoda

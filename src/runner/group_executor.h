@@ -20,6 +20,7 @@
 #include <string>
 
 #include "backend/communicator.h"
+#include "backend/send_queue.h"
 #include "base/status.h"
 #include "runner/executor.h"
 
@@ -55,6 +56,44 @@ class GroupExecutor final : public Executor {
   bool failed_ = false;
 };
 
+// Pipeline parallelism (--pipeline-parallel-size P > 1, model/tensor_parallel.h): rank 0 holds
+// the scheduler and runs stage 0 (with its tensor-parallel peers). Up to P steps are in flight
+// (vLLM's batch queue), each stage working on a different one. Every message goes through a
+// SendQueue, so that no rank waits for a receiver (send_queue.h says why):
+//   rank 0 -> every other rank: 'S' + the step (send_bytes), 'Q' to stop;
+//   stage s -> stage s + 1: the activations (the model's forward pass sends them);
+//   the last stage's first rank -> rank 0: 'O' + the step's output (serialize_output).
+// The KV cache's size and the start's agreement go as for tensor parallelism ('K', above).
+class PipelineExecutor final : public Executor {
+ public:
+  // Rank 0 of `world` (every stage's ranks), whose SendQueue is `sender`; `output_rank` sends the
+  // outputs; `runner`: stage 0's shard (created with the same sender).
+  static Result<std::unique_ptr<PipelineExecutor>> create(Communicator& world, SendQueue& sender, int stages,
+                                                          int output_rank, std::unique_ptr<ModelRunner> runner);
+  // Tells the other ranks to stop (when the group still works).
+  ~PipelineExecutor() override;
+
+  const ModelConfig& config() const override { return worker_.config(); }
+  int max_in_flight() const override { return stages_; }
+
+ protected:
+  Result<ModelRunnerOutput> execute_step(const StepMessage& message) override;
+  Status submit_step(const StepMessage& message) override;
+  Result<ModelRunnerOutput> collect_step() override;
+
+ private:
+  PipelineExecutor(Communicator& world, SendQueue& sender, int stages, int output_rank,
+                   std::unique_ptr<ModelRunner> runner)
+      : world_(world), sender_(sender), stages_(stages), output_rank_(output_rank), worker_(std::move(runner)) {}
+
+  Communicator& world_;
+  SendQueue& sender_;
+  int stages_;
+  int output_rank_;
+  Worker worker_;
+  bool failed_ = false;
+};
+
 // Rank 0, when it will not create its GroupExecutor after all (the engine could not be built):
 // tells the other ranks, waiting for their first message, to stop.
 Status stop_group(Communicator& comm);
@@ -63,5 +102,10 @@ Status stop_group(Communicator& comm);
 // rank 0 sends on its Worker until rank 0 says stop (OK) or the group fails (the error). `shard`
 // is this rank's model (create_model with the group).
 Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard);
+
+// Every rank but 0 of a pipeline: as run_group_worker, with the steps from rank 0's SendQueue;
+// `sends_output`: this rank (the last stage's first) sends each step's output to rank 0.
+// `sender`: this rank's SendQueue, which its shard's forward pass sends through as well.
+Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_ptr<Model> shard, bool sends_output);
 
 }  // namespace pagoda

@@ -58,6 +58,7 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   if (inputs_.empty()) return out;
 
   Tensor hidden = model_->forward(inputs_.batch(), kv_);
+  if (!model_->computes_logits()) return out;  // a pipeline stage before the last
   logits_.resize(logit_rows_.size() * static_cast<size_t>(vocab));
   if (!logit_rows_.empty()) {
     model_->compute_logits(hidden, logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits_.data());

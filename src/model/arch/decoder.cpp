@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/send_queue.h"
 #include "base/check.h"
 #include "model/layers/attention.h"
 #include "model/layers/rope_freqs.h"
@@ -21,6 +22,7 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   const ModelConfig& shard_config() const override { return plan_.local; }
+  bool computes_logits() const override { return plan_.last_stage(); }
   int64_t weight_bytes() const override;
   Tensor forward(const ForwardBatch& batch, const KvCacheTensors& kv) override;
   void compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows, float* logits) override;
@@ -56,19 +58,26 @@ Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) 
   const int64_t hidden = cfg_.hidden_size;
   // Tied embeddings are one tensor, typed as llama-quantize types a tied one: as the output.
   const std::string embd_slot = cfg_.tie_word_embeddings ? "output.weight" : "token_embd.weight";
-  PAGODA_ASSIGN_OR_RETURN(token_embd_, w.matrix_rows("token_embd.weight", cfg_.vocab_size, hidden, plan_.vocab));
-  PAGODA_ASSIGN_OR_RETURN(token_embd_, w.convert("token_embd.weight", embd_slot, token_embd_, &token_embd_storage_));
-  if (cfg_.tie_word_embeddings) {
+  // Under pipeline parallelism the first stage looks up the embedding and the last one holds the
+  // final norm and the LM head (the embedding too when the head is tied to it).
+  const bool last = plan_.last_stage();
+  if (plan_.first_stage() || (last && cfg_.tie_word_embeddings)) {
+    PAGODA_ASSIGN_OR_RETURN(token_embd_, w.matrix_rows("token_embd.weight", cfg_.vocab_size, hidden, plan_.vocab));
+    PAGODA_ASSIGN_OR_RETURN(token_embd_, w.convert("token_embd.weight", embd_slot, token_embd_, &token_embd_storage_));
+  }
+  if (last && cfg_.tie_word_embeddings) {
     // The embedding table as it is now (converted once above), packed for the matmul.
     lm_head_ = Linear::dense(k_, token_embd_, Buffer());
     lm_head_.set_name("output.weight");
-  } else {
+  } else if (last) {
     PAGODA_ASSIGN_OR_RETURN(lm_head_,
                             w.linear("output.weight", cfg_.vocab_size, hidden, {}, Slice::rows(plan_.vocab)));
   }
-  PAGODA_ASSIGN_OR_RETURN(output_norm_, w.vector("output_norm.weight", hidden));
-  layers_.reserve(static_cast<size_t>(cfg_.num_layers));
-  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+  if (last) {
+    PAGODA_ASSIGN_OR_RETURN(output_norm_, w.vector("output_norm.weight", hidden));
+  }
+  layers_.reserve(static_cast<size_t>(plan_.layers.size()));
+  for (int64_t i = plan_.layers.begin; i < plan_.layers.end; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     PAGODA_ASSIGN_OR_RETURN(AttentionBlock attention, AttentionBlock::load(w, p, cfg_));
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<FeedForward> ffn, spec.feed_forward(w, p, cfg_, i));
@@ -82,7 +91,9 @@ Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) 
 int64_t DecoderModel::weight_bytes() const {
   // A tied LM head is a separate copy only when packing or conversion made one.
   int64_t bytes = token_embd_.nbytes() + output_norm_.bytes();
-  if (!cfg_.tie_word_embeddings || lm_head_.dense_weight().data != token_embd_.data) bytes += lm_head_.weight_bytes();
+  if (plan_.last_stage() && (!cfg_.tie_word_embeddings || lm_head_.dense_weight().data != token_embd_.data)) {
+    bytes += lm_head_.weight_bytes();
+  }
   for (const Layer& l : layers_) bytes += l.attention.weight_bytes() + l.feed_forward->weight_bytes();
   return bytes;
 }
@@ -92,7 +103,14 @@ Tensor DecoderModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv
   if (static_cast<int64_t>(x_.size()) < n * hidden) x_.resize(static_cast<size_t>(n * hidden));
   ws_.ensure(n, plan_.local);
   float* x = x_.data();
-  if (!plan_.sharded()) {
+  const int64_t stream_bytes = n * hidden * static_cast<int64_t>(sizeof(float));
+  if (!plan_.first_stage()) {
+    // The residual stream as the previous stage left it.
+    if (Status st = plan_.pp.comm->recv(x, stream_bytes, plan_.pp.prev); !st.ok()) {
+      throw std::runtime_error("pipeline stage " + std::to_string(plan_.pp.stage) + " receiving from rank " +
+                               std::to_string(plan_.pp.prev) + ": " + st.message());
+    }
+  } else if (!plan_.sharded()) {
     k_.embedding(token_embd_, batch.token_ids.data(), n, x);
   } else {
     // Vocabulary-parallel: each rank looks up the tokens in its rows, zeros the others' rows,
@@ -114,6 +132,15 @@ Tensor DecoderModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv
     const Layer& l = layers_[li];
     l.attention.forward(k_, batch, kv.layer(static_cast<int64_t>(li)), inv_freq_.data(), x, ws_);
     l.feed_forward->forward(k_, n, x, ws_);
+  }
+  if (!plan_.last_stage()) {
+    // On to the next stage (queued: this stage goes on with the next step meanwhile).
+    const auto* bytes = reinterpret_cast<const uint8_t*>(x);
+    if (Status st = plan_.pp.sender->post(plan_.pp.next, std::vector<uint8_t>(bytes, bytes + stream_bytes)); !st.ok()) {
+      throw std::runtime_error("pipeline stage " + std::to_string(plan_.pp.stage) + " sending to rank " +
+                               std::to_string(plan_.pp.next) + ": " + st.message());
+    }
+    return Tensor();
   }
   float* h = ws_.h.data();
   k_.rms_norm(x, output_norm_.ptr(), n, hidden, static_cast<float>(cfg_.rms_norm_eps), h);
@@ -159,9 +186,10 @@ void DecoderModel::compute_logits(const Tensor& hidden, const int64_t* rows, int
 }  // namespace
 
 Result<std::unique_ptr<Model>> create_decoder_model(ModelSource source, const Backend& backend,
-                                                    const ArchitectureSpec& spec, const TensorParallel& tp) {
+                                                    const ArchitectureSpec& spec, const TensorParallel& tp,
+                                                    const PipelineParallel& pp) {
   PAGODA_RETURN_IF_ERROR(source.config.validate(source.path));
-  PAGODA_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(source.config, tp, source.path));
+  PAGODA_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(source.config, tp, source.path, pp));
   auto model = std::make_unique<DecoderModel>(std::move(source), backend, std::move(plan));
   PAGODA_RETURN_IF_ERROR(model->init(backend, spec));
   return std::unique_ptr<Model>(std::move(model));

@@ -14,6 +14,7 @@
 namespace pagoda {
 
 Result<std::unique_ptr<Model>> create_decoder_model(ModelSource source, const Backend& backend,
-                                                    const ArchitectureSpec& spec, const TensorParallel& tp = {});
+                                                    const ArchitectureSpec& spec, const TensorParallel& tp = {},
+                                                    const PipelineParallel& pp = {});
 
 }  // namespace pagoda
