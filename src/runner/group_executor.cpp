@@ -23,6 +23,19 @@ std::string text_of(const uint8_t* record) {
   return std::string(text, strnlen(text, kTextBytes));
 }
 
+// Rank 0's start of a group's engine: the KV cache's size to every rank, then every rank's
+// agreement that it allocated its own.
+Status announce_kv_cache(Communicator& comm, const KvCacheTensors& kv) {
+  ByteWriter w;
+  w.put<uint8_t>(kKvCache);
+  w.put<int64_t>(kv.num_blocks());
+  w.put<int64_t>(kv.block_size());
+  w.put<uint8_t>(static_cast<uint8_t>(kv.dtype()));
+  std::vector<uint8_t> bytes = w.take();
+  PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
+  return agree_to_start(comm, Status::ok_status(), 0, "the KV cache");
+}
+
 }  // namespace
 
 uint64_t fingerprint_of(const std::string& text) {
@@ -58,15 +71,7 @@ Status agree_to_start(Communicator& comm, const Status& mine, uint64_t fingerpri
 }
 
 Result<std::unique_ptr<GroupExecutor>> GroupExecutor::create(Communicator& comm, std::unique_ptr<ModelRunner> runner) {
-  const KvCacheTensors& kv = runner->kv_cache();
-  ByteWriter w;
-  w.put<uint8_t>(kKvCache);
-  w.put<int64_t>(kv.num_blocks());
-  w.put<int64_t>(kv.block_size());
-  w.put<uint8_t>(static_cast<uint8_t>(kv.dtype()));
-  std::vector<uint8_t> bytes = w.take();
-  PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
-  PAGODA_RETURN_IF_ERROR(agree_to_start(comm, Status::ok_status(), 0, "the KV cache"));
+  PAGODA_RETURN_IF_ERROR(announce_kv_cache(comm, runner->kv_cache()));
   return std::unique_ptr<GroupExecutor>(new GroupExecutor(comm, std::move(runner)));
 }
 
@@ -165,15 +170,7 @@ Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_p
 
 Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(Communicator& world, SendQueue& sender, int stages,
                                                                    int output_rank, std::unique_ptr<ModelRunner> runner) {
-  const KvCacheTensors& kv = runner->kv_cache();
-  ByteWriter w;
-  w.put<uint8_t>(kKvCache);
-  w.put<int64_t>(kv.num_blocks());
-  w.put<int64_t>(kv.block_size());
-  w.put<uint8_t>(static_cast<uint8_t>(kv.dtype()));
-  std::vector<uint8_t> bytes = w.take();
-  PAGODA_RETURN_IF_ERROR(broadcast_bytes(world, bytes, 0));
-  PAGODA_RETURN_IF_ERROR(agree_to_start(world, Status::ok_status(), 0, "the KV cache"));
+  PAGODA_RETURN_IF_ERROR(announce_kv_cache(world, runner->kv_cache()));
   return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(world, sender, stages, output_rank, std::move(runner)));
 }
 
