@@ -358,7 +358,12 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
   // it; return at once if there is room for another, else take the oldest step's output.
   const size_t depth = static_cast<size_t>(executor_->max_in_flight());
   if (in_flight_.size() < depth) {
-    SchedulerOutput scheduled = scheduler_->schedule();
+    // A pipeline overlaps its stages only with its requests split over the steps in flight: each
+    // step takes at most its share of them.
+    const int64_t share = depth > 1 ? (scheduler_->num_unfinished() + static_cast<int64_t>(depth) - 1) /
+                                          static_cast<int64_t>(depth)
+                                    : 0;
+    SchedulerOutput scheduled = scheduler_->schedule(share);
     if (proposer_) {
       for (RequestId id : scheduled.preempted) proposer_->forget(id);
     }

@@ -101,9 +101,10 @@ Request* Scheduler::preempt_one(std::vector<Request*>& scheduled) {
   return victim;
 }
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
+  const size_t seq_cap = max_seqs > 0 ? static_cast<size_t>(max_seqs) : SIZE_MAX;
   std::vector<Request*> scheduled;                  // in batch order
   std::unordered_map<Request*, int64_t> num_new;    // tokens per scheduled request
   auto cap = [&](const Request* r, int64_t n) {
@@ -115,7 +116,7 @@ SchedulerOutput Scheduler::schedule() {
   // 1. Running requests, oldest admitted first.
   bool preempted = false;
   bool blocked = false;  // a running request found no blocks and nothing to preempt
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  for (size_t i = 0; i < running_.size() && budget > 0 && scheduled.size() < seq_cap;) {
     Request* r = running_[i];
     const int64_t uncomputed = r->num_tokens() - r->num_computed_tokens;
     const int64_t drafts = uncomputed == 1 ? static_cast<int64_t>(r->spec_tokens.size()) : 0;
@@ -158,7 +159,7 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // 2. Waiting requests, unless this step had to preempt (never preempt to admit new work).
-  while (!preempted && !blocked && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  while (!preempted && !blocked && budget > 0 && scheduled.size() < seq_cap && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = peek_waiting_head();
     if (!r) break;
     ComputedBlocks hit;

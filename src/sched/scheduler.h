@@ -67,7 +67,9 @@ class Scheduler {
   // Picks this step's work. A decoding request with drafts (set_draft_tokens) is scheduled with
   // its last token and as many drafts as the budget and max_model_len allow; its blocks are
   // allocated for all of them (preempting as for any other request when they run out).
-  SchedulerOutput schedule();
+  // `max_seqs` > 0 caps this step's sequences (a pipeline splits its requests over the steps in
+  // flight; the rest wait for the next step, in the same order).
+  SchedulerOutput schedule(int64_t max_seqs = 0);
 
   // Drafts (speculative decoding) for request `id`'s next step, replacing any it had; kept only
   // while it is running and decoding (every token but the last computed), else dropped.

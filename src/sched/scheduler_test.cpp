@@ -179,6 +179,22 @@ TEST(Scheduler, NeverPreemptsARequestWhoseStepIsInFlight) {
   ASSERT_TRUE(s.kv().pool().check_invariants().ok());
 }
 
+// A pipeline of two stages splits four requests over its two steps in flight: each step takes
+// at most two sequences, in order, and a request whose token is pending waits for it.
+TEST(Scheduler, CapsTheSequencesOfAStep) {
+  SchedulerConfig c;
+  Scheduler s(c, {64, 4, false});
+  for (RequestId id : {1, 2, 3, 4}) ASSERT_TRUE(s.add_request(make_request(id, 4, 4)).ok());
+  auto a = s.schedule(2);
+  EXPECT_EQ(batch_of(a), (Batch{{1, 4}, {2, 4}}));
+  auto b = s.schedule(2);
+  EXPECT_EQ(batch_of(b), (Batch{{3, 4}, {4, 4}}));
+  s.update_from_output(a, fake_run(a));
+  auto a2 = s.schedule(2);
+  EXPECT_EQ(batch_of(a2), (Batch{{1, 1}, {2, 1}}));
+  EXPECT_EQ(batch_of(s.schedule(0)), Batch{});  // everything else is in flight
+}
+
 TEST(Scheduler, PriorityPolicyAdmitsLowerFirst) {
   SchedulerConfig c;
   c.policy = SchedulingPolicy::kPriority;
