@@ -359,6 +359,19 @@ RankBody logits_of(const ModelConfig& config, DType dtype, std::optional<QuantMi
   };
 }
 
+// small_config as a Qwen2-MoE with biases: 6 experts, 2 per token, a shared expert, layer 1 dense.
+ModelConfig small_moe_config() {
+  ModelConfig moe = small_config();
+  moe.architecture = "qwen2_moe";
+  moe.attention_bias = true;
+  moe.moe_intermediate_size = 24;
+  moe.num_experts = 6;
+  moe.num_experts_per_tok = 2;
+  moe.shared_expert_intermediate_size = 40;
+  moe.mlp_only_layers = {1};
+  return moe;
+}
+
 // The largest |sharded - whole| over every logit, as a fraction of the largest |whole| of its row.
 double largest_relative_difference(const std::vector<float>& whole, const std::vector<float>& sharded, int64_t vocab) {
   EXPECT_EQ(whole.size(), sharded.size());
@@ -408,14 +421,7 @@ TEST(TensorParallelModel, ReplicatedKvHeadsPaddedVocabularyBiasesAndExperts) {
   ASSERT_FALSE(whole.empty());
   EXPECT_LE(largest_relative_difference(whole, four, qwen2.vocab_size), 1e-5);
 
-  ModelConfig moe = small_config();
-  moe.architecture = "qwen2_moe";
-  moe.attention_bias = true;
-  moe.moe_intermediate_size = 24;
-  moe.num_experts = 6;
-  moe.num_experts_per_tok = 2;
-  moe.shared_expert_intermediate_size = 40;
-  moe.mlp_only_layers = {1};
+  const ModelConfig moe = small_moe_config();
   const std::vector<float> moe_whole = run_ranks(1, logits_of(moe, DType::kF32));
   const std::vector<float> moe_two = run_ranks(2, logits_of(moe, DType::kF32));
   ASSERT_FALSE(moe_whole.empty());
@@ -432,16 +438,9 @@ TEST(PipelineParallelModel, StagesGiveTheOneProcessLogits) {
   EXPECT_EQ(stage_layers(5, 0, 2).end, 2);
   EXPECT_EQ(stage_layers(5, 1, 2).begin, 2);
   EXPECT_EQ(stage_layers(5, 1, 2).end, 5);  // vLLM's split: the remainder to the last stage
-  ModelConfig moe = small_config();
-  moe.architecture = "qwen2_moe";
+  ModelConfig moe = small_moe_config();
   moe.num_layers = 3;
-  moe.attention_bias = true;
   moe.tie_word_embeddings = true;
-  moe.moe_intermediate_size = 24;
-  moe.num_experts = 6;
-  moe.num_experts_per_tok = 2;
-  moe.shared_expert_intermediate_size = 40;
-  moe.mlp_only_layers = {1};
   const std::vector<float> whole = run_ranks(1, logits_of(moe, DType::kF32));
   ASSERT_FALSE(whole.empty());
   EXPECT_EQ(run_ranks(1, logits_of(moe, DType::kF32), 2), whole);

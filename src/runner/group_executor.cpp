@@ -120,10 +120,9 @@ Result<std::unique_ptr<Worker>> start_worker(Communicator& comm, std::unique_ptr
   return std::make_unique<Worker>(std::make_unique<ModelRunner>(std::move(shard), std::move(*kv)));
 }
 
-// Runs one step message (its bytes after the kind) on `worker`: the output, or the error naming
-// this rank (a refused message, or a collective or transfer of the forward pass that failed).
-Result<ModelRunnerOutput> run_step(Communicator& comm, Worker& worker, std::span<const uint8_t> body) {
-  PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(body));
+// Runs one step on `worker`: the output, or the error naming this rank (a refused message, or a
+// collective or transfer of the forward pass that failed).
+Result<ModelRunnerOutput> run_step(Communicator& comm, Worker& worker, const StepMessage& message) {
   try {
     return worker.execute(message);
   } catch (const std::exception& e) {  // Model::forward
@@ -146,7 +145,8 @@ Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
       return data_loss("rank " + std::to_string(comm.rank()) + ": a message of unknown kind " +
                        std::to_string(bytes[0]) + " from rank 0");
     }
-    PAGODA_RETURN_IF_ERROR(run_step(comm, worker, std::span<const uint8_t>(bytes).subspan(1)).status());
+    PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(std::span<const uint8_t>(bytes).subspan(1)));
+    PAGODA_RETURN_IF_ERROR(run_step(comm, worker, message).status());
   }
 }
 
@@ -159,7 +159,8 @@ Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_p
     if (bytes.empty()) return data_loss(me + ": an empty message from rank 0");
     if (bytes[0] == kStop) return sender.flush();
     if (bytes[0] != kStep) return data_loss(me + ": a message of unknown kind " + std::to_string(bytes[0]) + " from rank 0");
-    PAGODA_ASSIGN_OR_RETURN(ModelRunnerOutput out, run_step(world, *started, std::span<const uint8_t>(bytes).subspan(1)));
+    PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(std::span<const uint8_t>(bytes).subspan(1)));
+    PAGODA_ASSIGN_OR_RETURN(ModelRunnerOutput out, run_step(world, *started, message));
     if (sends_output) {
       std::vector<uint8_t> reply = serialize_output(out);
       reply.insert(reply.begin(), kOutput);
@@ -186,8 +187,9 @@ Status PipelineExecutor::submit_step(const StepMessage& message) {
   bytes.insert(bytes.begin(), kStep);
   Status st;
   for (int r = 1; r < world_.size() && st.ok(); ++r) st = sender_.post(r, bytes, /*with_size=*/true);
-  // Stage 0 of the step; its forward pass queues the activations for stage 1.
-  if (st.ok()) st = run_step(world_, worker_, std::span<const uint8_t>(bytes).subspan(1)).status();
+  // Stage 0 of the step (the message as it is; the other ranks decode its bytes); its forward
+  // pass queues the activations for stage 1.
+  if (st.ok()) st = run_step(world_, worker_, message).status();
   if (!st.ok()) failed_ = true;
   return st;
 }
