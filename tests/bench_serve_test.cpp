@@ -82,12 +82,12 @@ TEST(BenchStats, SummaryOfKnownTimings) {
 TEST(BenchStats, SpeculativeDecodingFromTwoMetricsReadings) {
   const std::string before =
       "# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.\n"
-      "vllm:spec_decode_num_drafts_total{model_name=\"m\"} 10\n"
-      "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\"} 40\n"
-      "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 20\n"
-      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 8\n"
-      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} 6\n"
-      "vllm:generation_tokens_total{model_name=\"m\"} 999\n";
+      "vllm:spec_decode_num_drafts_total{model_name=\"m\",engine=\"0\"} 10\n"
+      "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\",engine=\"0\"} 40\n"
+      "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\",engine=\"0\"} 20\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",engine=\"0\",position=\"0\"} 8\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",engine=\"0\",position=\"1\"} 6\n"
+      "vllm:generation_tokens_total{model_name=\"m\",engine=\"0\"} 999\n";
   std::string after = before;
   for (auto [from, to] : {std::pair{"} 10\n", "} 30\n"}, {"} 40\n", "} 120\n"}, {"} 20\n", "} 80\n"},
                           {"\"0\"} 8\n", "\"0\"} 26\n"}, {"\"1\"} 6\n", "\"1\"} 16\n"}}) {
@@ -105,7 +105,7 @@ TEST(BenchStats, SpeculativeDecodingFromTwoMetricsReadings) {
   EXPECT_NE(report.find("Per-position acceptance (%):            90.00, 50.00"), std::string::npos) << report;
   EXPECT_EQ(j["spec_decode_num_drafts"], 20);
   EXPECT_EQ(format_spec_decode(b, b, &j), "");  // nothing verified in between
-  EXPECT_FALSE(parse_spec_decode_counters("vllm:num_requests_running{model_name=\"m\"} 1\n").present);
+  EXPECT_FALSE(parse_spec_decode_counters("vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 1\n").present);
 }
 
 TEST(BenchArrivals, RateBurstinessAndInfinity) {
@@ -205,7 +205,7 @@ TEST(BenchServe, AccountingMatchesTheServersMetrics) {
   ASSERT_NE(server.port(), 0);
   auto generated = [&] {
     testing::HttpResult m = testing::http_request(server.port(), "GET", "/metrics");
-    const std::string key = "vllm:generation_tokens_total{model_name=\"stories\"} ";
+    const std::string key = "vllm:generation_tokens_total{model_name=\"stories\",engine=\"0\"} ";
     const size_t at = m.body.find(key);
     return at == std::string::npos ? -1.0 : std::stod(m.body.substr(at + key.size()));
   };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
@@ -517,7 +518,7 @@ TEST(Engine, CallbacksQueueBoundAbortAllAndMetrics) {
   }
   EXPECT_EQ(tokens, 8);
   EXPECT_EQ(m->snapshot().generation_tokens, 8);
-  EXPECT_NE(m->render().find("vllm:request_success_total{model_name=\"stories\",finished_reason=\"length\"} 1"),
+  EXPECT_NE(m->render().find("vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"length\"} 1"),
             std::string::npos);
 
   // One runs (max_num_seqs 1), two wait; the next is refused.
@@ -672,9 +673,94 @@ TEST(Engine, FailedStepEndsEveryRequestWithAnError) {
   ASSERT_FALSE(after.ok());
   EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(engine.num_unfinished(), 0);
-  EXPECT_NE(m->render().find("vllm:request_success_total{model_name=\"stories\",finished_reason=\"error\"} 3"),
+  EXPECT_NE(m->render().find("vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"error\"} 3"),
             std::string::npos)
       << m->render();
+}
+
+// Data parallelism: two cores behind one Engine. Requests go to the less loaded core (here, with
+// both loops held before their first step, strictly in turn), keep their outputs (each equals one
+// engine's run of the same prompt), and an abort finds its request on its core; the metrics say
+// which core served what.
+TEST(Engine, DataParallelCoresTakeRequestsInTurnAndKeepOutputs) {
+  PAGODA_TEST_FILE(model, kModel);
+  auto rs = requests_for(stories_prompts(8), greedy(24));
+  std::vector<std::vector<TokenId>> expected;
+  {
+    LLM llm(make_core(model, {}));
+    auto out = llm.generate(rs);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    for (const auto& o : *out) expected.push_back(o.outputs[0].token_ids);
+  }
+  std::vector<std::unique_ptr<EngineCore>> cores;
+  cores.push_back(one_at_a_time_core(model));
+  cores.push_back(one_at_a_time_core(model));
+  ASSERT_TRUE(cores[0] && cores[1]);
+  metrics::CacheConfigInfo info;
+  info.block_size = cores[0]->config().block_size;
+  info.num_blocks = cores[0]->num_blocks();
+  auto m = std::make_shared<metrics::EngineMetrics>("stories", info, cores[0]->config().scheduler.max_model_len, 2);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  EngineOptions options;
+  options.metrics = m;
+  options.before_step = [&](int64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return go; });
+  };
+  Engine engine(std::move(cores), options);
+  ASSERT_EQ(engine.num_replicas(), 2);
+  std::vector<std::vector<TokenId>> tokens(rs.size());
+  std::vector<FinishReason> reasons(rs.size(), FinishReason::kNone);
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    auto id = engine.submit(rs[i], [&, i](OutputChunk&& c) {
+      std::lock_guard<std::mutex> lock(mu);
+      tokens[i].insert(tokens[i].end(), c.token_ids.begin(), c.token_ids.end());
+      if (c.finished()) reasons[i] = c.finish_reason;
+      cv.notify_all();
+    });
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    ids.push_back(*id);
+  }
+  // Request 5 went to core 1 (the odd ones did), where it waits behind 1 and 3.
+  engine.abort(ids[5]);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  cv.notify_all();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] {
+      return std::all_of(reasons.begin(), reasons.end(), [](FinishReason r) { return r != FinishReason::kNone; });
+    }));
+  }
+  for (size_t i = 0; i < rs.size(); ++i) {
+    if (i == 5) {
+      EXPECT_EQ(reasons[i], FinishReason::kAbort);
+      EXPECT_TRUE(tokens[i].empty());
+      continue;
+    }
+    EXPECT_EQ(reasons[i], FinishReason::kLength) << i;
+    EXPECT_EQ(tokens[i], expected[i]) << "prompt " << i;
+  }
+  const std::string text = m->render();
+  EXPECT_NE(text.find("vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"length\"} 4"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:request_success_total{model_name=\"stories\",engine=\"1\",finished_reason=\"length\"} 3"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:request_success_total{model_name=\"stories\",engine=\"1\",finished_reason=\"abort\"} 1"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"stories\",engine=\"0\"} 96"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"stories\",engine=\"1\"} 72"), std::string::npos) << text;
+  EXPECT_EQ(m->snapshot().generation_tokens, 168);
+  EXPECT_EQ(m->snapshot(1).generation_tokens, 72);
+  EXPECT_EQ(engine.num_unfinished(), 0);
+  EXPECT_GT(engine.stats(1).prefix_cache.queries, 0);
+  EXPECT_EQ(engine.stats().prefix_cache.queries,
+            engine.stats(0).prefix_cache.queries + engine.stats(1).prefix_cache.queries);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ HttpResult poll_health(uint16_t port, Clock::time_point deadline, int status, bo
 // Waits until the engine is idle: nothing running or waiting and no KV blocks in use.
 bool wait_idle(uint16_t port, const std::string& model, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
   const auto deadline = Clock::now() + timeout;
-  const std::string label = "{model_name=\"" + model + "\"}";
+  const std::string label = "{model_name=\"" + model + "\",engine=\"0\"}";
   while (Clock::now() < deadline) {
     HttpResult r = testing::http_request(port, "GET", "/metrics");
     if (metric(r.body, "vllm:num_requests_running" + label) == 0 &&
@@ -321,13 +321,13 @@ TEST(Server, MetricsUseVllmNames) {
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.headers["content-type"].find("text/plain"), std::string::npos);
   const std::string& t = m.body;
-  EXPECT_EQ(metric(t, "vllm:request_success_total{model_name=\"stories\",finished_reason=\"length\"}"), 1) << t;
-  EXPECT_EQ(metric(t, "vllm:generation_tokens_total{model_name=\"stories\"}"), 5);
-  EXPECT_GE(metric(t, "vllm:prompt_tokens_total{model_name=\"stories\"}"), 2);
-  EXPECT_EQ(metric(t, "vllm:num_requests_running{model_name=\"stories\"}"), 0);
-  EXPECT_EQ(metric(t, "vllm:time_to_first_token_seconds_count{model_name=\"stories\"}"), 1);
-  EXPECT_EQ(metric(t, "vllm:inter_token_latency_seconds_count{model_name=\"stories\"}"), 4);
-  EXPECT_EQ(metric(t, "vllm:e2e_request_latency_seconds_count{model_name=\"stories\"}"), 1);
+  EXPECT_EQ(metric(t, "vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"length\"}"), 1) << t;
+  EXPECT_EQ(metric(t, "vllm:generation_tokens_total{model_name=\"stories\",engine=\"0\"}"), 5);
+  EXPECT_GE(metric(t, "vllm:prompt_tokens_total{model_name=\"stories\",engine=\"0\"}"), 2);
+  EXPECT_EQ(metric(t, "vllm:num_requests_running{model_name=\"stories\",engine=\"0\"}"), 0);
+  EXPECT_EQ(metric(t, "vllm:time_to_first_token_seconds_count{model_name=\"stories\",engine=\"0\"}"), 1);
+  EXPECT_EQ(metric(t, "vllm:inter_token_latency_seconds_count{model_name=\"stories\",engine=\"0\"}"), 4);
+  EXPECT_EQ(metric(t, "vllm:e2e_request_latency_seconds_count{model_name=\"stories\",engine=\"0\"}"), 1);
   for (const char* name : {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
                            "vllm:num_preemptions_total", "vllm:num_requests_waiting", "vllm:iteration_tokens_total_bucket",
                            "vllm:request_queue_time_seconds_bucket", "vllm:request_prompt_tokens_bucket",
@@ -579,7 +579,7 @@ TEST(Server, MetricsNoAuthKeyFromEnvironmentAndCacheInfo) {
   ASSERT_NE(server.port(), 0);
   HttpResult m = testing::http_request(server.port(), "GET", "/metrics");
   EXPECT_EQ(m.status, 200);
-  EXPECT_NE(m.body.find("vllm:cache_config_info{model_name=\"stories\",block_size=\"16\",num_gpu_blocks=\""),
+  EXPECT_NE(m.body.find("vllm:cache_config_info{model_name=\"stories\",engine=\"0\",block_size=\"16\",num_gpu_blocks=\""),
             std::string::npos);
   EXPECT_NE(m.body.find("enable_prefix_caching=\"False\""), std::string::npos) << m.body;
   EXPECT_EQ(testing::http_request(server.port(), "GET", "/v1/models").status, 401);
@@ -607,7 +607,7 @@ TEST(Server, DisconnectsAbortRequests) {
   running->close();
   EXPECT_TRUE(wait_idle(port, "slow")) << testing::http_request(port, "GET", "/metrics").body;
   HttpResult m = testing::http_request(port, "GET", "/metrics");
-  EXPECT_EQ(metric(m.body, "vllm:request_success_total{model_name=\"slow\",finished_reason=\"abort\"}"), 2) << m.body;
+  EXPECT_EQ(metric(m.body, "vllm:request_success_total{model_name=\"slow\",engine=\"0\",finished_reason=\"abort\"}"), 2) << m.body;
 
   // Non-streaming mid-decode.
   testing::http_request(port, "POST", "/v1/completions", queued.dump(), {}, std::chrono::milliseconds(500));
@@ -644,8 +644,8 @@ TEST(Server, StalledReaderIsDroppedAndOthersServed) {
       << testing::http_request(port, "GET", "/metrics").body;
   const std::string m = testing::http_request(port, "GET", "/metrics").body;
   // Its 8 sequences are 8 engine requests (as in vLLM), all aborted.
-  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",finished_reason=\"abort\"}"), 8) << m;
-  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",finished_reason=\"length\"}"), 1) << m;
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"abort\"}"), 8) << m;
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"length\"}"), 1) << m;
   EXPECT_TRUE(stalled.closed_by_server(std::chrono::seconds(10)));
   int status = 0;
   post(port, "/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}}, &status);
@@ -674,7 +674,7 @@ TEST(Server, KvExhaustionPreemptsWithoutLossOrBlocking) {
     alone.push_back(out["choices"][0]["text"]);
   }
   const double preempted_before = metric(testing::http_request(port, "GET", "/metrics").body,
-                                         "vllm:num_preemptions_total{model_name=\"stories\"}");
+                                         "vllm:num_preemptions_total{model_name=\"stories\",engine=\"0\"}");
 
   std::vector<std::string> together(reqs.size());
   std::vector<std::thread> clients;
@@ -696,7 +696,7 @@ TEST(Server, KvExhaustionPreemptsWithoutLossOrBlocking) {
 
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "request " << i;
   const std::string m = testing::http_request(port, "GET", "/metrics").body;
-  EXPECT_GT(metric(m, "vllm:num_preemptions_total{model_name=\"stories\"}"), preempted_before) << m;
+  EXPECT_GT(metric(m, "vllm:num_preemptions_total{model_name=\"stories\",engine=\"0\"}"), preempted_before) << m;
   EXPECT_TRUE(wait_idle(port, "stories")) << m;
 }
 
@@ -719,7 +719,7 @@ TEST(Server, OverloadGets429AndHealthStaysFast) {
   double waiting = 0;
   while (Clock::now() < deadline &&
          (waiting = metric(testing::http_request(port, "GET", "/metrics").body,
-                           "vllm:num_requests_waiting{model_name=\"slow\"}")) < 2) {
+                           "vllm:num_requests_waiting{model_name=\"slow\",engine=\"0\"}")) < 2) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(waiting, 2);
@@ -904,6 +904,16 @@ TEST(Server, EngineFailureIsReportedNotHidden) {
       << server.log();
 }
 
+// The rest of a stream: an error event (a server_error), then [DONE].
+void expect_stream_ends_with_server_error(SseClient& sse) {
+  std::vector<std::string> events = sse.rest();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json err = json::parse(events[events.size() - 2], nullptr, false);
+  ASSERT_FALSE(err.is_discarded()) << events[events.size() - 2];
+  expect_error(err, "server_error");
+}
+
 // The processes whose parent is `pid` (from /proc/<p>/stat's fourth field).
 std::vector<int> children_of(int pid) {
   std::vector<int> out;
@@ -944,12 +954,7 @@ TEST(Server, TensorParallelRankKilledMidStepFailsTheServer) {
   ASSERT_TRUE(sse.next().has_value());  // decoding
   const auto killed = Clock::now();
   ASSERT_EQ(kill(workers[0], SIGKILL), 0);
-  std::vector<std::string> events = sse.rest();
-  ASSERT_GE(events.size(), 2u);
-  EXPECT_EQ(events.back(), "[DONE]");
-  json err = json::parse(events[events.size() - 2], nullptr, false);
-  ASSERT_FALSE(err.is_discarded()) << events[events.size() - 2];
-  expect_error(err, "server_error");
+  expect_stream_ends_with_server_error(sse);
   HttpResult health = testing::http_request(port, "GET", "/health");
   EXPECT_TRUE(health.status == 503 || health.status == 0) << health.status << " " << health.body;
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
@@ -958,35 +963,34 @@ TEST(Server, TensorParallelRankKilledMidStepFailsTheServer) {
   EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ")"), std::string::npos) << server.log();
 }
 
-// The same with two pipeline stages, while steps are in flight: killing the last stage (which
-// sends rank 0 the outputs) fails the stream, the server reports 503 and exits 1 within seconds.
-TEST(Server, PipelineRankKilledMidStepFailsTheServer) {
+// Two streams in flight on a server of two ranks started with `flags`; rank 1 killed: both
+// streams end with a server_error, and the server exits 1 within seconds, naming the rank.
+void expect_killed_rank_fails_both_streams(const std::vector<std::string>& flags) {
   PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
-  ServerProcess server(PAGODA_BINARY, slow_args(tok, {"--pipeline-parallel-size", "2"}));
+  ServerProcess server(PAGODA_BINARY, slow_args(tok, flags));
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
   const std::vector<int> workers = children_of(server.pid());
   ASSERT_EQ(workers.size(), 1u) << server.log();
   const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
   SseClient first(port, "/v1/completions", req.dump());
-  SseClient second(port, "/v1/completions", req.dump());
   ASSERT_EQ(first.status(), 200);
-  ASSERT_EQ(second.status(), 200);
   ASSERT_TRUE(first.next().has_value());
+  SseClient second(port, "/v1/completions", req.dump());
+  ASSERT_EQ(second.status(), 200);
   ASSERT_TRUE(second.next().has_value());
   const auto killed = Clock::now();
   ASSERT_EQ(kill(workers[0], SIGKILL), 0);
-  for (SseClient* sse : {&first, &second}) {
-    std::vector<std::string> events = sse->rest();
-    ASSERT_GE(events.size(), 2u);
-    EXPECT_EQ(events.back(), "[DONE]");
-    json err = json::parse(events[events.size() - 2], nullptr, false);
-    ASSERT_FALSE(err.is_discarded()) << events[events.size() - 2];
-    expect_error(err, "server_error");
-  }
+  for (SseClient* sse : {&first, &second}) expect_stream_ends_with_server_error(*sse);
   EXPECT_EQ(server.wait_exit(std::chrono::seconds(15)), std::optional<int>(1)) << server.log();
   EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
   EXPECT_NE(server.log().find("rank 1 (pid " + std::to_string(workers[0]) + ")"), std::string::npos) << server.log();
+}
+
+// The same with two pipeline stages, while steps are in flight: killing the last stage (which
+// sends rank 0 the outputs) fails both streams.
+TEST(Server, PipelineRankKilledMidStepFailsTheServer) {
+  expect_killed_rank_fails_both_streams({"--pipeline-parallel-size", "2"});
 }
 
 // A rank that dies while the server is idle stops the server too, within a second or two, naming
@@ -1002,6 +1006,113 @@ TEST(Server, TensorParallelRankDeadWhileIdleStopsTheServer) {
                               ") was killed by signal 9)"),
             std::string::npos)
       << server.log();
+}
+
+// Data parallelism (--data-parallel-size 2: a second replica on a forked rank): concurrent
+// requests are spread over both replicas, each gives the golden greedy text, and /metrics has
+// every series per replica (vLLM's engine label), the replicas' tokens adding up to the total.
+TEST(Server, DataParallelReplicasShareTheLoadAndKeepTheGoldenText) {
+  START_STORIES(server, {"--data-parallel-size", "2"});
+  EXPECT_EQ(children_of(server.pid()).size(), 1u) << server.log();
+  constexpr int kRequests = 6;
+  std::vector<json> answers(kRequests);
+  std::vector<int> statuses(kRequests, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      answers[static_cast<size_t>(i)] =
+          post(port, "/v1/completions", {{"prompt", {1}}, {"max_tokens", 256}, {"temperature", 0}},
+               &statuses[static_cast<size_t>(i)]);
+    });
+  }
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(statuses[static_cast<size_t>(i)], 200) << answers[static_cast<size_t>(i)].dump();
+    EXPECT_EQ(answers[static_cast<size_t>(i)]["choices"][0]["text"], golden_text()) << i;
+  }
+  const std::string m = testing::http_request(port, "GET", "/metrics").body;
+  const double first = metric(m, "vllm:generation_tokens_total{model_name=\"stories\",engine=\"0\"}");
+  const double second = metric(m, "vllm:generation_tokens_total{model_name=\"stories\",engine=\"1\"}");
+  EXPECT_GT(first, 0) << m;
+  EXPECT_GT(second, 0) << m;
+  EXPECT_EQ(first + second, kRequests * 256) << m;
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"stories\",engine=\"0\",finished_reason=\"length\"}") +
+                metric(m, "vllm:request_success_total{model_name=\"stories\",engine=\"1\",finished_reason=\"length\"}"),
+            kRequests)
+      << m;
+  EXPECT_EQ(metric(m, "vllm:num_requests_running{model_name=\"stories\",engine=\"1\"}"), 0) << m;
+  EXPECT_NE(m.find("vllm:cache_config_info{model_name=\"stories\",engine=\"1\","), std::string::npos) << m;
+  EXPECT_NE(server.log().find("data parallelism: 2 engine replicas"), std::string::npos) << server.log();
+}
+
+// The same under mpirun (two MPI ranks, one replica each: rank 0 drives replica 1 over a
+// communicator of its own, MPI_Comm_create_group): served, golden, both replicas used.
+TEST(Server, DataParallelUnderMpirun) {
+  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pagoda-dp-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string launcher = (dir / "mpirun-2.sh").string();
+  {
+    std::ofstream sh(launcher);
+    sh << "#!/bin/sh\nexec " << MPIEXEC << " --mca btl self,tcp --mca btl_tcp_if_include lo -np 2 " << PAGODA_BINARY
+       << " \"$@\"\n";
+  }
+  std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
+  ServerProcess server(launcher, stories_args(model_path, {"--data-parallel-size", "2"}), std::chrono::seconds(180),
+                       {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+                        {"ASAN_OPTIONS", "detect_leaks=0"}});
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  std::vector<json> answers(4);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    clients.emplace_back([&, i] {
+      answers[i] = post(port, "/v1/completions", {{"prompt", {1}}, {"max_tokens", 256}, {"temperature", 0}});
+    });
+  }
+  for (auto& c : clients) c.join();
+  for (const json& a : answers) EXPECT_EQ(a["choices"][0]["text"], golden_text()) << a.dump();
+  const std::string m = testing::http_request(port, "GET", "/metrics").body;
+  EXPECT_GT(metric(m, "vllm:generation_tokens_total{model_name=\"stories\",engine=\"0\"}"), 0) << m;
+  EXPECT_GT(metric(m, "vllm:generation_tokens_total{model_name=\"stories\",engine=\"1\"}"), 0) << m;
+  // mpirun passes SIGTERM on and ends the job (its own status says so, not ours); rank 0 drains
+  // and stops first.
+  server.send_signal(SIGTERM);
+  EXPECT_TRUE(server.wait_exit(std::chrono::seconds(30)).has_value()) << server.log();
+  EXPECT_NE(server.log().find("[serve] stopped"), std::string::npos) << server.log();
+  std::filesystem::remove_all(dir);
+}
+
+// A data-parallel replica's rank killed mid-step fails the server as any rank does: the first
+// stream runs on replica 0, the second on replica 1 (the first one being busy); both fail.
+TEST(Server, DataParallelReplicaKilledMidStepFailsTheServer) {
+  expect_killed_rank_fails_both_streams({"--data-parallel-size", "2"});
+}
+
+// A rank that hangs (stopped with SIGSTOP: alive, but it never answers) fails the step after
+// --distributed-timeout-seconds: the stream ends with a server_error and the server exits 1,
+// its log saying which wait ran out.
+TEST(Server, HungRankFailsTheServerAfterTheDistributedTimeout) {
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
+  ServerProcess server(PAGODA_BINARY,
+                       slow_args(tok, {"--tensor-parallel-size", "2", "--distributed-timeout-seconds", "2"}));
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  const std::vector<int> workers = children_of(server.pid());
+  ASSERT_EQ(workers.size(), 1u) << server.log();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+  SseClient sse(port, "/v1/completions", req.dump());
+  ASSERT_EQ(sse.status(), 200);
+  ASSERT_TRUE(sse.next().has_value());  // decoding
+  const auto stopped = Clock::now();
+  ASSERT_EQ(kill(workers[0], SIGSTOP), 0);
+  expect_stream_ends_with_server_error(sse);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(20)), std::optional<int>(1)) << server.log();
+  const auto took = Clock::now() - stopped;
+  EXPECT_GE(took, std::chrono::seconds(2));
+  EXPECT_LT(took, std::chrono::seconds(12));
+  EXPECT_NE(server.log().find("no answer within 2000 ms"), std::string::npos) << server.log();
+  kill(workers[0], SIGKILL);  // killed with its parent already; never left behind stopped
 }
 
 // A step that never returns: /health must not keep saying 200 (the loop makes no progress).

@@ -274,7 +274,9 @@ TEST(VllmCompat, UnsupportedValuesFailAcceptedFlagsPass) {
       {"-tp 2 --distributed-executor-backend ray", "--distributed-executor-backend ray"},
       {"-pp 0", "--pipeline-parallel-size must be at least 1"},
       {"-tp 8 -pp 9", "at most 64 ranks, got 9"},
-      {"-dp 2", "--data-parallel-size 2"},
+      {"-dp 0", "--data-parallel-size must be at least 1"},
+      {"-dp 2 -tp 8 -pp 8", "at most 64 ranks, got 2"},
+      {"--distributed-timeout-seconds 0", "--distributed-timeout-seconds must be in (0, 86400]"},
       {"--kv-cache-dtype fp8_inc", "--kv-cache-dtype fp8_inc"},
       {"--quantization gptq", "--quantization gptq"},
       {"-q fp8", "--quantization fp8"},
@@ -291,6 +293,11 @@ TEST(VllmCompat, UnsupportedValuesFailAcceptedFlagsPass) {
       EXPECT_NE(r.err.find(named), std::string::npos) << cmd << args << ": " << r.err;
     }
   }
+  // Data-parallel replicas are the server's: the one-engine commands say so.
+  RunResult replicas = run_pagoda("generate --model demo-random -p hi -dp 2");
+  EXPECT_EQ(replicas.exit_code, 1);
+  EXPECT_NE(replicas.err.find("--data-parallel-size 2: pagoda generate runs one engine"), std::string::npos)
+      << replicas.err;
   RunResult ok = run_pagoda(
       "generate --model demo-random -p hi -n 3 --ignore-eos --enforce-eager --swap-space 8 --trust-remote-code "
       "--max-seq-len-to-capture 4096 --revision main --download-dir /nonexistent -tp 1 -pp 1 -dp 1 "

@@ -75,6 +75,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   if (f.input_len < 1 || f.output_len < 1 || f.num_prompts < 1) {
     return fail(invalid_argument("--input-len, --output-len and --num-prompts must be at least 1"));
   }
+  if (Status st = f.engine.check_one_replica("pagoda bench throughput"); !st.ok()) return fail(st);
   auto group = RankGroup::start(f.model, f.engine);  // before any thread; declared before the engine
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
@@ -127,6 +128,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     return fail(invalid_argument(
         "--batch-size, --input-len, --output-len and --num-iters must be at least 1, --num-iters-warmup >= 0"));
   }
+  if (Status st = f.engine.check_one_replica("pagoda bench latency"); !st.ok()) return fail(st);
   auto group = RankGroup::start(f.model, f.engine);  // before any thread; declared before the engine
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());

@@ -177,7 +177,12 @@ void EngineFlags::add_to(CLI::App& app) {
       ->capture_default_str()
       ->group(kParallelConfig);
   app.add_option("--data-parallel-size", data_parallel_size,
-                 "data-parallel replicas (-dp); only 1 (run replicas behind a load balancer)")
+                 "data-parallel replicas (-dp) behind the one API server, each of tensor x pipeline ranks; "
+                 "requests go to the least loaded (pagoda serve)")
+      ->capture_default_str()
+      ->group(kParallelConfig);
+  app.add_option("--distributed-timeout-seconds", distributed_timeout_seconds,
+                 "seconds a rank may leave the others waiting during a step before the engine fails (a hung rank)")
       ->capture_default_str()
       ->group(kParallelConfig);
 
@@ -210,9 +215,17 @@ Result<EngineConfig> EngineFlags::to_config() const {
     return invalid_argument("--distributed-executor-backend uni runs one process: --tensor-parallel-size and "
                             "--pipeline-parallel-size must be 1");
   }
-  if (data_parallel_size != 1) {
-    return not_yet("--data-parallel-size", std::to_string(data_parallel_size),
-                   "1; run replicas behind any HTTP load balancer");
+  if (data_parallel_size < 1 || data_parallel_size * pipeline_parallel_size * tensor_parallel_size > 64) {
+    return invalid_argument("--data-parallel-size must be at least 1, with --data-parallel-size x "
+                            "--tensor-parallel-size x --pipeline-parallel-size at most 64 ranks, got " +
+                            std::to_string(data_parallel_size));
+  }
+  if (distributed_executor_backend == "uni" && data_parallel_size != 1) {
+    return invalid_argument("--distributed-executor-backend uni runs one process: --data-parallel-size must be 1");
+  }
+  if (!(distributed_timeout_seconds > 0 && distributed_timeout_seconds <= 86400)) {
+    return invalid_argument("--distributed-timeout-seconds must be in (0, 86400], got " +
+                            std::to_string(distributed_timeout_seconds));
   }
   const std::optional<KvCacheDtype> cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
   if (!cache_dtype) {
@@ -255,10 +268,20 @@ Result<EngineConfig> EngineFlags::to_config() const {
   c.enable_prefix_caching = enable_prefix_caching;
   if (!speculative_config.empty()) {
     PAGODA_ASSIGN_OR_RETURN(c.speculative, parse_speculative_config(speculative_config));
+    if (c.speculative.method == "draft_model" && data_parallel_size > 1) {
+      return not_yet("--speculative-config", "draft_model with --data-parallel-size > 1", "ngram there");
+    }
   }
   c.seed = seed;
   c.max_logprobs = max_logprobs;
   return c;
+}
+
+Status EngineFlags::check_one_replica(const std::string& command) const {
+  PAGODA_RETURN_IF_ERROR(to_config().status());  // a bad value is named as such first
+  if (data_parallel_size == 1) return Status::ok_status();
+  return invalid_argument("--data-parallel-size " + std::to_string(data_parallel_size) + ": " + command +
+                          " runs one engine; data-parallel replicas serve behind `pagoda serve`");
 }
 
 std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv) {

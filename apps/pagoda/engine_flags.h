@@ -67,12 +67,15 @@ struct EngineFlags {
   int64_t data_parallel_size = 1;
   std::string distributed_executor_backend;  // "" = mpi under mpirun, else mp (apps/pagoda/ranks.h)
   std::string cpu_affinity;                  // the ranks' CPUs, "0-3|4-7"; "" = VLLM_CPU_OMP_THREADS_BIND or auto
+  double distributed_timeout_seconds = 30;   // how long a wait for another rank may last during steps
   // Pagoda's
   std::string log_level = "info";
 
   void add_to(CLI::App& app);
   // The engine configuration; fails on a value Pagoda does not support (yet).
   Result<EngineConfig> to_config() const;
+  // Fails, naming `command`, when the flags ask for data-parallel replicas (only the server has them).
+  Status check_one_replica(const std::string& command) const;
 };
 
 // vLLM writes -tp / -pp / -dp / -sc as single-dash long options, which CLI11 cannot parse:

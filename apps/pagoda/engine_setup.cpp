@@ -6,6 +6,7 @@
 #include "apps/pagoda/ranks.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "runner/group_executor.h"
 
 namespace pagoda::app {
 
@@ -99,7 +100,7 @@ Status check_draft_vocabulary(const ModelFlags& model, ModelFlags* draft, const 
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
                                 const std::function<Status(const Tokenizer&)>& before_weights, RankGroup* group) {
   PAGODA_ASSIGN_OR_RETURN(EngineConfig config, engine.to_config());
-  if ((group != nullptr) != (engine.tensor_parallel_size * engine.pipeline_parallel_size > 1)) {
+  if ((group != nullptr) != (engine.tensor_parallel_size * engine.pipeline_parallel_size * engine.data_parallel_size > 1)) {
     return internal_error("make_engine: a rank group is needed exactly when there is more than one rank");
   }
   set_log_level(*parse_log_level(engine.log_level));
@@ -124,6 +125,7 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
     const Status agreed = group->agree(loaded.status(), what);
     if (loaded.ok() && !agreed.ok()) return agreed;
     config.parallel_group = group->parallel_group();
+    config.replicas_on_host = group->replicas_on_host();
   }
   if (!loaded.ok()) return loaded.status();
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));
@@ -137,6 +139,21 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
   }
   PAGODA_ASSIGN_OR_RETURN(setup.core, EngineCore::create(std::move(loaded->model), setup.tokenizer, config,
                                                          std::move(draft_model)));
+  // Data parallelism: the other replicas' engines, each driving its ranks from here, with replica
+  // 0's KV cache size.
+  for (int d = 1; group != nullptr && d < group->data_parallel_size(); ++d) {
+    const RankGroup::RemoteReplica r = group->remote_replica(d);
+    Result<std::unique_ptr<PipelineExecutor>> executor =
+        PipelineExecutor::create_remote(*r.link, *r.sender, r.stages, r.output_rank, setup.core->model_config(),
+                                        setup.core->num_blocks(), config.block_size, config.kv_cache_dtype);
+    if (!executor.ok()) {
+      return Status(executor.status().code(), "data-parallel replica " + std::to_string(d) + ": " +
+                                                  executor.status().message());
+    }
+    group->driving(d);
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, EngineCore::create_replica(*setup.core, std::move(*executor)));
+    setup.replicas.push_back(std::move(core));
+  }
   if (group != nullptr) group->running();
   return setup;
 }

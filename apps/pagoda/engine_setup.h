@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "apps/pagoda/engine_flags.h"
 #include "apps/pagoda/model_loading.h"
@@ -13,16 +14,20 @@ namespace pagoda::app {
 class RankGroup;
 
 struct EngineSetup {
-  std::unique_ptr<EngineCore> core;
+  std::unique_ptr<EngineCore> core;  // data-parallel replica 0's, with --data-parallel-size
+  // The other data-parallel replicas' (1 .. D - 1): the same configuration and KV cache size,
+  // their steps run on their own ranks.
+  std::vector<std::unique_ptr<EngineCore>> replicas;
   std::shared_ptr<const Tokenizer> tokenizer;
   GenerationDefaults generation_defaults;  // from --generation-config
 };
 
 // Checks the flags, applies --log-level, reads --generation-config, loads the tokenizer and runs
 // `before_weights` on it (both fail fast, before any weight is read), then the model, and sizes
-// the engine. With --tensor-parallel-size N > 1, `group` is the ranks RankGroup::start started
-// (apps/pagoda/ranks.h; it must outlive the engine): this process loads rank 0's shard, and the
-// engine runs every step on all of them.
+// the engine. With more than one rank, `group` is the ranks RankGroup::start started
+// (apps/pagoda/ranks.h; it must outlive the engines): this process loads rank 0's shard, and the
+// engine runs every step on all of them. With --data-parallel-size D > 1, `replicas` holds the
+// engines of replicas 1 .. D - 1 as well (only the server runs them).
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
                                 const std::function<Status(const Tokenizer&)>& before_weights = {},
                                 RankGroup* group = nullptr);

@@ -206,6 +206,7 @@ int generate_file(const GenerateFlags& f, EngineSetup& setup) {
 }  // namespace
 
 int run_generate(const GenerateFlags& f) {
+  if (Status st = f.engine.check_one_replica("pagoda generate"); !st.ok()) return fail(st);
   auto group = RankGroup::start(f.model, f.engine);  // before any thread; declared before the engine
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());

@@ -22,9 +22,6 @@
 namespace pagoda::app {
 namespace {
 
-// How long a rank may take to answer during steps (between two collectives of a forward pass:
-// about one layer of one step) before the group fails. Loading waits without a limit.
-constexpr std::chrono::seconds kStepTimeout(30);
 constexpr std::chrono::hours kNoLimit(24 * 365);
 
 int read_int(const std::string& path, int fallback) {
@@ -43,38 +40,45 @@ Status pin_to(const std::vector<int>& cpus) {
   return Status::ok_status();
 }
 
-// Where world rank `rank` sits: stage rank / tp, tensor-parallel rank rank % tp (vLLM's order:
-// a stage's ranks are consecutive), and its neighbours in the pipeline.
+// Where job rank `rank` sits: its replica, its stage and tensor-parallel rank within it (vLLM's
+// order: a stage's ranks are consecutive), and its rank on the communicator it gets its steps
+// on: replica 0's world (local rank j), or its replica's link (1 + j, rank 0 being the driver).
 struct Place {
-  int stage, tp_rank, prev, next;
+  int replica, stage, tp_rank, rank;
 };
 Place place_of(int rank, int tp, int pp) {
-  const int stage = rank / tp;
-  return Place{stage, rank % tp, stage > 0 ? rank - tp : -1, stage < pp - 1 ? rank + tp : -1};
+  const int per = tp * pp;
+  const int replica = rank / per, j = rank % per;
+  return Place{replica, j / tp, j % tp, replica == 0 ? j : 1 + j};
 }
 
-// A worker rank: its shard, the start, then the steps. `tp_comm`: its stage's tensor-parallel
-// group (null with one rank per stage). Never returns: a forked rank ends with _exit (the
-// parent's atexit handlers and static objects are not its own), an MPI rank with exit (which
-// finalizes MPI, as mpirun expects).
-[[noreturn]] void worker_main(Communicator& world, Communicator* tp_comm, const ModelFlags& model,
+// A worker rank: its shard, the start, then the steps. `steps`: the communicator rank 0's steps
+// come over (replica 0's world, or the link of a replica that rank 0 drives from afar);
+// `tp_comm`: its stage's tensor-parallel group (null with one rank per stage). Never returns: a
+// forked rank ends with _exit (the parent's atexit handlers and static objects are not its own),
+// an MPI rank with exit (which finalizes MPI, as mpirun expects).
+[[noreturn]] void worker_main(int job_rank, Communicator& steps, Communicator* tp_comm, const ModelFlags& model,
                               const EngineFlags& engine, bool forked) {
-  const std::string me = "rank " + std::to_string(world.rank());
+  const std::string me = "rank " + std::to_string(job_rank);
   const int tp_size = static_cast<int>(engine.tensor_parallel_size);
   const int pp_size = static_cast<int>(engine.pipeline_parallel_size);
-  const Place at = place_of(world.rank(), tp_size, pp_size);
+  const Place at = place_of(job_rank, tp_size, pp_size);
+  const bool remote = at.replica > 0;  // rank 0 runs no stage of this replica
+  const int first = remote ? 1 : 0;    // the replica's first rank on `steps`
   std::unique_ptr<SendQueue> sender;
-  if (pp_size > 1) sender = std::make_unique<SendQueue>(world);
+  if (pp_size > 1 || remote) sender = std::make_unique<SendQueue>(steps);
   const TensorParallel tp{at.tp_rank, tp_size, tp_size > 1 ? tp_comm : nullptr};
-  const PipelineParallel pp{at.stage, pp_size, pp_size > 1 ? &world : nullptr, at.prev, at.next, sender.get()};
+  const PipelineParallel pp{at.stage, pp_size, pp_size > 1 ? &steps : nullptr,
+                            at.stage > 0 ? at.rank - tp_size : -1, at.stage < pp_size - 1 ? at.rank + tp_size : -1,
+                            sender.get()};
   Result<LoadedModel> loaded = load_model_and_tokenizer(model, {}, tp, pp);
   const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
   // A failed start is rank 0's to report (it names the rank); a failure after it, this rank's.
-  Status st = agree_to_start(world, loaded.status(), fingerprint_of(what), what);
+  Status st = agree_to_start(steps, loaded.status(), fingerprint_of(what), what);
   if (st.ok()) {
-    const bool sends_output = world.rank() == (pp_size - 1) * tp_size;
-    st = pp_size > 1 ? run_pipeline_worker(world, *sender, std::move(loaded->model), sends_output)
-                     : run_group_worker(world, std::move(loaded->model));
+    const bool sends_output = at.rank == first + (pp_size - 1) * tp_size;
+    st = sender ? run_pipeline_worker(steps, *sender, std::move(loaded->model), sends_output)
+                : run_group_worker(steps, std::move(loaded->model));
     if (!st.ok()) log_line(LogLevel::kError, "ranks", me + ": " + st.message());
   }
   std::fflush(nullptr);
@@ -159,7 +163,8 @@ std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& en
          model.load_format + ", dtype " + model.dtype + ", weights seed " + std::to_string(model.weights_seed) +
          ", quantization " + (model.quantization.empty() ? "none" : model.quantization) + ", tensor parallel " +
          std::to_string(engine.tensor_parallel_size) + ", pipeline parallel " +
-         std::to_string(engine.pipeline_parallel_size) + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
+         std::to_string(engine.pipeline_parallel_size) + ", data parallel " +
+         std::to_string(engine.data_parallel_size) + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
          std::to_string(engine.block_size) + ", max model len " + std::to_string(engine.max_model_len);
 }
 
@@ -167,35 +172,61 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
   PAGODA_RETURN_IF_ERROR(engine.to_config().status());  // every flag checked before a rank starts
   const int tp = static_cast<int>(engine.tensor_parallel_size);
   const int pp = static_cast<int>(engine.pipeline_parallel_size);
-  const int ranks = tp * pp;
+  const int dp = static_cast<int>(engine.data_parallel_size);
+  const int per = tp * pp;  // the ranks of one replica
+  const int ranks = dp * per;
   if (ranks == 1) return std::unique_ptr<RankGroup>();
-  const std::string sizes = "--tensor-parallel-size " + std::to_string(tp) + " x --pipeline-parallel-size " +
-                            std::to_string(pp);
+  std::string sizes = "--tensor-parallel-size " + std::to_string(tp) + " x --pipeline-parallel-size " +
+                      std::to_string(pp);
+  if (dp > 1) sizes = "--data-parallel-size " + std::to_string(dp) + " x " + sizes;
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   std::string backend = engine.distributed_executor_backend;
   if (backend.empty()) backend = under_mpirun ? "mpi" : "mp";
   std::unique_ptr<RankGroup> group(new RankGroup());
   group->tp_size_ = tp;
   group->pp_size_ = pp;
+  group->dp_size_ = dp;
+  group->step_timeout_ = std::chrono::milliseconds(static_cast<int64_t>(engine.distributed_timeout_seconds * 1000));
   if (backend == "mpi") {
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> world, mpi::MpiCommunicator::create_world());
-    if (world->size() != ranks) {
-      return invalid_argument(sizes + " under an MPI job of " + std::to_string(world->size()) +
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> job, mpi::MpiCommunicator::create_world());
+    if (job->size() != ranks) {
+      return invalid_argument(sizes + " under an MPI job of " + std::to_string(job->size()) +
                               " ranks: start as many ranks as the sizes' product (mpirun -np " + std::to_string(ranks) + ")");
     }
-    if (pp > 1 && !world->concurrent_send_and_recv()) {
-      return unavailable("--pipeline-parallel-size " + std::to_string(pp) +
-                         " under MPI needs MPI_THREAD_MULTIPLE, which this MPI library does not grant");
+    if ((pp > 1 || dp > 1) && !job->concurrent_send_and_recv()) {
+      return unavailable(sizes + " under MPI needs MPI_THREAD_MULTIPLE, which this MPI library does not grant");
     }
-    std::unique_ptr<Communicator> stage_group;
-    if (pp > 1 && tp > 1) {  // every rank splits the world, together
-      const Place at = place_of(world->rank(), tp, pp);
-      PAGODA_ASSIGN_OR_RETURN(stage_group, world->split(at.stage, at.tp_rank));
+    // Every rank splits the job, together: by replica (replica 0's world), by stage (the
+    // tensor-parallel groups); then each other replica's ranks and rank 0 make its link.
+    const int me = job->rank();
+    const Place at = place_of(me, tp, pp);
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> replica, job->split(at.replica, me % per));
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> stage, job->split(at.replica * pp + at.stage, at.tp_rank));
+    std::vector<std::unique_ptr<Communicator>> links;
+    for (int d = 1; d < dp; ++d) {
+      if (me != 0 && at.replica != d) continue;
+      std::vector<int> members{0};
+      for (int j = 0; j < per; ++j) members.push_back(d * per + j);
+      PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> link, job->subgroup(members, d));
+      links.push_back(std::move(link));
     }
-    Communicator* tp_comm = pp > 1 ? stage_group.get() : world.get();
-    if (world->rank() != 0) worker_main(*world, tp_comm, model, engine, /*forked=*/false);
-    group->world_ = std::move(world);
-    group->stage_group_ = std::move(stage_group);
+    if (me != 0) {
+      // mpirun passes a SIGTERM or SIGINT on to every rank: the workers leave it to rank 0, which
+      // drains its requests and then stops them (mpirun's SIGKILL follows if it never does).
+      signal(SIGTERM, SIG_IGN);
+      signal(SIGINT, SIG_IGN);
+      Communicator& steps = at.replica == 0 ? static_cast<Communicator&>(*replica) : *links.front();
+      // Replica 0's collectives are rank 0's: on its world when that is its one stage.
+      worker_main(me, steps, at.replica == 0 && pp == 1 ? &steps : stage.get(), model, engine, /*forked=*/false);
+    }
+    // The replicas on this host: its ranks (mpirun's count) over a replica's.
+    if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+      group->replicas_on_host_ = std::clamp(std::atoi(local) / per, 1, dp);
+    }
+    if (per > 1) group->world_ = std::move(replica);
+    if (pp > 1 && tp > 1) group->stage_group_ = std::move(stage);
+    for (auto& link : links) group->links_.push_back(Link{std::move(link), nullptr, false});
+    group->job_ = std::move(job);
     group->finish_start();
     return group;
   }
@@ -212,12 +243,23 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
   for (int r = 0; pin && r < ranks; ++r) {
     PAGODA_ASSIGN_OR_RETURN(cpus[static_cast<size_t>(r)], rank_cpus(affinity, r, ranks));
   }
-  PAGODA_ASSIGN_OR_RETURN(std::shared_ptr<shm::ShmRegion> region, shm::ShmRegion::create(ranks));
-  // With a pipeline, each stage's tensor-parallel ranks have a region of their own.
-  std::vector<std::shared_ptr<shm::ShmRegion>> stage_regions;
-  for (int s = 0; pp > 1 && tp > 1 && s < pp; ++s) {
-    PAGODA_ASSIGN_OR_RETURN(std::shared_ptr<shm::ShmRegion> r, shm::ShmRegion::create(tp));
-    stage_regions.push_back(std::move(r));
+  // The regions: replica 0's world; each other replica's link (rank 0 and its ranks); each
+  // stage's tensor-parallel ranks, where a stage has several and they are not a world already.
+  std::shared_ptr<shm::ShmRegion> world;
+  if (per > 1) {
+    PAGODA_ASSIGN_OR_RETURN(world, shm::ShmRegion::create(per));
+  }
+  std::vector<std::shared_ptr<shm::ShmRegion>> links;
+  for (int d = 1; d < dp; ++d) {
+    PAGODA_ASSIGN_OR_RETURN(std::shared_ptr<shm::ShmRegion> r, shm::ShmRegion::create(per + 1));
+    links.push_back(std::move(r));
+  }
+  std::vector<std::shared_ptr<shm::ShmRegion>> stages(static_cast<size_t>(dp * pp));  // by replica * pp + stage
+  for (int d = 0; d < dp && tp > 1; ++d) {
+    for (int s = 0; s < pp; ++s) {
+      if (d == 0 && pp == 1) continue;  // replica 0's world is its stage
+      PAGODA_ASSIGN_OR_RETURN(stages[static_cast<size_t>(d * pp + s)], shm::ShmRegion::create(tp));
+    }
   }
   const pid_t parent = getpid();
   std::fflush(nullptr);  // nothing buffered is written twice
@@ -225,30 +267,33 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
     const pid_t pid = fork();
     if (pid < 0) {
       for (pid_t w : group->workers_) kill(w, SIGKILL);
-      return io_error(std::string("fork of tensor-parallel rank failed: ") + std::strerror(errno));
+      return io_error(std::string("fork of rank ") + std::to_string(r) + " failed: " + std::strerror(errno));
     }
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive rank 0
       if (getppid() != parent) _exit(1);
       signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C goes to rank 0, which stops the workers
       signal(SIGTERM, SIG_DFL);
-      shm::ShmCommunicator comm(region, r, kNoLimit);
+      const Place at = place_of(r, tp, pp);
+      shm::ShmCommunicator steps(at.replica == 0 ? world : links[static_cast<size_t>(at.replica - 1)], at.rank, kNoLimit);
       std::unique_ptr<shm::ShmCommunicator> stage_comm;
-      if (!stage_regions.empty()) {
-        const Place at = place_of(r, tp, pp);
-        stage_comm = std::make_unique<shm::ShmCommunicator>(stage_regions[static_cast<size_t>(at.stage)], at.tp_rank,
-                                                            kNoLimit);
+      if (const auto& region = stages[static_cast<size_t>(at.replica * pp + at.stage)]) {
+        stage_comm = std::make_unique<shm::ShmCommunicator>(region, at.tp_rank, kNoLimit);
       }
       if (Status st = pin ? pin_to(cpus[static_cast<size_t>(r)]) : Status::ok_status(); !st.ok()) {
         log_line(LogLevel::kWarning, "ranks", "rank " + std::to_string(r) + ": " + st.message());
       }
-      worker_main(comm, pp > 1 ? stage_comm.get() : &comm, model, engine, /*forked=*/true);
+      worker_main(r, steps, stage_comm ? stage_comm.get() : &steps, model, engine, /*forked=*/true);
     }
     group->workers_.push_back(pid);
   }
   if (Status st = pin ? pin_to(cpus[0]) : Status::ok_status(); !st.ok()) log_line(LogLevel::kWarning, "ranks", "rank 0: " + st.message());
-  group->world_ = std::make_unique<shm::ShmCommunicator>(region, 0, kNoLimit);
-  if (!stage_regions.empty()) group->stage_group_ = std::make_unique<shm::ShmCommunicator>(stage_regions[0], 0, kNoLimit);
+  if (world) group->world_ = std::make_unique<shm::ShmCommunicator>(world, 0, kNoLimit);
+  if (stages[0]) group->stage_group_ = std::make_unique<shm::ShmCommunicator>(stages[0], 0, kNoLimit);
+  for (auto& link : links) {
+    group->links_.push_back(Link{std::make_unique<shm::ShmCommunicator>(link, 0, kNoLimit), nullptr, false});
+  }
+  group->replicas_on_host_ = dp;
   group->finish_start();
   log_line(LogLevel::kInfo, "ranks",
            sizes + ": " + std::to_string(ranks) + " ranks on this host (mp, shared memory), rank 0 pid " +
@@ -258,6 +303,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
 
 void RankGroup::finish_start() {
   if (pp_size_ > 1) sender_ = std::make_unique<SendQueue>(*world_);
+  for (Link& link : links_) link.sender = std::make_unique<SendQueue>(*link.comm);
 }
 
 TensorParallel RankGroup::tp() const {
@@ -274,23 +320,41 @@ ParallelGroup RankGroup::parallel_group() const {
   return ParallelGroup{world_.get(), pp_size_, sender_.get(), (pp_size_ - 1) * tp_size_};
 }
 
+RankGroup::RemoteReplica RankGroup::remote_replica(int d) const {
+  const Link& link = links_.at(static_cast<size_t>(d - 1));
+  return RemoteReplica{link.comm.get(), link.sender.get(), pp_size_, 1 + (pp_size_ - 1) * tp_size_};
+}
+
 std::vector<shm::ShmCommunicator*> RankGroup::shm_comms() const {
   std::vector<shm::ShmCommunicator*> out;
-  for (Communicator* c : {world_.get(), stage_group_.get()}) {
+  std::vector<Communicator*> all{world_.get(), stage_group_.get()};
+  for (const Link& link : links_) all.push_back(link.comm.get());
+  for (Communicator* c : all) {
     if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(c)) out.push_back(shm);
   }
   return out;
 }
 
 Status RankGroup::agree(const Status& loaded, const std::string& what) {
-  Status st = agree_to_start(*world_, loaded, fingerprint_of(what), what);
-  agreed_ = st.ok();
-  return st;
+  // Every group agrees, whatever the others said: their ranks wait for it.
+  Status first;
+  if (world_) first = agree_to_start(*world_, loaded, fingerprint_of(what), what);
+  for (size_t i = 0; i < links_.size(); ++i) {
+    Status st = agree_to_start(*links_[i].comm, loaded, fingerprint_of(what), what);
+    if (!st.ok() && first.ok()) {
+      // The link's rank k is the replica's k - 1: name it by its rank in the job.
+      first = Status(st.code(), "data-parallel replica " + std::to_string(i + 1) + " (ranks " +
+                                    std::to_string((i + 1) * tp_size_ * pp_size_) + " .. " +
+                                    std::to_string((i + 2) * tp_size_ * pp_size_ - 1) + "): " + st.message());
+    }
+  }
+  agreed_ = first.ok();
+  return first;
 }
 
 void RankGroup::running() {
   running_ = true;
-  for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(kStepTimeout);
+  for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(step_timeout_);
 }
 
 void RankGroup::abort() {
@@ -312,11 +376,17 @@ Status RankGroup::check_workers() {
 
 RankGroup::~RankGroup() {
   if (agreed_ && !running_) {
-    // The shards loaded but the engine was not built: the workers wait for their first message.
-    for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(kStepTimeout);
-    (void)stop_group(*world_);
+    // The shards loaded but the engines were not all built: the ranks of those that were not wait
+    // for their first message.
+    for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(step_timeout_);
+    if (world_) (void)stop_group(*world_);
+    for (Link& link : links_) {
+      if (!link.driven) (void)stop_group(*link.comm);
+    }
   }
-  sender_.reset();  // sends what it still holds (the engine's stop) before the workers are reaped
+  // Each sends what it still holds (an engine's stop) before the workers are reaped.
+  sender_.reset();
+  for (Link& link : links_) link.sender.reset();
   if (workers_.empty()) return;
   // The workers stopped (the engine said so), or are told to now: an aborted group fails their
   // waits at once.

@@ -1,6 +1,7 @@
-// Starting the ranks of a parallel engine (--tensor-parallel-size T x --pipeline-parallel-size P
-// = N > 1 ranks; rank r is tensor-parallel rank r % T of pipeline stage r / T), as vLLM's
-// executor backends do:
+// Starting the ranks of a parallel engine, as vLLM's executor backends do:
+// --data-parallel-size D replicas of --tensor-parallel-size T x --pipeline-parallel-size P ranks,
+// N = D x P x T ranks in all. Rank r is in replica r / (P x T); within it, local rank
+// j = r % (P x T) is tensor-parallel rank j % T of pipeline stage j / T (vLLM's order).
 //  - mp (one host, the default outside mpirun): this process forks N - 1 worker ranks before it
 //    starts any thread; the ranks talk through shared memory (backends/shm), and each is pinned
 //    to its own share of the CPUs (--cpu-affinity or VLLM_CPU_OMP_THREADS_BIND, else the allowed
@@ -8,14 +9,18 @@
 //    its parent).
 //  - mpi (the default under mpirun, `mpirun -np N pagoda serve M -tp N`, across hosts with a
 //    hostfile): the job's ranks over MPI (backends/mpi); mpirun places and binds them.
-// Rank 0 runs the command (server, scheduler and its own shard, apps/pagoda/engine_setup.h);
-// every other rank loads its shard and runs the steps rank 0 sends (run_group_worker, or
-// run_pipeline_worker with a pipeline). With both, each stage's ranks also have a group of their
-// own for the tensor-parallel collectives (a shared-memory region per stage, or MPI_Comm_split).
+// Rank 0 runs the command (server, every replica's scheduler, and replica 0's first shard,
+// apps/pagoda/engine_setup.h); every other rank loads its shard and runs the steps rank 0 sends
+// (run_group_worker, or run_pipeline_worker with a pipeline). Communicators: replica 0's ranks
+// (its "world"); each stage's tensor-parallel ranks (a shared-memory region per stage, or
+// MPI_Comm_split); and for each other replica, a "link" of rank 0 and the replica's ranks, over
+// which rank 0 drives it as a pipeline whose stage 0 runs elsewhere (PipelineExecutor::
+// create_remote), whatever its P.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,15 +49,31 @@ class RankGroup {
   // failed, by aborting the group), killing any that do not end within seconds.
   ~RankGroup();
 
-  // Rank 0's shard (stage 0's first tensor-parallel rank) and what the engine runs the group with.
+  // Replica 0's first shard (stage 0's first tensor-parallel rank) and what its engine runs the
+  // group with (no world when replica 0 is this one rank).
   TensorParallel tp() const;
   PipelineParallel pp() const;
   ParallelGroup parallel_group() const;
-  Communicator& comm() { return *world_; }
 
-  // Rank 0's side of the start: its own shard's outcome, then every rank's (agree_to_start).
+  // Data parallelism: replica d (1 .. D - 1), which rank 0 drives over its link.
+  struct RemoteReplica {
+    Communicator* link = nullptr;  // rank 0 (this one) and the replica's ranks, 1 .. P x T
+    SendQueue* sender = nullptr;   // this rank's sends on the link
+    int stages = 1;
+    int output_rank = 1;           // the last stage's first rank, on the link
+  };
+  int data_parallel_size() const { return dp_size_; }
+  RemoteReplica remote_replica(int d) const;
+  // The engine of replica d now drives its ranks (it stops them when it ends).
+  void driving(int d) { links_.at(static_cast<size_t>(d - 1)).driven = true; }
+  // The replicas on this host, which share its memory.
+  int replicas_on_host() const { return replicas_on_host_; }
+
+  // Rank 0's side of the start: its own shard's outcome, then every rank's (agree_to_start), in
+  // replica 0 and on every link.
   Status agree(const Status& loaded, const std::string& what);
-  // The engine runs: a peer that does not answer within the step timeout fails the step.
+  // The engines run: a peer that does not answer within the step timeout
+  // (--distributed-timeout-seconds) fails the step.
   void running();
   // mp: whether every forked rank still runs; an error names the first that has ended (its exit
   // status or signal). An idle server would otherwise notice a dead rank only at its next step.
@@ -63,16 +84,26 @@ class RankGroup {
  private:
   RankGroup() = default;
 
-  void finish_start();  // rank 0's SendQueue (pipeline)
+  void finish_start();  // rank 0's SendQueues
   std::vector<shm::ShmCommunicator*> shm_comms() const;
 
+  struct Link {
+    std::unique_ptr<Communicator> comm;
+    std::unique_ptr<SendQueue> sender;
+    bool driven = false;
+  };
   int tp_size_ = 1;
   int pp_size_ = 1;
-  std::unique_ptr<Communicator> world_;        // every rank
+  int dp_size_ = 1;
+  int replicas_on_host_ = 1;
+  std::chrono::milliseconds step_timeout_{30000};
+  std::unique_ptr<Communicator> job_;          // mpi: the whole job, which the others split
+  std::unique_ptr<Communicator> world_;        // replica 0's ranks (null when it has one)
   std::unique_ptr<Communicator> stage_group_;  // pipeline x tensor: stage 0's tensor-parallel ranks
-  std::unique_ptr<SendQueue> sender_;          // pipeline: rank 0's sends
+  std::unique_ptr<SendQueue> sender_;          // pipeline: rank 0's sends in replica 0
+  std::vector<Link> links_;                    // replicas 1 .. D - 1
   bool agreed_ = false;              // every rank loaded its shard
-  bool running_ = false;             // the engine (and its GroupExecutor) exists
+  bool running_ = false;             // the engines (and their executors) exist
   std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1 (-1 once reaped)
 };
 

@@ -287,13 +287,23 @@ int run_serve(ServeFlags f) {
   cache.num_blocks = setup->core->num_blocks();
   cache.enable_prefix_caching = ec.enable_prefix_caching;
   cache.cache_dtype = f.engine.kv_cache_dtype;
+  std::vector<std::unique_ptr<EngineCore>> cores;
+  cores.push_back(std::move(setup->core));
+  for (auto& replica : setup->replicas) cores.push_back(std::move(replica));
+  const int replicas = static_cast<int>(cores.size());
+  if (replicas > 1) {
+    log_line(LogLevel::kInfo, "serve",
+             "data parallelism: " + std::to_string(replicas) +
+                 " engine replicas, each request to the least loaded (4 x waiting + running); /metrics "
+                 "labels each replica's series engine=\"0\" .. \"" + std::to_string(replicas - 1) + "\"");
+  }
   served.metrics = std::make_shared<metrics::EngineMetrics>(served.served_model_names.front(), cache,
-                                                            ec.scheduler.max_model_len);
+                                                            ec.scheduler.max_model_len, replicas);
   EngineOptions eo;
   eo.max_queued_requests = f.max_queued_requests;
   eo.metrics = served.metrics;
   eo.before_step = std::move(*fault);
-  engine = std::make_unique<Engine>(std::move(setup->core), eo);
+  engine = std::make_unique<Engine>(std::move(cores), eo);
   served.engine = engine.get();
   const std::string name = served.served_model_names.front();
   (*server)->set_model(std::move(served));

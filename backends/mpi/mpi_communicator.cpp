@@ -75,6 +75,23 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::split(int color, int k
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(sub, rank, size));
 }
 
+Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::subgroup(const std::vector<int>& ranks, int tag) {
+  MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_group(comm_, &all), "comm_group"));
+  const int incl = MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &some);
+  MPI_Group_free(&all);
+  PAGODA_RETURN_IF_ERROR(check(incl, "group_incl"));
+  MPI_Comm sub = MPI_COMM_NULL;
+  const int created = MPI_Comm_create_group(comm_, some, tag, &sub);
+  MPI_Group_free(&some);
+  PAGODA_RETURN_IF_ERROR(check(created, "comm_create_group"));
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "set_errhandler"));
+  int rank = 0, size = 0;
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_rank(sub, &rank), "comm_rank"));
+  PAGODA_RETURN_IF_ERROR(check(MPI_Comm_size(sub, &size), "comm_size"));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(sub, rank, size));
+}
+
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "backend/communicator.h"
 
@@ -28,6 +29,10 @@ class MpiCommunicator final : public Communicator {
   // The ranks of this communicator with the same `color`, ordered by `key` (MPI_Comm_split); every
   // rank must call it. Tensor-parallel groups within a pipeline, for example.
   Result<std::unique_ptr<MpiCommunicator>> split(int color, int key);
+  // The group of `ranks` (of this communicator; their order gives the new ranks), which may
+  // overlap other groups (MPI_Comm_create_group): only those ranks call it, with the same `tag`.
+  // A data-parallel replica's ranks with rank 0, which drives them, for example.
+  Result<std::unique_ptr<MpiCommunicator>> subgroup(const std::vector<int>& ranks, int tag);
   ~MpiCommunicator() override;
 
   // Whether the library grants MPI_THREAD_MULTIPLE (a SendQueue on this communicator).

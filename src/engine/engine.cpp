@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <exception>
+
+#include "base/check.h"
 
 namespace pagoda {
 
@@ -38,11 +41,31 @@ std::optional<OutputChunk> RequestStream::next(std::chrono::milliseconds timeout
   return c;
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core, EngineOptions options)
-    : core_(std::move(core)), options_(std::move(options)) {
-  if (options_.metrics) core_->set_metrics(options_.metrics);
-  mark_progress();
-  thread_ = std::thread([this] { loop(); });
+Engine::Engine(std::unique_ptr<EngineCore> core, EngineOptions options) : options_(std::move(options)) {
+  replicas_.push_back(std::make_unique<Replica>());
+  replicas_.back()->core = std::move(core);
+  start();
+}
+
+Engine::Engine(std::vector<std::unique_ptr<EngineCore>> cores, EngineOptions options) : options_(std::move(options)) {
+  for (auto& core : cores) {
+    replicas_.push_back(std::make_unique<Replica>());
+    replicas_.back()->core = std::move(core);
+  }
+  start();
+}
+
+void Engine::start() {
+  PAGODA_CHECK(!replicas_.empty());
+  PAGODA_CHECK(!options_.metrics || options_.metrics->num_engines() >= num_replicas());
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = *replicas_[i];
+    PAGODA_CHECK(r.core != nullptr);
+    r.index = static_cast<int>(i);
+    if (options_.metrics) r.core->set_metrics(options_.metrics, r.index);
+    mark_progress(r);
+  }
+  for (auto& r : replicas_) r->thread = std::thread([this, replica = r.get()] { loop(*replica); });
 }
 
 Engine::~Engine() {
@@ -51,7 +74,7 @@ Engine::~Engine() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  for (auto& r : replicas_) r->thread.join();
 }
 
 Result<RequestStream> Engine::submit(GenerateRequest request) {
@@ -71,23 +94,47 @@ Result<RequestId> Engine::submit(GenerateRequest request, ChunkCallback on_chunk
   return enqueue(std::move(request), std::move(on_chunk));
 }
 
+Engine::Replica& Engine::pick_replica() {
+  // vLLM's score: a waiting sequence weighs four running ones (it will need a prefill and
+  // blocks); scanning from a rotating start spreads equal loads in turn.
+  Replica* best = nullptr;
+  int64_t best_score = 0;
+  for (size_t k = 0; k < replicas_.size(); ++k) {
+    Replica& r = *replicas_[(next_pick_ + k) % replicas_.size()];
+    const int64_t waiting = r.pending_sequences + r.in_transit + r.stats.num_waiting;
+    const int64_t score = 4 * waiting + r.stats.num_running;
+    if (best == nullptr || score < best_score) {
+      best = &r;
+      best_score = score;
+    }
+  }
+  next_pick_ = (next_pick_ + 1) % replicas_.size();
+  return *best;
+}
+
 Result<RequestId> Engine::enqueue(GenerateRequest request, ChunkCallback on_chunk) {
-  PAGODA_RETURN_IF_ERROR(core_->prepare(request));  // reads immutable state only
+  // Every core has the same model and limits: the first one checks for all (immutable state).
+  PAGODA_RETURN_IF_ERROR(replicas_.front()->core->prepare(request));
   RequestId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return unavailable("the engine has failed: " + error_);
     if (stop_) return unavailable("the engine is shutting down");
     if (!refusing_.empty()) return unavailable(refusing_);
-    if (options_.max_queued_requests > 0 &&
-        static_cast<int64_t>(pending_.size()) + in_transit_ + stats_.num_waiting >= options_.max_queued_requests) {
-      return Status(StatusCode::kResourceExhausted,
-                    "the server is busy: " + std::to_string(options_.max_queued_requests) +
-                        " requests are already waiting (--max-queued-requests); retry later");
+    if (options_.max_queued_requests > 0) {
+      int64_t waiting = 0;
+      for (const auto& r : replicas_) waiting += static_cast<int64_t>(r->pending.size()) + r->in_transit + r->stats.num_waiting;
+      if (waiting >= options_.max_queued_requests) {
+        return Status(StatusCode::kResourceExhausted,
+                      "the server is busy: " + std::to_string(options_.max_queued_requests) +
+                          " requests are already waiting (--max-queued-requests); retry later");
+      }
     }
+    Replica& r = pick_replica();
     id = next_id_++;
-    sinks_[id] = Sink{std::move(on_chunk), request.params.n};
-    pending_.emplace_back(id, std::move(request));
+    sinks_[id] = Sink{std::move(on_chunk), request.params.n, r.index};
+    r.pending_sequences += request.params.n;
+    r.pending.emplace_back(id, std::move(request));
   }
   wake_.notify_all();
   return id;
@@ -96,7 +143,9 @@ Result<RequestId> Engine::enqueue(GenerateRequest request, ChunkCallback on_chun
 void Engine::abort(RequestId id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    aborts_.push_back(id);
+    auto it = sinks_.find(id);
+    if (it == sinks_.end()) return;  // finished, or never ours
+    replicas_[static_cast<size_t>(it->second.replica)]->aborts.push_back(id);
   }
   wake_.notify_all();
 }
@@ -104,7 +153,7 @@ void Engine::abort(RequestId id) {
 void Engine::abort_all() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    abort_all_ = true;
+    for (auto& r : replicas_) r->abort_all = true;
   }
   wake_.notify_all();
 }
@@ -116,7 +165,21 @@ void Engine::refuse_new(std::string reason) {
 
 SchedulerStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  SchedulerStats sum;
+  for (const auto& r : replicas_) {
+    sum.num_running += r->stats.num_running;
+    sum.num_waiting += r->stats.num_waiting;
+    sum.kv_usage += r->stats.kv_usage / static_cast<double>(replicas_.size());
+    sum.num_preemptions += r->stats.num_preemptions;
+    sum.prefix_cache.queries += r->stats.prefix_cache.queries;
+    sum.prefix_cache.hits += r->stats.prefix_cache.hits;
+  }
+  return sum;
+}
+
+SchedulerStats Engine::stats(int replica) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return replicas_.at(static_cast<size_t>(replica))->stats;
 }
 
 int64_t Engine::num_unfinished() const {
@@ -132,14 +195,18 @@ EngineHealth Engine::health() const {
     h.error = error_;
     h.stopping = stop_;
   }
-  h.seconds_since_progress = static_cast<double>(steady_now_ns() - last_progress_ns_.load()) * 1e-9;
+  const int64_t now = steady_now_ns();
+  for (const auto& r : replicas_) {
+    h.seconds_since_progress = std::max(h.seconds_since_progress, static_cast<double>(now - r->last_progress_ns.load()) * 1e-9);
+  }
   return h;
 }
 
-void Engine::mark_progress() { last_progress_ns_.store(steady_now_ns()); }
+void Engine::mark_progress(Replica& r) { r.last_progress_ns.store(steady_now_ns()); }
 
-// Only the engine thread erases sinks and calls callbacks, so a callback is called without the
-// lock held (it may take its own locks) and its Sink stays where it is meanwhile. A request's
+// Only the engine thread of a request's core erases its sink and calls its callback, so a
+// callback is called without the lock held (it may take its own locks) and its Sink stays where
+// it is meanwhile (an unordered_map's elements stay put while others come and go). A request's
 // sink is gone before its last callback runs, so whoever sees the end also sees
 // num_unfinished() without it.
 void Engine::deliver(std::vector<OutputChunk> chunks) {
@@ -161,16 +228,19 @@ void Engine::deliver(std::vector<OutputChunk> chunks) {
   }
 }
 
-// Ends every request the engine knows of, including those not yet added to the core.
-void Engine::fail_all(FinishReason reason) {
+// Ends every request of core r, including those not yet added to it.
+void Engine::fail_all(Replica& r, FinishReason reason) {
   std::deque<std::pair<RequestId, GenerateRequest>> never_added;
   std::vector<RequestId> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    never_added.swap(pending_);
-    for (auto& [id, _] : sinks_) ids.push_back(id);
+    never_added.swap(r.pending);
+    r.pending_sequences = 0;
+    for (auto& [id, sink] : sinks_) {
+      if (sink.replica == r.index) ids.push_back(id);
+    }
   }
-  for (RequestId id : ids) deliver(core_->abort(id, reason));
+  for (RequestId id : ids) deliver(r.core->abort(id, reason));
   std::vector<OutputChunk> unstarted;
   for (auto& [id, request] : never_added) {
     for (int64_t i = 0; i < request.params.n; ++i) {
@@ -184,42 +254,53 @@ void Engine::fail_all(FinishReason reason) {
   deliver(std::move(unstarted));
 }
 
-void Engine::loop() {
+void Engine::loop(Replica& r) {
   try {
-    run_loop();
+    run_loop(r);
   } catch (const std::exception& e) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (!failed_) error_ = replicas_.size() > 1 ? "data-parallel engine " + std::to_string(r.index) + ": " + e.what()
+                                                  : std::string(e.what());
       failed_ = true;
-      error_ = e.what();
     }
     try {
-      fail_all(FinishReason::kError);
+      fail_all(r, FinishReason::kError);
     } catch (...) {  // the core is broken; the streams still end below
     }
   }
   // Whatever is still open (stop, or a core too broken to abort) ends here, so no reader hangs.
   try {
-    fail_all(FinishReason::kAbort);
+    fail_all(r, FinishReason::kAbort);
   } catch (...) {
   }
-  std::unordered_map<RequestId, Sink> left;
+  std::vector<Sink> left;
+  std::vector<RequestId> left_ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    left.swap(sinks_);
+    for (auto it = sinks_.begin(); it != sinks_.end();) {
+      if (it->second.replica != r.index) {
+        ++it;
+        continue;
+      }
+      left_ids.push_back(it->first);
+      left.push_back(std::move(it->second));
+      it = sinks_.erase(it);
+    }
   }
-  for (auto& [id, sink] : left) {
-    for (int64_t i = 0; i < sink.open_sequences; ++i) {
+  for (size_t k = 0; k < left.size(); ++k) {
+    for (int64_t i = 0; i < left[k].open_sequences; ++i) {
       OutputChunk c;
-      c.request_id = id;
+      c.request_id = left_ids[k];
       c.index = i;
       c.finish_reason = FinishReason::kAbort;
-      sink.callback(std::move(c));
+      left[k].callback(std::move(c));
     }
   }
 }
 
-void Engine::run_loop() {
+void Engine::run_loop(Replica& r) {
+  EngineCore& core = *r.core;
   for (;;) {
     std::deque<std::pair<RequestId, GenerateRequest>> added;
     std::vector<RequestId> aborted;
@@ -228,18 +309,19 @@ void Engine::run_loop() {
       std::unique_lock<std::mutex> lock(mu_);
       // Wake at least once a second so that health() sees an idle loop as alive.
       wake_.wait_for(lock, std::chrono::seconds(1), [&] {
-        return stop_ || abort_all_ || !pending_.empty() || !aborts_.empty() || core_->has_unfinished();
+        return stop_ || r.abort_all || !r.pending.empty() || !r.aborts.empty() || core.has_unfinished();
       });
       if (stop_) return;
-      added.swap(pending_);
-      in_transit_ = static_cast<int64_t>(added.size());
-      aborted.swap(aborts_);
-      all = abort_all_;
-      abort_all_ = false;
+      added.swap(r.pending);
+      r.in_transit = r.pending_sequences;
+      r.pending_sequences = 0;
+      aborted.swap(r.aborts);
+      all = r.abort_all;
+      r.abort_all = false;
     }
-    mark_progress();
+    mark_progress(r);
     for (auto& [id, request] : added) {
-      Status st = core_->add_request(id, request);
+      Status st = core.add_request(id, request);
       if (!st.ok()) {  // cannot happen after prepare(); end the stream rather than hang it
         std::vector<OutputChunk> failed;
         for (int64_t i = 0; i < request.params.n; ++i) {
@@ -252,20 +334,20 @@ void Engine::run_loop() {
         deliver(std::move(failed));
       }
     }
-    for (RequestId id : aborted) deliver(core_->abort(id));
-    if (all) fail_all(FinishReason::kAbort);
-    if (options_.before_step && core_->has_unfinished()) options_.before_step(steps_++);
+    for (RequestId id : aborted) deliver(core.abort(id));
+    if (all) fail_all(r, FinishReason::kAbort);
+    if (options_.before_step && core.has_unfinished()) options_.before_step(r.steps++);
     // The queue bound sees the step's waiting requests from the moment they are scheduled (or
     // not), so none slips in while a slow forward pass runs.
-    auto publish_stats = [this] {
+    auto publish_stats = [this, &r, &core] {
       std::lock_guard<std::mutex> lock(mu_);
-      stats_ = core_->stats();
-      in_transit_ = 0;
+      r.stats = core.stats();
+      r.in_transit = 0;
     };
-    std::vector<OutputChunk> chunks = core_->step(publish_stats);
+    std::vector<OutputChunk> chunks = core.step(publish_stats);
     publish_stats();
     deliver(std::move(chunks));
-    mark_progress();
+    mark_progress(r);
   }
 }
 

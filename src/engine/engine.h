@@ -1,11 +1,17 @@
-// Engine: the thread-safe facade over EngineCore. One engine thread runs the continuous-batching
-// loop; any thread may submit requests and read their output, either as a RequestStream (pull;
-// dropping it before it ends aborts the request) or through a callback (push; what an event-loop
-// server wants). An aborted request's KV blocks return within one step.
+// Engine: the thread-safe facade over one EngineCore, or several (data parallelism: replicas of
+// the model, each with its own scheduler, KV cache and workers). One engine thread per core runs
+// the continuous-batching loop; any thread may submit requests and read their output, either as
+// a RequestStream (pull; dropping it before it ends aborts the request) or through a callback
+// (push; what an event-loop server wants). An aborted request's KV blocks return within one step.
 //
-// Failure: if a step throws, the engine is marked failed, every request ends with finish reason
-// "error", and later submissions fail with unavailable; health() says so, so that a supervisor
-// restarts the process rather than a live process hanging while it looks healthy.
+// Data parallelism (vLLM's DP load balancing): each request goes to the replica with the least
+// load, 4 x waiting + running sequences counted as of now (a request submitted a moment ago
+// counts as waiting), ties taken in turn; it stays there for life, and abort() finds it there.
+//
+// Failure: if a step throws, the engine is marked failed, the requests of that core end with
+// finish reason "error" (the others run on until the owner stops the engine), and later
+// submissions fail with unavailable; health() says so, so that a supervisor restarts the process
+// rather than a live process hanging while it looks healthy.
 #pragma once
 
 #include <chrono>
@@ -58,10 +64,11 @@ struct EngineOptions {
   // Requests waiting to be scheduled (queued or preempted) beyond which submit() refuses new
   // ones with resource_exhausted; 0 = no bound.
   int64_t max_queued_requests = 0;
-  // Where the engine records vLLM's metrics; may be null.
+  // Where the engine records vLLM's metrics (core i as engine i: it must have as many); may be null.
   std::shared_ptr<metrics::EngineMetrics> metrics;
-  // Fault injection for tests: called on the engine thread before each step that has work,
-  // with the step's number (0, 1, ...). It may throw (a failing step) or block (a stuck one).
+  // Fault injection for tests: called on each core's engine thread before each step that has
+  // work, with that core's step number (0, 1, ...). It may throw (a failing step) or block (a
+  // stuck one).
   std::function<void(int64_t step)> before_step;
 };
 
@@ -75,7 +82,8 @@ struct EngineHealth {
   std::string error;     // why, when failed
   bool stopping = false;
   // Seconds since the loop last made progress (a finished step, or an idle wake-up, which happens
-  // at least once a second). A large value with work pending means the loop is stuck.
+  // at least once a second); the slowest loop's, with several cores. A large value with work
+  // pending means the loop is stuck.
   double seconds_since_progress = 0;
 };
 
@@ -83,7 +91,10 @@ class Engine {
  public:
   // Takes over the core and starts the engine thread.
   explicit Engine(std::unique_ptr<EngineCore> core, EngineOptions options = {});
-  ~Engine();  // stops the thread; unfinished requests are aborted
+  // Data parallelism: takes over the cores (at least one, alike: the same model and limits) and
+  // starts a thread for each.
+  explicit Engine(std::vector<std::unique_ptr<EngineCore>> cores, EngineOptions options = {});
+  ~Engine();  // stops the threads; unfinished requests are aborted
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -101,45 +112,60 @@ class Engine {
   void refuse_new(std::string reason);
 
   // Scheduler figures (running, waiting, KV usage, prefix-cache counts) as of the last step:
-  // taken when it was scheduled and again when it ended.
+  // taken when it was scheduled and again when it ended. Summed over the cores (KV usage
+  // averaged), or core `replica`'s.
   SchedulerStats stats() const;
-  // Requests submitted and not yet finished (including those not yet seen by the loop).
+  SchedulerStats stats(int replica) const;
+  // Requests submitted and not yet finished (including those not yet seen by the loops).
   int64_t num_unfinished() const;
   EngineHealth health() const;
-  const EngineCore& core() const { return *core_; }
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  const EngineCore& core(int replica = 0) const { return *replicas_.at(static_cast<size_t>(replica))->core; }
 
  private:
   struct Sink {  // where one request's chunks go
     ChunkCallback callback;
     int64_t open_sequences = 0;
+    int replica = 0;
   };
+  // One core and what its thread works on.
+  struct Replica {
+    int index = 0;
+    std::unique_ptr<EngineCore> core;
+    std::deque<std::pair<RequestId, GenerateRequest>> pending;  // guarded by mu_
+    int64_t pending_sequences = 0;                              // guarded by mu_
+    std::vector<RequestId> aborts;                              // guarded by mu_
+    bool abort_all = false;                                     // guarded by mu_
+    SchedulerStats stats;                                       // guarded by mu_
+    // Requests the loop has taken from pending and the scheduler has not yet decided about,
+    // which stats does not count yet: the queue bound and the balancing count them, so none
+    // slips in meanwhile.
+    int64_t in_transit = 0;                                     // guarded by mu_
+    std::atomic<int64_t> last_progress_ns{0};                   // steady_clock, since its epoch
+    int64_t steps = 0;                                          // its thread only
+    std::thread thread;
+  };
+  void start();
+  Replica& pick_replica();  // requires mu_
   Result<RequestId> enqueue(GenerateRequest request, ChunkCallback on_chunk);
-  void loop();
-  void run_loop();
+  void loop(Replica& r);
+  void run_loop(Replica& r);
   void deliver(std::vector<OutputChunk> chunks);
-  void fail_all(FinishReason reason);
-  void mark_progress();
+  void fail_all(Replica& r, FinishReason reason);
+  static void mark_progress(Replica& r);
 
-  std::unique_ptr<EngineCore> core_;
   const EngineOptions options_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;                                       // guarded by mu_
-  bool abort_all_ = false;                                  // guarded by mu_
   bool failed_ = false;                                     // guarded by mu_
   std::string refusing_;                                    // guarded by mu_; "" = accepting
   std::string error_;                                       // guarded by mu_
   RequestId next_id_ = 1;                                   // guarded by mu_
-  std::deque<std::pair<RequestId, GenerateRequest>> pending_;  // guarded by mu_
-  std::vector<RequestId> aborts_;                           // guarded by mu_
+  size_t next_pick_ = 0;                                    // guarded by mu_; ties go in turn
+  // Only a request's own core's thread erases its sink (and calls its callback).
   std::unordered_map<RequestId, Sink> sinks_;               // guarded by mu_
-  SchedulerStats stats_;                                    // guarded by mu_
-  // Requests the loop has taken from pending_ and the scheduler has not yet decided about, which
-  // stats_ does not count yet: the queue bound counts them, so none slips in meanwhile.
-  int64_t in_transit_ = 0;                                  // guarded by mu_
-  std::atomic<int64_t> last_progress_ns_{0};                // steady_clock, since its epoch
-  int64_t steps_ = 0;                                       // engine thread only
-  std::thread thread_;
 };
 
 }  // namespace pagoda

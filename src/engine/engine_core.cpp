@@ -151,7 +151,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
     // vLLM's rule, with the machine's memory in place of the GPU's: the engine may use this
     // fraction for weights + activations + KV cache; the KV cache gets what is left.
     const double total = static_cast<double>(total_memory_bytes());
-    const double allowed = config.gpu_memory_utilization * total;
+    const double share = 1.0 / std::max(1, config.replicas_on_host);
+    const double allowed = config.gpu_memory_utilization * total * share;
     double weights = static_cast<double>(model->weight_bytes());
     double activations = static_cast<double>(activation_bytes(shard, sc));
     if (draft_model) {
@@ -161,7 +162,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
     const double left = allowed - weights - activations;
     char fraction[32];
     std::snprintf(fraction, sizeof fraction, "%g", config.gpu_memory_utilization);
-    const std::string account = fraction + std::string(" of the machine's ") + gib(total) + " = " + gib(allowed) +
+    const std::string replicas =
+        config.replicas_on_host > 1 ? " / " + std::to_string(config.replicas_on_host) + " replicas on this host" : "";
+    const std::string account = fraction + std::string(" of the machine's ") + gib(total) + replicas + " = " + gib(allowed) +
                                 ", less " + gib(weights) + " of weights and " + gib(activations) + " of activations";
     if (left < static_cast<double>(one_seq)) {
       return invalid_argument("--gpu-memory-utilization " + std::string(fraction) + " leaves " +
@@ -175,8 +178,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   } else {
     const double all_seqs = static_cast<double>(blocks_per_seq) * static_cast<double>(sc.max_num_seqs) *
                             static_cast<double>(per_block);
-    memory = static_cast<int64_t>(std::min(all_seqs, available_memory_bytes() / 4.0));
-    core->kv_sizing_ = "default: a quarter of the available memory, at most --max-num-seqs full sequences";
+    const int replicas = std::max(1, config.replicas_on_host);
+    memory = static_cast<int64_t>(std::min(all_seqs, available_memory_bytes() / 4.0 / replicas));
+    core->kv_sizing_ = "default: a quarter of the available memory" +
+                       (replicas > 1 ? " shared by " + std::to_string(replicas) + " replicas" : std::string()) +
+                       ", at most --max-num-seqs full sequences";
   }
   core->num_blocks_ = memory / per_block;
   if (core->num_blocks_ < blocks_per_seq) {
@@ -215,6 +221,34 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> mo
   }
   KvCacheConfig kvc{static_cast<int32_t>(core->num_blocks_), config.block_size, config.enable_prefix_caching};
   core->scheduler_ = std::make_unique<Scheduler>(sc, kvc);
+  return core;
+}
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create_replica(const EngineCore& like,
+                                                               std::unique_ptr<Executor> executor) {
+  const SpeculativeConfig& spec = like.config_.speculative;
+  if (spec.method == "draft_model") {
+    return invalid_argument("--speculative-config draft_model with --data-parallel-size > 1 is not supported (the "
+                            "draft runs next to each replica's scheduler); use ngram, or one replica");
+  }
+  if (!spec.method.empty() && executor->max_in_flight() > 1) {
+    return invalid_argument("speculative decoding with pipeline parallelism: the drafts of a request need its "
+                            "last token, which is still in the pipeline; use one or the other");
+  }
+  std::unique_ptr<EngineCore> core(new EngineCore());
+  core->config_ = like.config_;
+  core->tokenizer_ = like.tokenizer_;
+  core->executor_ = std::move(executor);
+  core->num_blocks_ = like.num_blocks_;
+  core->bytes_per_block_ = like.bytes_per_block_;
+  core->kv_sizing_ = like.kv_sizing_;
+  if (spec.method == "ngram") {
+    core->proposer_ = std::make_unique<NgramProposer>(
+        NgramProposerConfig{spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max});
+  }
+  KvCacheConfig kvc{static_cast<int32_t>(core->num_blocks_), core->config_.block_size,
+                    core->config_.enable_prefix_caching};
+  core->scheduler_ = std::make_unique<Scheduler>(core->config_.scheduler, kvc);
   return core;
 }
 
@@ -335,7 +369,7 @@ OutputChunk EngineCore::finish_chunk(RequestId seq_id, Sequence& s, FinishReason
 void EngineCore::record_finished(const OutputChunk& last) {
   if (!metrics_) return;
   metrics_->record_finished(finish_reason_name(last.finish_reason), last.prompt_tokens, last.completion_tokens,
-                            last.timings.queued_s, last.timings.first_token_s, last.timings.finished_s);
+                            last.timings.queued_s, last.timings.first_token_s, last.timings.finished_s, metrics_engine_);
 }
 
 std::vector<OutputChunk> EngineCore::abort(RequestId id, FinishReason reason) {
@@ -408,7 +442,7 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     auto& per_pos = spec_stats_.num_accepted_per_pos;
     if (per_pos.size() < static_cast<size_t>(c.num_draft_tokens)) per_pos.resize(static_cast<size_t>(c.num_draft_tokens), 0);
     for (int64_t i = 0; i < c.num_accepted; ++i) ++per_pos[static_cast<size_t>(i)];
-    if (metrics_) metrics_->record_spec_decode(c.num_draft_tokens, c.num_accepted);
+    if (metrics_) metrics_->record_spec_decode(c.num_draft_tokens, c.num_accepted, metrics_engine_);
   }
   std::vector<RequestUpdate> updates = scheduler_->update_from_output(scheduled, produced);
 
@@ -421,11 +455,11 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     const auto now = std::chrono::steady_clock::now();
     if (!u.new_tokens.empty() && metrics_) {
       if (s.first_token_s < 0) {
-        metrics_->record_tokens(s.prompt_tokens, 0);
+        metrics_->record_tokens(s.prompt_tokens, 0, metrics_engine_);
       } else {
-        metrics_->record_inter_token(std::chrono::duration<double>(now - s.last_token).count());
+        metrics_->record_inter_token(std::chrono::duration<double>(now - s.last_token).count(), metrics_engine_);
       }
-      metrics_->record_tokens(0, static_cast<int64_t>(u.new_tokens.size()));
+      metrics_->record_tokens(0, static_cast<int64_t>(u.new_tokens.size()), metrics_engine_);
     }
     if (!u.new_tokens.empty()) s.last_token = now;
     if (s.first_token_s < 0) s.first_token_s = since(s);
@@ -498,7 +532,7 @@ void EngineCore::record_step(int64_t scheduled_tokens) {
   const SchedulerStats st = scheduler_->stats();
   metrics_->record_step(st.num_running, st.num_waiting, st.kv_usage, static_cast<uint64_t>(st.prefix_cache.queries),
                         static_cast<uint64_t>(st.prefix_cache.hits), static_cast<uint64_t>(st.num_preemptions),
-                        scheduled_tokens);
+                        scheduled_tokens, metrics_engine_);
 }
 
 }  // namespace pagoda

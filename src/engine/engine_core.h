@@ -52,6 +52,12 @@ class EngineCore {
                                                     const EngineConfig& config,
                                                     std::unique_ptr<Model> draft_model = nullptr);
 
+  // Another data-parallel replica of `like` (an engine created above): its configuration, KV cache
+  // size and tokenizer, with its own scheduler, running its steps on `executor` (whose workers
+  // hold the model and a KV cache of like.num_blocks() blocks). Fails for a draft model (it runs
+  // in this process, next to the scheduler: one per replica is not supported).
+  static Result<std::unique_ptr<EngineCore>> create_replica(const EngineCore& like, std::unique_ptr<Executor> executor);
+
   // Checks a request without adding it (thread-safe: reads only immutable state): tokenizes if
   // needed (filling prompt_token_ids) and validates parameters and lengths. The message names
   // the bad parameter.
@@ -73,8 +79,12 @@ class EngineCore {
   // worker died or refused the step): the core cannot go on.
   std::vector<OutputChunk> step(const std::function<void()>& on_scheduled = {});
 
-  // Records vLLM's engine metrics from now on (per step, per token, per finished sequence).
-  void set_metrics(std::shared_ptr<metrics::EngineMetrics> metrics) { metrics_ = std::move(metrics); }
+  // Records vLLM's engine metrics from now on (per step, per token, per finished sequence), as
+  // data-parallel engine `engine` of `metrics`.
+  void set_metrics(std::shared_ptr<metrics::EngineMetrics> metrics, int engine = 0) {
+    metrics_ = std::move(metrics);
+    metrics_engine_ = engine;
+  }
 
   // Requests to run, or steps in flight whose output is still to be taken.
   bool has_unfinished() const { return scheduler_->has_unfinished() || !in_flight_.empty(); }
@@ -125,6 +135,7 @@ class EngineCore {
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<metrics::EngineMetrics> metrics_;  // may be null
+  int metrics_engine_ = 0;                           // this core's engine index in metrics_
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Proposer> proposer_;  // set when config.speculative.method is not ""

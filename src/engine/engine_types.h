@@ -58,6 +58,9 @@ struct EngineConfig {
   // Tensor and pipeline parallelism: the ranks the model is split over, this process being rank
   // 0 (runner/group_executor.h). Set by the launcher (apps/pagoda/ranks.h), not a flag.
   ParallelGroup parallel_group;
+  // Data parallelism: the engines of this host that share its memory (the replicas here), each
+  // taking its share of the automatic KV-cache budgets (--gpu-memory-utilization, the default).
+  int replicas_on_host = 1;
 };
 
 // Request defaults from a model folder's generation_config.json (vLLM's --generation-config

@@ -50,161 +50,122 @@ uint64_t take_delta(uint64_t total, uint64_t& last) {
 
 }  // namespace
 
-EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cache,
-                             int64_t max_model_len)
-    : model_name_(std::move(model_name)),
-      request_success_(registry_.add_counter("vllm:request_success",
-                                             "Count of successfully processed requests.",
-                                             {"model_name", "finished_reason"})),
-      num_requests_running_(
-          registry_
-              .add_gauge("vllm:num_requests_running",
-                         "Number of requests in model execution batches.", {"model_name"})
-              .with_labels({model_name_})),
-      num_requests_waiting_(registry_
-                                .add_gauge("vllm:num_requests_waiting",
-                                           "Number of requests waiting to be processed.",
-                                           {"model_name"})
-                                .with_labels({model_name_})),
-      kv_cache_usage_perc_(registry_
-                               .add_gauge("vllm:kv_cache_usage_perc",
-                                          "KV-cache usage. 1 means 100 percent usage.",
-                                          {"model_name"})
-                               .with_labels({model_name_})),
-      prefix_cache_queries_(
-          registry_
-              .add_counter("vllm:prefix_cache_queries",
-                           "Prefix cache queries, in terms of number of queried tokens.",
-                           {"model_name"})
-              .with_labels({model_name_})),
-      prefix_cache_hits_(registry_
-                             .add_counter("vllm:prefix_cache_hits",
-                                          "Prefix cache hits, in terms of number of cached tokens.",
-                                          {"model_name"})
-                             .with_labels({model_name_})),
-      num_preemptions_(registry_
-                           .add_counter("vllm:num_preemptions",
-                                        "Cumulative number of preemption from the engine.",
-                                        {"model_name"})
-                           .with_labels({model_name_})),
-      prompt_tokens_(registry_
-                         .add_counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                                      {"model_name"})
-                         .with_labels({model_name_})),
-      generation_tokens_(registry_
-                             .add_counter("vllm:generation_tokens",
-                                          "Number of generation tokens processed.", {"model_name"})
-                             .with_labels({model_name_})),
-      time_to_first_token_(registry_
-                               .add_histogram("vllm:time_to_first_token_seconds",
-                                              "Histogram of time to first token in seconds.",
-                                              {"model_name"}, ttft_buckets())
-                               .with_labels({model_name_})),
-      inter_token_latency_(registry_
-                               .add_histogram("vllm:inter_token_latency_seconds",
-                                              "Histogram of inter-token latency in seconds.",
-                                              {"model_name"}, inter_token_latency_buckets())
-                               .with_labels({model_name_})),
-      e2e_request_latency_(
-          registry_
-              .add_histogram("vllm:e2e_request_latency_seconds",
-                             "Histogram of e2e request latency in seconds.", {"model_name"},
-                             request_latency_buckets())
-              .with_labels({model_name_})),
-      request_queue_time_(
-          registry_
-              .add_histogram("vllm:request_queue_time_seconds",
-                             "Histogram of time spent in WAITING phase for request.",
-                             {"model_name"}, request_latency_buckets())
-              .with_labels({model_name_})),
-      request_prompt_tokens_(
-          registry_
-              .add_histogram("vllm:request_prompt_tokens",
-                             "Number of prefill tokens processed.", {"model_name"},
-                             buckets_1_2_5(max_model_len))
-              .with_labels({model_name_})),
-      request_generation_tokens_(
-          registry_
-              .add_histogram("vllm:request_generation_tokens",
-                             "Number of generation tokens processed.", {"model_name"},
-                             buckets_1_2_5(max_model_len))
-              .with_labels({model_name_})),
-      iteration_tokens_(registry_
-                            .add_histogram("vllm:iteration_tokens_total",
-                                           "Histogram of number of tokens per engine_step.",
-                                           {"model_name"}, iteration_tokens_buckets())
-                            .with_labels({model_name_})),
-      spec_num_drafts_(registry_
-                           .add_counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
-                                        {"model_name"})
-                           .with_labels({model_name_})),
-      spec_num_draft_tokens_(registry_
-                                 .add_counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
-                                              {"model_name"})
-                                 .with_labels({model_name_})),
-      spec_num_accepted_tokens_(registry_
-                                    .add_counter("vllm:spec_decode_num_accepted_tokens",
-                                                 "Number of accepted tokens.", {"model_name"})
-                                    .with_labels({model_name_})),
-      spec_accepted_per_pos_(registry_.add_counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                                   "Accepted tokens per draft position.",
-                                                   {"model_name", "position"})) {
-  // Like vLLM, export the usual finish reasons at zero from the start, so that rate() and
-  // dashboards see the series before the first request of each kind finishes.
-  for (const char* reason : {"stop", "length", "abort", "error"}) {
-    request_success_.with_labels({model_name_, reason});
-  }
+EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cache, int64_t max_model_len,
+                             int num_engines)
+    : model_name_(std::move(model_name)) {
+  PAGODA_CHECK(num_engines >= 1);
+  const std::vector<std::string> labels = {"model_name", "engine"};
+  auto& request_success = registry_.add_counter("vllm:request_success", "Count of successfully processed requests.",
+                                                {"model_name", "engine", "finished_reason"});
+  auto& running = registry_.add_gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels);
+  auto& waiting = registry_.add_gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels);
+  auto& kv_usage = registry_.add_gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels);
+  auto& prefix_queries = registry_.add_counter("vllm:prefix_cache_queries",
+                                               "Prefix cache queries, in terms of number of queried tokens.", labels);
+  auto& prefix_hits =
+      registry_.add_counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", labels);
+  auto& preemptions =
+      registry_.add_counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", labels);
+  auto& prompt_tokens = registry_.add_counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels);
+  auto& generation_tokens =
+      registry_.add_counter("vllm:generation_tokens", "Number of generation tokens processed.", labels);
+  auto& ttft = registry_.add_histogram("vllm:time_to_first_token_seconds",
+                                       "Histogram of time to first token in seconds.", labels, ttft_buckets());
+  auto& itl = registry_.add_histogram("vllm:inter_token_latency_seconds",
+                                      "Histogram of inter-token latency in seconds.", labels,
+                                      inter_token_latency_buckets());
+  auto& e2e = registry_.add_histogram("vllm:e2e_request_latency_seconds",
+                                      "Histogram of e2e request latency in seconds.", labels,
+                                      request_latency_buckets());
+  auto& queue = registry_.add_histogram("vllm:request_queue_time_seconds",
+                                        "Histogram of time spent in WAITING phase for request.", labels,
+                                        request_latency_buckets());
+  auto& request_prompt = registry_.add_histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                                                 labels, buckets_1_2_5(max_model_len));
+  auto& request_generation = registry_.add_histogram(
+      "vllm:request_generation_tokens", "Number of generation tokens processed.", labels, buckets_1_2_5(max_model_len));
+  auto& iteration = registry_.add_histogram("vllm:iteration_tokens_total",
+                                            "Histogram of number of tokens per engine_step.", labels,
+                                            iteration_tokens_buckets());
+  auto& drafts = registry_.add_counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", labels);
+  auto& draft_tokens = registry_.add_counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", labels);
+  auto& accepted = registry_.add_counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels);
+  auto& per_pos = registry_.add_counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                        "Accepted tokens per draft position.", {"model_name", "engine", "position"});
   // Info-style gauge: the configuration is in the labels, the value is always 1. vLLM writes
   // Python's str() of each field, hence "True"/"False".
-  registry_
-      .add_gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                 {"model_name", "block_size", "num_gpu_blocks", "enable_prefix_caching",
-                  "cache_dtype"})
-      .with_labels({model_name_, std::to_string(cache.block_size), std::to_string(cache.num_blocks),
-                    cache.enable_prefix_caching ? "True" : "False", cache.cache_dtype})
-      .set(1);
+  auto& cache_info = registry_.add_gauge(
+      "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+      {"model_name", "engine", "block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_dtype"});
+  for (int e = 0; e < num_engines; ++e) {
+    const std::string index = std::to_string(e);
+    const std::vector<std::string> values = {model_name_, index};
+    engines_.push_back(std::unique_ptr<Series>(new Series{
+        index, request_success, running.with_labels(values), waiting.with_labels(values), kv_usage.with_labels(values),
+        prefix_queries.with_labels(values), prefix_hits.with_labels(values), preemptions.with_labels(values),
+        prompt_tokens.with_labels(values), generation_tokens.with_labels(values), ttft.with_labels(values),
+        itl.with_labels(values), e2e.with_labels(values), queue.with_labels(values), request_prompt.with_labels(values),
+        request_generation.with_labels(values), iteration.with_labels(values), drafts.with_labels(values),
+        draft_tokens.with_labels(values), accepted.with_labels(values), per_pos}));
+    // Like vLLM, export the usual finish reasons at zero from the start, so that rate() and
+    // dashboards see the series before the first request of each kind finishes.
+    for (const char* reason : {"stop", "length", "abort", "error"}) request_success.with_labels({model_name_, index, reason});
+    cache_info
+        .with_labels({model_name_, index, std::to_string(cache.block_size), std::to_string(cache.num_blocks),
+                      cache.enable_prefix_caching ? "True" : "False", cache.cache_dtype})
+        .set(1);
+  }
+}
+
+EngineMetrics::Series& EngineMetrics::at(int engine) const {
+  PAGODA_CHECK(engine >= 0 && engine < num_engines());
+  return *engines_[static_cast<size_t>(engine)];
 }
 
 void EngineMetrics::record_step(int64_t num_running, int64_t num_waiting, double kv_usage,
                                 uint64_t prefix_queries_total, uint64_t prefix_hits_total,
-                                uint64_t preemptions_total, int64_t iteration_tokens) {
-  num_requests_running_.set(static_cast<double>(num_running));
-  num_requests_waiting_.set(static_cast<double>(num_waiting));
-  kv_cache_usage_perc_.set(kv_usage);
+                                uint64_t preemptions_total, int64_t iteration_tokens, int engine) {
+  Series& s = at(engine);
+  s.num_requests_running.set(static_cast<double>(num_running));
+  s.num_requests_waiting.set(static_cast<double>(num_waiting));
+  s.kv_cache_usage_perc.set(kv_usage);
   {
     std::lock_guard<std::mutex> lock(step_mu_);
-    prefix_cache_queries_.inc(
-        static_cast<double>(take_delta(prefix_queries_total, last_prefix_queries_)));
-    prefix_cache_hits_.inc(static_cast<double>(take_delta(prefix_hits_total, last_prefix_hits_)));
-    num_preemptions_.inc(static_cast<double>(take_delta(preemptions_total, last_preemptions_)));
+    s.prefix_cache_queries.inc(static_cast<double>(take_delta(prefix_queries_total, s.last_prefix_queries)));
+    s.prefix_cache_hits.inc(static_cast<double>(take_delta(prefix_hits_total, s.last_prefix_hits)));
+    s.num_preemptions.inc(static_cast<double>(take_delta(preemptions_total, s.last_preemptions)));
   }
-  if (iteration_tokens > 0) iteration_tokens_.observe(static_cast<double>(iteration_tokens));
+  if (iteration_tokens > 0) s.iteration_tokens.observe(static_cast<double>(iteration_tokens));
 }
 
-void EngineMetrics::record_finished(std::string_view reason, int64_t prompt_tokens,
-                                    int64_t generation_tokens, double queue_s, double ttft_s,
-                                    double e2e_s) {
-  request_success_.with_labels({model_name_, std::string(reason)}).inc();
-  request_prompt_tokens_.observe(static_cast<double>(prompt_tokens));
-  request_generation_tokens_.observe(static_cast<double>(generation_tokens));
-  request_queue_time_.observe(queue_s);
-  time_to_first_token_.observe(ttft_s);
-  e2e_request_latency_.observe(e2e_s);
+void EngineMetrics::record_finished(std::string_view reason, int64_t prompt_tokens, int64_t generation_tokens,
+                                    double queue_s, double ttft_s, double e2e_s, int engine) {
+  Series& s = at(engine);
+  s.request_success.with_labels({model_name_, s.index, std::string(reason)}).inc();
+  s.request_prompt_tokens.observe(static_cast<double>(prompt_tokens));
+  s.request_generation_tokens.observe(static_cast<double>(generation_tokens));
+  s.request_queue_time.observe(queue_s);
+  s.time_to_first_token.observe(ttft_s);
+  s.e2e_request_latency.observe(e2e_s);
 }
 
-void EngineMetrics::record_inter_token(double seconds) { inter_token_latency_.observe(seconds); }
+void EngineMetrics::record_inter_token(double seconds, int engine) { at(engine).inter_token_latency.observe(seconds); }
 
-void EngineMetrics::record_spec_decode(int64_t num_draft_tokens, int64_t num_accepted) {
-  spec_num_drafts_.inc();
-  spec_num_draft_tokens_.inc(static_cast<double>(num_draft_tokens));
-  spec_num_accepted_tokens_.inc(static_cast<double>(num_accepted));
-  for (int64_t i = 0; i < num_accepted; ++i) spec_accepted_per_pos_.with_labels({model_name_, std::to_string(i)}).inc();
+void EngineMetrics::record_spec_decode(int64_t num_draft_tokens, int64_t num_accepted, int engine) {
+  Series& s = at(engine);
+  s.spec_num_drafts.inc();
+  s.spec_num_draft_tokens.inc(static_cast<double>(num_draft_tokens));
+  s.spec_num_accepted_tokens.inc(static_cast<double>(num_accepted));
+  for (int64_t i = 0; i < num_accepted; ++i) {
+    s.spec_accepted_per_pos.with_labels({model_name_, s.index, std::to_string(i)}).inc();
+  }
 }
 
-void EngineMetrics::record_tokens(int64_t prompt, int64_t generation) {
+void EngineMetrics::record_tokens(int64_t prompt, int64_t generation, int engine) {
   // Negative counts would be a caller bug; Counter::inc checks it.
-  prompt_tokens_.inc(static_cast<double>(prompt));
-  generation_tokens_.inc(static_cast<double>(generation));
+  Series& s = at(engine);
+  s.prompt_tokens.inc(static_cast<double>(prompt));
+  s.generation_tokens.inc(static_cast<double>(generation));
 }
 
 std::string EngineMetrics::render() const {
@@ -213,20 +174,25 @@ std::string EngineMetrics::render() const {
   return out;
 }
 
-EngineMetrics::Snapshot EngineMetrics::snapshot() const {
-  Snapshot s;
-  s.prompt_tokens = prompt_tokens_.value();
-  s.generation_tokens = generation_tokens_.value();
-  s.running = num_requests_running_.value();
-  s.waiting = num_requests_waiting_.value();
-  s.kv_usage = kv_cache_usage_perc_.value();
-  s.prefix_queries = prefix_cache_queries_.value();
-  s.prefix_hits = prefix_cache_hits_.value();
-  s.preemptions = num_preemptions_.value();
-  s.spec_drafts = spec_num_drafts_.value();
-  s.spec_draft_tokens = spec_num_draft_tokens_.value();
-  s.spec_accepted_tokens = spec_num_accepted_tokens_.value();
-  return s;
+EngineMetrics::Snapshot EngineMetrics::snapshot(int engine) const {
+  Snapshot out;
+  const int first = engine < 0 ? 0 : engine;
+  const int last = engine < 0 ? num_engines() - 1 : engine;
+  for (int e = first; e <= last; ++e) {
+    const Series& s = at(e);
+    out.prompt_tokens += s.prompt_tokens.value();
+    out.generation_tokens += s.generation_tokens.value();
+    out.running += s.num_requests_running.value();
+    out.waiting += s.num_requests_waiting.value();
+    out.kv_usage += s.kv_cache_usage_perc.value() / (last - first + 1);
+    out.prefix_queries += s.prefix_cache_queries.value();
+    out.prefix_hits += s.prefix_cache_hits.value();
+    out.preemptions += s.num_preemptions.value();
+    out.spec_drafts += s.spec_num_drafts.value();
+    out.spec_draft_tokens += s.spec_num_draft_tokens.value();
+    out.spec_accepted_tokens += s.spec_num_accepted_tokens.value();
+  }
+  return out;
 }
 
 }  // namespace pagoda::metrics

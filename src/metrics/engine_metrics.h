@@ -1,10 +1,11 @@
 // EngineMetrics: the engine's Prometheus metric set, with vLLM v1's names, types and default
 // buckets, so dashboards, autoscalers and routers written for vLLM read Pagoda unchanged.
 //
-// The engine loop calls record_*() (from one thread, or several: every method is thread-safe);
-// the HTTP /metrics route calls render(). Every series carries the label model_name;
-// vllm:request_success adds finished_reason. vLLM's `engine` (data-parallel index) label is not
-// exported: there is one engine per process.
+// The engine loops call record_*() (from one thread, or several: every method is thread-safe);
+// the HTTP /metrics route calls render(). Every series carries the labels model_name and engine
+// (the data-parallel replica's index, "0" with one engine, as vLLM exports it);
+// vllm:request_success adds finished_reason. Sums over the replicas are PromQL's
+// (sum without (engine) (...)); snapshot() sums them for the periodic log line.
 //
 // Buckets (from vllm/v1/metrics/loggers.py):
 //   time_to_first_token_seconds   0.001 ... 2560
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -44,37 +46,40 @@ std::vector<double> buckets_1_2_5(int64_t max_value);
 
 class EngineMetrics {
  public:
-  // `max_model_len` bounds the token-count histograms' buckets.
-  EngineMetrics(std::string model_name, const CacheConfigInfo& cache, int64_t max_model_len);
+  // `max_model_len` bounds the token-count histograms' buckets; `num_engines` data-parallel
+  // replicas each get their series (engine="0" ... "num_engines - 1"); the record_*() methods'
+  // `engine` says whose.
+  EngineMetrics(std::string model_name, const CacheConfigInfo& cache, int64_t max_model_len, int num_engines = 1);
   EngineMetrics(const EngineMetrics&) = delete;
   EngineMetrics& operator=(const EngineMetrics&) = delete;
+
+  int num_engines() const { return static_cast<int>(engines_.size()); }
 
   // Once per engine step. Gauges are set; the *_total arguments are running totals kept by the
   // KV manager / scheduler, and only their increase since the previous call is added to the
   // counters. A total smaller than the previous one means its source was reset: the new total
   // is then counted as the increase (the counter itself never goes down). iteration_tokens is
   // the number of tokens scheduled this step (observed into vllm:iteration_tokens_total when > 0).
-  void record_step(int64_t num_running, int64_t num_waiting, double kv_usage,
-                   uint64_t prefix_queries_total, uint64_t prefix_hits_total,
-                   uint64_t preemptions_total, int64_t iteration_tokens);
+  void record_step(int64_t num_running, int64_t num_waiting, double kv_usage, uint64_t prefix_queries_total,
+                   uint64_t prefix_hits_total, uint64_t preemptions_total, int64_t iteration_tokens, int engine = 0);
 
   // Once per finished request: reason is "stop", "length", "abort", "error", ...;
   // times in seconds (queue: queued -> first scheduled, ttft: arrival -> first token,
   // e2e: arrival -> last token).
-  void record_finished(std::string_view reason, int64_t prompt_tokens, int64_t generation_tokens,
-                       double queue_s, double ttft_s, double e2e_s);
+  void record_finished(std::string_view reason, int64_t prompt_tokens, int64_t generation_tokens, double queue_s,
+                       double ttft_s, double e2e_s, int engine = 0);
 
   // The gap between two successive outputs of one request.
-  void record_inter_token(double seconds);
+  void record_inter_token(double seconds, int engine = 0);
 
   // Tokens processed: prompt (prefill) and generated, added to the token counters.
-  void record_tokens(int64_t prompt, int64_t generation);
+  void record_tokens(int64_t prompt, int64_t generation, int engine = 0);
 
   // One request's drafts verified in a step (speculative decoding): num_draft_tokens scheduled,
   // the first num_accepted of them accepted. Adds to vllm:spec_decode_num_drafts (1),
   // _num_draft_tokens, _num_accepted_tokens and _num_accepted_tokens_per_pos{position=i} for
   // i < num_accepted.
-  void record_spec_decode(int64_t num_draft_tokens, int64_t num_accepted);
+  void record_spec_decode(int64_t num_draft_tokens, int64_t num_accepted, int engine = 0);
 
   // The figures behind the periodic log line (vLLM's "Avg prompt throughput: ..."), read now.
   struct Snapshot {
@@ -84,7 +89,8 @@ class EngineMetrics {
     double preemptions = 0;
     double spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // totals
   };
-  Snapshot snapshot() const;
+  // One engine's figures, or (engine -1) every engine's summed, the KV usage averaged.
+  Snapshot snapshot(int engine = -1) const;
 
   // The whole exposition: engine metrics then process metrics. Thread-safe.
   std::string render() const;
@@ -93,35 +99,40 @@ class EngineMetrics {
   const std::string& model_name() const { return model_name_; }
 
  private:
+  // One engine's series (label values model_name, its index).
+  struct Series {
+    std::string index;
+    CounterFamily& request_success;  // labels: model_name, engine, finished_reason
+    Gauge& num_requests_running;
+    Gauge& num_requests_waiting;
+    Gauge& kv_cache_usage_perc;
+    Counter& prefix_cache_queries;
+    Counter& prefix_cache_hits;
+    Counter& num_preemptions;
+    Counter& prompt_tokens;
+    Counter& generation_tokens;
+    Histogram& time_to_first_token;
+    Histogram& inter_token_latency;
+    Histogram& e2e_request_latency;
+    Histogram& request_queue_time;
+    Histogram& request_prompt_tokens;
+    Histogram& request_generation_tokens;
+    Histogram& iteration_tokens;
+    Counter& spec_num_drafts;
+    Counter& spec_num_draft_tokens;
+    Counter& spec_num_accepted_tokens;
+    CounterFamily& spec_accepted_per_pos;  // labels: model_name, engine, position
+    // The last totals record_step() saw; guarded by step_mu_.
+    uint64_t last_prefix_queries = 0;
+    uint64_t last_prefix_hits = 0;
+    uint64_t last_preemptions = 0;
+  };
+  Series& at(int engine) const;
+
   const std::string model_name_;
   Registry registry_;
-
-  // labels: model_name, finished_reason; stop/length/abort/error exist at 0 from the start
-  CounterFamily& request_success_;
-  Gauge& num_requests_running_;
-  Gauge& num_requests_waiting_;
-  Gauge& kv_cache_usage_perc_;
-  Counter& prefix_cache_queries_;
-  Counter& prefix_cache_hits_;
-  Counter& num_preemptions_;
-  Counter& prompt_tokens_;
-  Counter& generation_tokens_;
-  Histogram& time_to_first_token_;
-  Histogram& inter_token_latency_;
-  Histogram& e2e_request_latency_;
-  Histogram& request_queue_time_;
-  Histogram& request_prompt_tokens_;
-  Histogram& request_generation_tokens_;
-  Histogram& iteration_tokens_;
-  Counter& spec_num_drafts_;
-  Counter& spec_num_draft_tokens_;
-  Counter& spec_num_accepted_tokens_;
-  CounterFamily& spec_accepted_per_pos_;  // labels: model_name, position
-
-  std::mutex step_mu_;  // guards the last_* totals below
-  uint64_t last_prefix_queries_ = 0;
-  uint64_t last_prefix_hits_ = 0;
-  uint64_t last_preemptions_ = 0;
+  std::vector<std::unique_ptr<Series>> engines_;
+  std::mutex step_mu_;
 };
 
 }  // namespace pagoda::metrics

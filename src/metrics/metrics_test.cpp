@@ -478,34 +478,34 @@ TEST(EngineMetrics, CountersFromRunningTotalsAddOnlyTheDelta) {
   m.record_step(3, 0, 0.5, 25, 9, 1, 32);
   std::string text = m.render();
   EXPECT_EQ(find_line(text, "vllm:prefix_cache_queries_total{"),
-            "vllm:prefix_cache_queries_total{model_name=\"tiny\"} 25");
+            "vllm:prefix_cache_queries_total{model_name=\"tiny\",engine=\"0\"} 25");
   EXPECT_EQ(find_line(text, "vllm:prefix_cache_hits_total{"),
-            "vllm:prefix_cache_hits_total{model_name=\"tiny\"} 9");
+            "vllm:prefix_cache_hits_total{model_name=\"tiny\",engine=\"0\"} 9");
   EXPECT_EQ(find_line(text, "vllm:num_preemptions_total{"),
-            "vllm:num_preemptions_total{model_name=\"tiny\"} 1");
+            "vllm:num_preemptions_total{model_name=\"tiny\",engine=\"0\"} 1");
   EXPECT_EQ(find_line(text, "vllm:num_requests_running{"),
-            "vllm:num_requests_running{model_name=\"tiny\"} 3");
+            "vllm:num_requests_running{model_name=\"tiny\",engine=\"0\"} 3");
   EXPECT_EQ(find_line(text, "vllm:num_requests_waiting{"),
-            "vllm:num_requests_waiting{model_name=\"tiny\"} 0");
+            "vllm:num_requests_waiting{model_name=\"tiny\",engine=\"0\"} 0");
   EXPECT_EQ(find_line(text, "vllm:kv_cache_usage_perc{"),
-            "vllm:kv_cache_usage_perc{model_name=\"tiny\"} 0.5");
+            "vllm:kv_cache_usage_perc{model_name=\"tiny\",engine=\"0\"} 0.5");
   EXPECT_EQ(find_line(text, "vllm:iteration_tokens_total_count{"),
-            "vllm:iteration_tokens_total_count{model_name=\"tiny\"} 2");
+            "vllm:iteration_tokens_total_count{model_name=\"tiny\",engine=\"0\"} 2");
   EXPECT_EQ(find_line(text, "vllm:iteration_tokens_total_sum{"),
-            "vllm:iteration_tokens_total_sum{model_name=\"tiny\"} 96");
+            "vllm:iteration_tokens_total_sum{model_name=\"tiny\",engine=\"0\"} 96");
 
   // The same totals again add nothing; a reset source (smaller total) counts from zero.
   m.record_step(0, 0, 0, 25, 9, 1, 0);
   m.record_step(0, 0, 0, 5, 2, 1, 0);
   text = m.render();
   EXPECT_EQ(find_line(text, "vllm:prefix_cache_queries_total{"),
-            "vllm:prefix_cache_queries_total{model_name=\"tiny\"} 30");
+            "vllm:prefix_cache_queries_total{model_name=\"tiny\",engine=\"0\"} 30");
   EXPECT_EQ(find_line(text, "vllm:prefix_cache_hits_total{"),
-            "vllm:prefix_cache_hits_total{model_name=\"tiny\"} 11");
+            "vllm:prefix_cache_hits_total{model_name=\"tiny\",engine=\"0\"} 11");
   EXPECT_EQ(find_line(text, "vllm:num_preemptions_total{"),
-            "vllm:num_preemptions_total{model_name=\"tiny\"} 1");
+            "vllm:num_preemptions_total{model_name=\"tiny\",engine=\"0\"} 1");
   EXPECT_EQ(find_line(text, "vllm:iteration_tokens_total_count{"),
-            "vllm:iteration_tokens_total_count{model_name=\"tiny\"} 2");  // 0-token steps skipped
+            "vllm:iteration_tokens_total_count{model_name=\"tiny\",engine=\"0\"} 2");  // 0-token steps skipped
 }
 
 TEST(EngineMetrics, RecordsRequestsAndTokens) {
@@ -518,29 +518,29 @@ TEST(EngineMetrics, RecordsRequestsAndTokens) {
   m.record_inter_token(0.02);
   const std::string text = m.render();
   EXPECT_EQ(find_line(text, "vllm:prompt_tokens_total{"),
-            "vllm:prompt_tokens_total{model_name=\"tiny\"} 7");
+            "vllm:prompt_tokens_total{model_name=\"tiny\",engine=\"0\"} 7");
   EXPECT_EQ(find_line(text, "vllm:generation_tokens_total{"),
-            "vllm:generation_tokens_total{model_name=\"tiny\"} 3");
-  EXPECT_EQ(find_line(text, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"}"),
-            "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"} 2");
-  EXPECT_EQ(find_line(text, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"error\"}"),
-            "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"error\"} 0");
-  EXPECT_EQ(find_line(text, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
-            "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1");
-  EXPECT_EQ(find_line(text, "vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"10\"}"),
-            "vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"10\"} 2");
-  EXPECT_EQ(find_line(text, "vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"1000\"}"),
-            "vllm:request_generation_tokens_bucket{model_name=\"tiny\",le=\"1000\"} 3");
-  EXPECT_EQ(find_line(text, "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.001\"}"),
-            "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.001\"} 1");
-  EXPECT_EQ(find_line(text, "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"0.3\"}"),
-            "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"0.3\"} 1");
+            "vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} 3");
+  EXPECT_EQ(find_line(text, "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"stop\"}"),
+            "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"stop\"} 2");
+  EXPECT_EQ(find_line(text, "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"error\"}"),
+            "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"error\"} 0");
+  EXPECT_EQ(find_line(text, "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"}"),
+            "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} 1");
+  EXPECT_EQ(find_line(text, "vllm:request_generation_tokens_bucket{model_name=\"tiny\",engine=\"0\",le=\"10\"}"),
+            "vllm:request_generation_tokens_bucket{model_name=\"tiny\",engine=\"0\",le=\"10\"} 2");
+  EXPECT_EQ(find_line(text, "vllm:request_generation_tokens_bucket{model_name=\"tiny\",engine=\"0\",le=\"1000\"}"),
+            "vllm:request_generation_tokens_bucket{model_name=\"tiny\",engine=\"0\",le=\"1000\"} 3");
+  EXPECT_EQ(find_line(text, "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",engine=\"0\",le=\"0.001\"}"),
+            "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",engine=\"0\",le=\"0.001\"} 1");
+  EXPECT_EQ(find_line(text, "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",engine=\"0\",le=\"0.3\"}"),
+            "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",engine=\"0\",le=\"0.3\"} 1");
   EXPECT_EQ(find_line(text, "vllm:inter_token_latency_seconds_count{"),
-            "vllm:inter_token_latency_seconds_count{model_name=\"tiny\"} 1");
+            "vllm:inter_token_latency_seconds_count{model_name=\"tiny\",engine=\"0\"} 1");
   EXPECT_EQ(find_line(text, "vllm:request_queue_time_seconds_count{"),
-            "vllm:request_queue_time_seconds_count{model_name=\"tiny\"} 3");
+            "vllm:request_queue_time_seconds_count{model_name=\"tiny\",engine=\"0\"} 3");
   EXPECT_EQ(find_line(text, "vllm:cache_config_info{"),
-            "vllm:cache_config_info{model_name=\"tiny\",block_size=\"16\",num_gpu_blocks=\"512\","
+            "vllm:cache_config_info{model_name=\"tiny\",engine=\"0\",block_size=\"16\",num_gpu_blocks=\"512\","
             "enable_prefix_caching=\"False\",cache_dtype=\"auto\"} 1");
 }
 
@@ -550,14 +550,14 @@ TEST(EngineMetrics, RecordsSpeculativeDecoding) {
   m.record_spec_decode(3, 0);
   m.record_spec_decode(4, 4);
   const std::string text = m.render();
-  EXPECT_EQ(find_line(text, "vllm:spec_decode_num_drafts_total{"), "vllm:spec_decode_num_drafts_total{model_name=\"tiny\"} 3");
+  EXPECT_EQ(find_line(text, "vllm:spec_decode_num_drafts_total{"), "vllm:spec_decode_num_drafts_total{model_name=\"tiny\",engine=\"0\"} 3");
   EXPECT_EQ(find_line(text, "vllm:spec_decode_num_draft_tokens_total{"),
-            "vllm:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 11");
+            "vllm:spec_decode_num_draft_tokens_total{model_name=\"tiny\",engine=\"0\"} 11");
   EXPECT_EQ(find_line(text, "vllm:spec_decode_num_accepted_tokens_total{"),
-            "vllm:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 6");
+            "vllm:spec_decode_num_accepted_tokens_total{model_name=\"tiny\",engine=\"0\"} 6");
   const char* per_pos[] = {"2", "2", "1", "1"};
   for (int i = 0; i < 4; ++i) {
-    const std::string series = "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"" +
+    const std::string series = "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",engine=\"0\",position=\"" +
                                std::to_string(i) + "\"}";
     EXPECT_EQ(find_line(text, series), series + " " + per_pos[i]);
   }

@@ -25,12 +25,12 @@ std::string text_of(const uint8_t* record) {
 
 // Rank 0's start of a group's engine: the KV cache's size to every rank, then every rank's
 // agreement that it allocated its own.
-Status announce_kv_cache(Communicator& comm, const KvCacheTensors& kv) {
+Status announce_kv_cache(Communicator& comm, int64_t num_blocks, int64_t block_size, KvCacheDtype dtype) {
   ByteWriter w;
   w.put<uint8_t>(kKvCache);
-  w.put<int64_t>(kv.num_blocks());
-  w.put<int64_t>(kv.block_size());
-  w.put<uint8_t>(static_cast<uint8_t>(kv.dtype()));
+  w.put<int64_t>(num_blocks);
+  w.put<int64_t>(block_size);
+  w.put<uint8_t>(static_cast<uint8_t>(dtype));
   std::vector<uint8_t> bytes = w.take();
   PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
   return agree_to_start(comm, Status::ok_status(), 0, "the KV cache");
@@ -71,7 +71,8 @@ Status agree_to_start(Communicator& comm, const Status& mine, uint64_t fingerpri
 }
 
 Result<std::unique_ptr<GroupExecutor>> GroupExecutor::create(Communicator& comm, std::unique_ptr<ModelRunner> runner) {
-  PAGODA_RETURN_IF_ERROR(announce_kv_cache(comm, runner->kv_cache()));
+  const KvCacheTensors& kv = runner->kv_cache();
+  PAGODA_RETURN_IF_ERROR(announce_kv_cache(comm, kv.num_blocks(), kv.block_size(), kv.dtype()));
   return std::unique_ptr<GroupExecutor>(new GroupExecutor(comm, std::move(runner)));
 }
 
@@ -171,8 +172,19 @@ Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_p
 
 Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(Communicator& world, SendQueue& sender, int stages,
                                                                    int output_rank, std::unique_ptr<ModelRunner> runner) {
-  PAGODA_RETURN_IF_ERROR(announce_kv_cache(world, runner->kv_cache()));
-  return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(world, sender, stages, output_rank, std::move(runner)));
+  const KvCacheTensors& kv = runner->kv_cache();
+  PAGODA_RETURN_IF_ERROR(announce_kv_cache(world, kv.num_blocks(), kv.block_size(), kv.dtype()));
+  const ModelConfig config = runner->config();
+  return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(world, sender, stages, output_rank, config,
+                                                                std::make_unique<Worker>(std::move(runner))));
+}
+
+Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create_remote(Communicator& link, SendQueue& sender,
+                                                                          int stages, int output_rank,
+                                                                          const ModelConfig& config, int64_t num_blocks,
+                                                                          int64_t block_size, KvCacheDtype dtype) {
+  PAGODA_RETURN_IF_ERROR(announce_kv_cache(link, num_blocks, block_size, dtype));
+  return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(link, sender, stages, output_rank, config, nullptr));
 }
 
 PipelineExecutor::~PipelineExecutor() {
@@ -182,20 +194,20 @@ PipelineExecutor::~PipelineExecutor() {
 }
 
 Status PipelineExecutor::submit_step(const StepMessage& message) {
-  if (failed_) return unavailable("the pipeline-parallel group failed earlier");
+  if (failed_) return unavailable(worker_ ? "the pipeline-parallel group failed earlier" : "the replica's ranks failed earlier");
   std::vector<uint8_t> bytes = serialize_step(message);
   bytes.insert(bytes.begin(), kStep);
   Status st;
   for (int r = 1; r < world_.size() && st.ok(); ++r) st = sender_.post(r, bytes, /*with_size=*/true);
   // Stage 0 of the step (the message as it is; the other ranks decode its bytes); its forward
-  // pass queues the activations for stage 1.
-  if (st.ok()) st = run_step(world_, worker_, message).status();
+  // pass queues the activations for stage 1. A remote replica's stage 0 is rank 1's.
+  if (st.ok() && worker_) st = run_step(world_, *worker_, message).status();
   if (!st.ok()) failed_ = true;
   return st;
 }
 
 Result<ModelRunnerOutput> PipelineExecutor::collect_step() {
-  if (failed_) return unavailable("the pipeline-parallel group failed earlier");
+  if (failed_) return unavailable(worker_ ? "the pipeline-parallel group failed earlier" : "the replica's ranks failed earlier");
   Result<std::vector<uint8_t>> bytes = recv_bytes(world_, output_rank_, kMaxMessageBytes);
   Result<ModelRunnerOutput> out = bytes.status();
   if (bytes.ok()) {

@@ -64,16 +64,28 @@ class GroupExecutor final : public Executor {
 //   stage s -> stage s + 1: the activations (the model's forward pass sends them);
 //   the last stage's first rank -> rank 0: 'O' + the step's output (serialize_output).
 // The KV cache's size and the start's agreement go as for tensor parallelism ('K', above).
+//
+// Data parallelism: the same executor drives a replica whose ranks all run elsewhere
+// (create_remote): rank 0 of `link` (this rank and the replica's) runs no stage, the replica's
+// first rank runs stage 0, and every one of its ranks runs run_pipeline_worker, with one stage
+// or more.
 class PipelineExecutor final : public Executor {
  public:
   // Rank 0 of `world` (every stage's ranks), whose SendQueue is `sender`; `output_rank` sends the
   // outputs; `runner`: stage 0's shard (created with the same sender).
   static Result<std::unique_ptr<PipelineExecutor>> create(Communicator& world, SendQueue& sender, int stages,
                                                           int output_rank, std::unique_ptr<ModelRunner> runner);
+  // Rank 0 of `link`, driving the replica on its other ranks: sends them the KV cache's size
+  // (num_blocks of block_size tokens in `dtype`) and waits for every one to allocate its own.
+  // `config`: the whole model's.
+  static Result<std::unique_ptr<PipelineExecutor>> create_remote(Communicator& link, SendQueue& sender, int stages,
+                                                                 int output_rank, const ModelConfig& config,
+                                                                 int64_t num_blocks, int64_t block_size,
+                                                                 KvCacheDtype dtype);
   // Tells the other ranks to stop (when the group still works).
   ~PipelineExecutor() override;
 
-  const ModelConfig& config() const override { return worker_.config(); }
+  const ModelConfig& config() const override { return config_; }
   int max_in_flight() const override { return stages_; }
 
  protected:
@@ -82,15 +94,21 @@ class PipelineExecutor final : public Executor {
   Result<ModelRunnerOutput> collect_step() override;
 
  private:
-  PipelineExecutor(Communicator& world, SendQueue& sender, int stages, int output_rank,
-                   std::unique_ptr<ModelRunner> runner)
-      : world_(world), sender_(sender), stages_(stages), output_rank_(output_rank), worker_(std::move(runner)) {}
+  PipelineExecutor(Communicator& world, SendQueue& sender, int stages, int output_rank, const ModelConfig& config,
+                   std::unique_ptr<Worker> worker)
+      : world_(world),
+        sender_(sender),
+        stages_(stages),
+        output_rank_(output_rank),
+        config_(config),
+        worker_(std::move(worker)) {}
 
   Communicator& world_;
   SendQueue& sender_;
   int stages_;
   int output_rank_;
-  Worker worker_;
+  ModelConfig config_;
+  std::unique_ptr<Worker> worker_;  // stage 0's shard; null for a remote replica
   bool failed_ = false;
 };
 

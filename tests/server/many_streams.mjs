@@ -62,9 +62,9 @@ try {
   }
   assert.equal(ok, STREAMS);
   const metrics = await (await fetch(server.url + '/metrics')).text();
-  assert.match(metrics, /^vllm:num_requests_running\{model_name="stories"\} 0$/m);
-  assert.match(metrics, /^vllm:kv_cache_usage_perc\{model_name="stories"\} 0$/m);
-  assert.match(metrics, new RegExp(`^vllm:request_success_total\\{model_name="stories",finished_reason="length"\\} ${STREAMS}$`, 'm'));
+  assert.match(metrics, /^vllm:num_requests_running\{model_name="stories",engine="0"\} 0$/m);
+  assert.match(metrics, /^vllm:kv_cache_usage_perc\{model_name="stories",engine="0"\} 0$/m);
+  assert.match(metrics, new RegExp(`^vllm:request_success_total\\{model_name="stories",engine="0",finished_reason="length"\\} ${STREAMS}$`, 'm'));
   console.log(`${STREAMS} concurrent streams: all complete and equal, ${seconds.toFixed(1)} s, ` +
     `up to ${peak} requests in the server at once, server RSS up to ${(peakRss / 2 ** 20).toFixed(0)} MiB`);
 } finally {

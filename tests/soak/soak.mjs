@@ -169,7 +169,7 @@ try {
   let m;
   for (let i = 0; i < 300 && !idle; i++) {
     m = await metrics();
-    const label = '{model_name="stories"}';
+    const label = '{model_name="stories",engine="0"}';
     idle = m.value('vllm:num_requests_running' + label) === 0 && m.value('vllm:num_requests_waiting' + label) === 0 &&
       m.value('vllm:kv_cache_usage_perc' + label) === 0;
     if (!idle) await new Promise((r) => setTimeout(r, 100));
@@ -182,7 +182,7 @@ try {
     await new Promise((r) => setTimeout(r, 100));
     idleAfter = processFigures();
   }
-  const finished = (reason) => m.value(`vllm:request_success_total{model_name="stories",finished_reason="${reason}"}`);
+  const finished = (reason) => m.value(`vllm:request_success_total{model_name="stories",engine="0",finished_reason="${reason}"}`);
   const server_side = { length: finished('length'), stop: finished('stop'), abort: finished('abort'), error: finished('error') };
 
   // Flat after warm-up: compare the samples after the first third with the first of them.
