@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -1012,7 +1013,13 @@ TEST(Server, TensorParallelRankDeadWhileIdleStopsTheServer) {
 // requests are spread over both replicas, each gives the golden greedy text, and /metrics has
 // every series per replica (vLLM's engine label), the replicas' tokens adding up to the total.
 TEST(Server, DataParallelReplicasShareTheLoadAndKeepTheGoldenText) {
-  START_STORIES(server, {"--data-parallel-size", "2"});
+  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
+  // The periodic log line on (every 0.2 s, vLLM's variable): the sums, then each replica's share.
+  std::vector<std::string> args = stories_args(model_path, {"--data-parallel-size", "2"});
+  args.erase(std::find(args.begin(), args.end(), "--disable-log-stats"));
+  ServerProcess server(PAGODA_BINARY, args, std::chrono::seconds(180), {{"VLLM_LOG_STATS_INTERVAL", "0.2"}});
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
   EXPECT_EQ(children_of(server.pid()).size(), 1u) << server.log();
   constexpr int kRequests = 6;
   std::vector<json> answers(kRequests);
@@ -1043,6 +1050,12 @@ TEST(Server, DataParallelReplicasShareTheLoadAndKeepTheGoldenText) {
   EXPECT_EQ(metric(m, "vllm:num_requests_running{model_name=\"stories\",engine=\"1\"}"), 0) << m;
   EXPECT_NE(m.find("vllm:cache_config_info{model_name=\"stories\",engine=\"1\","), std::string::npos) << m;
   EXPECT_NE(server.log().find("data parallelism: 2 engine replicas"), std::string::npos) << server.log();
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (server.log().find("(2 engines: running ") == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(server.log().find("Avg generation throughput: "), std::string::npos) << server.log();
+  EXPECT_NE(server.log().find("(2 engines: running "), std::string::npos) << server.log();
 }
 
 // The same under mpirun (two MPI ranks, one replica each: rank 0 drives replica 1 over a

@@ -179,14 +179,19 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFlags& flags) {
   return tokenizer_from(flags.tokenizer.empty() ? flags.model : flags.tokenizer);
 }
 
-Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
-                                             const std::function<Status(const Tokenizer&)>& before_weights,
-                                             const TensorParallel& tp, const PipelineParallel& pp) {
+namespace {
+
+// load_model_and_tokenizer, or (with_tokenizer false) load_model_shard.
+Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
+                         const std::function<Status(const Tokenizer&)>& before_weights, const TensorParallel& tp,
+                         const PipelineParallel& pp) {
   PAGODA_RETURN_IF_ERROR(flags.check());
-  flags.warn_no_effect();
   LoadedModel out;
-  PAGODA_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(flags));
-  if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(*out.tokenizer));
+  if (with_tokenizer) {
+    flags.warn_no_effect();
+    PAGODA_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(flags));
+    if (before_weights) PAGODA_RETURN_IF_ERROR(before_weights(*out.tokenizer));
+  }
   LoadOptions options;
   PAGODA_ASSIGN_OR_RETURN(options.format, parse_load_format(flags.load_format));
   // A built-in config name can only mean dummy weights.
@@ -232,12 +237,24 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
                             ", from its config.json) does not match --quantization " + flags.quantization);
   }
   PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend, tp, pp));
-  if (out.tokenizer->vocab_size() > out.model->config().vocab_size) {
+  if (out.tokenizer && out.tokenizer->vocab_size() > out.model->config().vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
                             " tokens but the model only " +
                             std::to_string(out.model->config().vocab_size));
   }
   return out;
+}
+
+}  // namespace
+
+Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
+                                             const std::function<Status(const Tokenizer&)>& before_weights,
+                                             const TensorParallel& tp, const PipelineParallel& pp) {
+  return load(flags, /*with_tokenizer=*/true, before_weights, tp, pp);
+}
+
+Result<LoadedModel> load_model_shard(const ModelFlags& flags, const TensorParallel& tp, const PipelineParallel& pp) {
+  return load(flags, /*with_tokenizer=*/false, {}, tp, pp);
 }
 
 }  // namespace pagoda::app

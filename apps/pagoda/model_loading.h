@@ -63,4 +63,8 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
                                              const std::function<Status(const Tokenizer&)>& before_weights = {},
                                              const TensorParallel& tp = {}, const PipelineParallel& pp = {});
 
+// A worker rank's shard: the same without the tokenizer (rank 0 loads and checks it; a worker
+// detokenizes nothing), so `tokenizer` is null.
+Result<LoadedModel> load_model_shard(const ModelFlags& flags, const TensorParallel& tp, const PipelineParallel& pp);
+
 }  // namespace pagoda::app

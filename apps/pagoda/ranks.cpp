@@ -10,10 +10,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <thread>
-#include <tuple>
 
+#include "backends/cpu/cpu_thread_pool.h"
 #include "backends/mpi/mpi_communicator.h"
 #include "backends/shm/shm_communicator.h"
 #include "base/log.h"
@@ -23,12 +22,6 @@ namespace pagoda::app {
 namespace {
 
 constexpr std::chrono::hours kNoLimit(24 * 365);
-
-int read_int(const std::string& path, int fallback) {
-  std::ifstream in(path);
-  int v;
-  return in >> v ? v : fallback;
-}
 
 Status pin_to(const std::vector<int>& cpus) {
   cpu_set_t set;
@@ -71,7 +64,7 @@ Place place_of(int rank, int tp, int pp) {
   const PipelineParallel pp{at.stage, pp_size, pp_size > 1 ? &steps : nullptr,
                             at.stage > 0 ? at.rank - tp_size : -1, at.stage < pp_size - 1 ? at.rank + tp_size : -1,
                             sender.get()};
-  Result<LoadedModel> loaded = load_model_and_tokenizer(model, {}, tp, pp);
+  Result<LoadedModel> loaded = load_model_shard(model, tp, pp);
   const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
   // A failed start is rank 0's to report (it names the rank); a failure after it, this rank's.
   Status st = agree_to_start(steps, loaded.status(), fingerprint_of(what), what);
@@ -128,31 +121,17 @@ Result<std::vector<int>> rank_cpus(const std::string& spec, int rank, int ranks)
     if (!cpus.ok()) return invalid_argument("--cpu-affinity: " + cpus.status().message());
     return cpus;
   }
-  // The allowed CPUs by (package, core), so that SMT siblings stay together; the cores split
-  // into `ranks` runs of consecutive cores (rank r: cores [r * n / ranks, (r + 1) * n / ranks));
-  // with fewer cores than ranks, rank r gets core r mod n.
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return io_error("sched_getaffinity failed");
-  std::vector<std::tuple<int, int, int>> cpus;  // package, core, cpu
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set)) continue;
-    const std::string topo = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
-    cpus.emplace_back(read_int(topo + "physical_package_id", 0), read_int(topo + "core_id", cpu), cpu);
-  }
-  std::sort(cpus.begin(), cpus.end());
-  std::vector<std::vector<int>> cores;
-  for (size_t i = 0; i < cpus.size(); ++i) {
-    if (i == 0 || std::get<0>(cpus[i]) != std::get<0>(cpus[i - 1]) || std::get<1>(cpus[i]) != std::get<1>(cpus[i - 1])) {
-      cores.emplace_back();
-    }
-    cores.back().push_back(std::get<2>(cpus[i]));
-  }
+  // The allowed cores in NUMA node, package and core order (SMT siblings together), split into
+  // `ranks` runs of consecutive cores (rank r: cores [r * n / ranks, (r + 1) * n / ranks)), so
+  // that a node's cores go to as few ranks as the split allows (one rank per node when the ranks
+  // are the nodes); with fewer cores than ranks, rank r gets core r mod n.
+  const std::vector<cpu::CpuCore> cores = cpu::allowed_cores();
+  if (cores.empty()) return io_error("sched_getaffinity failed");
   const int n = static_cast<int>(cores.size());
+  if (n < ranks) return cores[static_cast<size_t>(rank % n)].cpus;
   std::vector<int> mine;
-  if (n < ranks) return cores[static_cast<size_t>(rank % n)];
   for (int c = rank * n / ranks; c < (rank + 1) * n / ranks; ++c) {
-    for (int cpu : cores[static_cast<size_t>(c)]) mine.push_back(cpu);
+    for (int cpu : cores[static_cast<size_t>(c)].cpus) mine.push_back(cpu);
   }
   return mine;
 }

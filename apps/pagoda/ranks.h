@@ -112,8 +112,8 @@ class RankGroup {
 std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& engine, const ModelConfig& config);
 
 // The CPUs of rank `rank` of `ranks` under `spec` ("0-3|4-7": one list per rank, '|' between
-// ranks, ',' and '-' within one; "" or "auto": the allowed cores split evenly, SMT siblings
-// together). Fails naming the problem in `spec`.
+// ranks, ',' and '-' within one; "" or "auto": the allowed cores in NUMA node order split
+// evenly, SMT siblings together). Fails naming the problem in `spec`.
 Result<std::vector<int>> rank_cpus(const std::string& spec, int rank, int ranks);
 
 }  // namespace pagoda::app

@@ -241,6 +241,15 @@ int run_serve(ServeFlags f) {
   sc.api_key = f.api_key;
   sc.metrics_no_auth = f.metrics_no_auth;
   sc.log_requests = !f.disable_log_requests;
+  if (const char* every = std::getenv("VLLM_LOG_STATS_INTERVAL")) {  // vLLM's: seconds between the lines
+    char* end = nullptr;
+    const double seconds = std::strtod(every, &end);
+    if (end == every || *end != '\0' || !(seconds > 0 && seconds <= 86400)) {
+      return fail(invalid_argument("VLLM_LOG_STATS_INTERVAL must be seconds in (0, 86400], got '" +
+                                   std::string(every) + "'"));
+    }
+    sc.stats_interval = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000)));
+  }
   if (f.disable_log_stats) sc.stats_interval = std::chrono::milliseconds(0);
   sc.limits.max_logprobs = f.engine.max_logprobs;
   sc.http.max_body_bytes = static_cast<size_t>(*body_limit);

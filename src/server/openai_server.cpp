@@ -360,7 +360,18 @@ void OpenAiServer::Impl::stats_loop() {
                     "Running: %.0f reqs, Waiting: %.0f reqs, KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
                     (cur.prompt_tokens - last.prompt_tokens) / dt, (cur.generation_tokens - last.generation_tokens) / dt,
                     cur.running, cur.waiting, 100.0 * cur.kv_usage, hit_rate);
-      log_line(LogLevel::kInfo, "metrics", line);
+      std::string text = line;
+      if (model.metrics->num_engines() > 1) {  // the sums above; each replica's share after
+        std::string running, waiting;
+        for (int e = 0; e < model.metrics->num_engines(); ++e) {
+          const metrics::EngineMetrics::Snapshot one = model.metrics->snapshot(e);
+          running += (e > 0 ? " + " : "") + std::to_string(static_cast<int64_t>(one.running));
+          waiting += (e > 0 ? " + " : "") + std::to_string(static_cast<int64_t>(one.waiting));
+        }
+        text += " (" + std::to_string(model.metrics->num_engines()) + " engines: running " + running + ", waiting " +
+                waiting + ")";
+      }
+      log_line(LogLevel::kInfo, "metrics", text);
       const double drafts = cur.spec_drafts - last.spec_drafts;
       if (drafts > 0) {  // vLLM's "SpecDecoding metrics" line, over the same interval
         const double draft_tokens = cur.spec_draft_tokens - last.spec_draft_tokens;
