@@ -1060,20 +1060,40 @@ TEST(Server, DataParallelReplicasShareTheLoadAndKeepTheGoldenText) {
 
 // The same under mpirun (two MPI ranks, one replica each: rank 0 drives replica 1 over a
 // communicator of its own, MPI_Comm_create_group): served, golden, both replicas used.
-TEST(Server, DataParallelUnderMpirun) {
-  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pagoda-dp-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string launcher = (dir / "mpirun-2.sh").string();
-  {
-    std::ofstream sh(launcher);
+// `pagoda` under `mpirun -np 2` over TCP loopback, as ServerProcess starts binaries: a script in a
+// folder of its own, removed with it.
+struct MpirunLauncher {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pagoda-mpirun-" + std::to_string(getpid()));
+  std::string path = (dir / "mpirun-2.sh").string();
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}, {"ASAN_OPTIONS", "detect_leaks=0"}};
+  MpirunLauncher() {
+    std::filesystem::create_directories(dir);
+    std::ofstream sh(path);
     sh << "#!/bin/sh\nexec " << MPIEXEC << " --mca btl self,tcp --mca btl_tcp_if_include lo -np 2 " << PAGODA_BINARY
        << " \"$@\"\n";
+    sh.close();
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   }
-  std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
-  ServerProcess server(launcher, stories_args(model_path, {"--data-parallel-size", "2"}), std::chrono::seconds(180),
-                       {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
-                        {"ASAN_OPTIONS", "detect_leaks=0"}});
+  ~MpirunLauncher() { std::filesystem::remove_all(dir); }
+};
+
+// The pid of MPI rank `rank` among the children of `mpirun` (its OMPI_COMM_WORLD_RANK), or -1.
+int mpi_rank_pid(int mpirun, int rank) {
+  for (int pid : children_of(mpirun)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+    std::string environ((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (environ.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+TEST(Server, DataParallelUnderMpirun) {
+  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
+  MpirunLauncher mpirun;
+  ServerProcess server(mpirun.path, stories_args(model_path, {"--data-parallel-size", "2"}), std::chrono::seconds(180),
+                       mpirun.env);
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
   std::vector<json> answers(4);
@@ -1093,7 +1113,34 @@ TEST(Server, DataParallelUnderMpirun) {
   server.send_signal(SIGTERM);
   EXPECT_TRUE(server.wait_exit(std::chrono::seconds(30)).has_value()) << server.log();
   EXPECT_NE(server.log().find("[serve] stopped"), std::string::npos) << server.log();
-  std::filesystem::remove_all(dir);
+}
+
+// Under mpirun, a replica's rank that hangs (SIGSTOP) fails rank 0's wait for its step's output
+// after --distributed-timeout-seconds: the stream ends with a server_error, the server exits.
+TEST(Server, HungReplicaUnderMpirunFailsTheServer) {
+  PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
+  MpirunLauncher mpirun;
+  ServerProcess server(mpirun.path, slow_args(tok, {"--data-parallel-size", "2", "--distributed-timeout-seconds", "2"}),
+                       std::chrono::seconds(180), mpirun.env);
+  ASSERT_NE(server.port(), 0);
+  const uint16_t port = server.port();
+  const int rank1 = mpi_rank_pid(server.pid(), 1);
+  ASSERT_GT(rank1, 0) << server.log();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+  SseClient first(port, "/v1/completions", req.dump());
+  ASSERT_EQ(first.status(), 200);
+  ASSERT_TRUE(first.next().has_value());
+  SseClient second(port, "/v1/completions", req.dump());  // on replica 1: replica 0 is busy
+  ASSERT_EQ(second.status(), 200);
+  ASSERT_TRUE(second.next().has_value());
+  const auto stopped = Clock::now();
+  ASSERT_EQ(kill(rank1, SIGSTOP), 0);
+  expect_stream_ends_with_server_error(second);
+  EXPECT_TRUE(server.wait_exit(std::chrono::seconds(30)).has_value()) << server.log();
+  EXPECT_LT(Clock::now() - stopped, std::chrono::seconds(20));
+  EXPECT_NE(server.log().find("MPI recv with rank 1 on rank 0: no answer within 2000 ms"), std::string::npos)
+      << server.log();
+  kill(rank1, SIGKILL);  // mpirun ends it; never left behind stopped
 }
 
 // A data-parallel replica's rank killed mid-step fails the server as any rank does: the first

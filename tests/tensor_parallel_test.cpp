@@ -53,6 +53,7 @@ TEST(TensorParallelPlan, SplitsHeadsKvHeadsIntermediateAndVocabulary) {
     Status send(const void*, int64_t, int) override { return Status::ok_status(); }
     Status recv(void*, int64_t, int) override { return Status::ok_status(); }
     Status barrier() override { return Status::ok_status(); }
+    void set_timeout(std::chrono::milliseconds) override {}
   };
   Sized r1of2(1, 2);
   auto p = plan_shard(tiny, TensorParallel{1, 2, &r1of2}, "tiny");

@@ -306,9 +306,7 @@ RankGroup::RemoteReplica RankGroup::remote_replica(int d) const {
 
 std::vector<shm::ShmCommunicator*> RankGroup::shm_comms() const {
   std::vector<shm::ShmCommunicator*> out;
-  std::vector<Communicator*> all{world_.get(), stage_group_.get()};
-  for (const Link& link : links_) all.push_back(link.comm.get());
-  for (Communicator* c : all) {
+  for (Communicator* c : comms()) {
     if (auto* shm = dynamic_cast<shm::ShmCommunicator*>(c)) out.push_back(shm);
   }
   return out;
@@ -331,12 +329,22 @@ Status RankGroup::agree(const Status& loaded, const std::string& what) {
   return first;
 }
 
+std::vector<Communicator*> RankGroup::comms() const {
+  std::vector<Communicator*> out;
+  for (Communicator* c : {world_.get(), stage_group_.get()}) {
+    if (c != nullptr) out.push_back(c);
+  }
+  for (const Link& link : links_) out.push_back(link.comm.get());
+  return out;
+}
+
 void RankGroup::running() {
   running_ = true;
-  for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(step_timeout_);
+  for (Communicator* c : comms()) c->set_timeout(step_timeout_);
 }
 
 void RankGroup::abort() {
+  aborted_ = true;
   for (shm::ShmCommunicator* shm : shm_comms()) shm->abort();
 }
 
@@ -354,10 +362,14 @@ Status RankGroup::check_workers() {
 }
 
 RankGroup::~RankGroup() {
+  if (aborted_ && job_) {
+    std::fflush(nullptr);
+    static_cast<mpi::MpiCommunicator&>(*job_).abort_job(1);
+  }
   if (agreed_ && !running_) {
     // The shards loaded but the engines were not all built: the ranks of those that were not wait
     // for their first message.
-    for (shm::ShmCommunicator* shm : shm_comms()) shm->set_timeout(step_timeout_);
+    for (Communicator* c : comms()) c->set_timeout(step_timeout_);
     if (world_) (void)stop_group(*world_);
     for (Link& link : links_) {
       if (!link.driven) (void)stop_group(*link.comm);

@@ -73,18 +73,21 @@ class RankGroup {
   // replica 0 and on every link.
   Status agree(const Status& loaded, const std::string& what);
   // The engines run: a peer that does not answer within the step timeout
-  // (--distributed-timeout-seconds) fails the step.
+  // (--distributed-timeout-seconds, on every communicator of rank 0's) fails the step.
   void running();
   // mp: whether every forked rank still runs; an error names the first that has ended (its exit
   // status or signal). An idle server would otherwise notice a dead rank only at its next step.
   Status check_workers();
-  // mp: makes every wait of the group fail from now on (a collective in flight, or the next step's).
+  // Makes every wait of the group fail from now on (mp: a collective in flight, or the next
+  // step's); under mpirun, the job ends when this group does (MPI_Abort: a hung rank would keep
+  // MPI from finalizing), exiting 1.
   void abort();
 
  private:
   RankGroup() = default;
 
   void finish_start();  // rank 0's SendQueues
+  std::vector<Communicator*> comms() const;  // rank 0's, every group's
   std::vector<shm::ShmCommunicator*> shm_comms() const;
 
   struct Link {
@@ -104,6 +107,7 @@ class RankGroup {
   std::vector<Link> links_;                    // replicas 1 .. D - 1
   bool agreed_ = false;              // every rank loaded its shard
   bool running_ = false;             // the engines (and their executors) exist
+  bool aborted_ = false;
   std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1 (-1 once reaped)
 };
 

@@ -348,6 +348,7 @@ int run_serve(ServeFlags f) {
   if (health.failed) {
     log_line(LogLevel::kError, "serve", "the engine has failed (" + health.error + "); exiting with status 1");
     (*server)->shutdown(std::chrono::milliseconds(0));
+    if (*group) (*group)->abort();  // under mpirun, the job ends with it (a hung rank would hold it)
     return 1;
   }
   char shutdown_line[96];

@@ -3,6 +3,7 @@
 //
 //   comm_bench shm N [HIDDEN]          N rank processes forked here, ShmCommunicator
 //   mpirun -np N comm_bench mpi [HIDDEN]  the MPI job's ranks, MpiCommunicator
+//   mpirun -np N comm_bench mpi-timeout [HIDDEN]  the same with a timeout set, as during steps
 //
 // For 1, 16, 128 and 512 tokens of HIDDEN floats (default 2048, TinyLlama's): the median over 7
 // runs of the time per all-reduce (each run long enough to take about 0.2 s), and the bus
@@ -74,13 +75,15 @@ int run(Communicator& c, int64_t hidden) {
 int main(int argc, char** argv) {
   using namespace pagoda;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "mpi") {
+  if (mode == "mpi" || mode == "mpi-timeout") {
     const int64_t hidden = argc > 2 ? std::atoll(argv[2]) : 2048;
     auto world = mpi::MpiCommunicator::create_world();
     if (!world.ok()) {
       std::fprintf(stderr, "%s\n", world.status().message().c_str());
       return 2;
     }
+    // As the engine runs its steps: every wait polled, with a timeout.
+    if (mode == "mpi-timeout") (*world)->set_timeout(std::chrono::seconds(30));
     return run(**world, hidden);
   }
   if (mode == "shm" && argc > 2) {
@@ -112,6 +115,6 @@ int main(int argc, char** argv) {
     }
     return code;
   }
-  std::fprintf(stderr, "usage: comm_bench shm N [HIDDEN] | mpirun -np N comm_bench mpi [HIDDEN]\n");
+  std::fprintf(stderr, "usage: comm_bench shm N [HIDDEN] | mpirun -np N comm_bench mpi|mpi-timeout [HIDDEN]\n");
   return 2;
 }

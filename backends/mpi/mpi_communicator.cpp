@@ -3,10 +3,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace pagoda::mpi {
@@ -98,7 +100,42 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
 }
 
+void MpiCommunicator::abort_job(int code) {
+  MPI_Abort(comm_, code);
+  std::_Exit(code);  // MPI_Abort should not return
+}
+
+void MpiCommunicator::set_timeout(std::chrono::milliseconds timeout) { timeout_ms_.store(timeout.count()); }
+
+Status MpiCommunicator::wait(MPI_Request& request, const char* what, int peer, MPI_Status* status) {
+  MPI_Status ignored;
+  MPI_Status* st = status != nullptr ? status : &ignored;
+  const int64_t timeout_ms = timeout_ms_.load();
+  if (timeout_ms <= 0) return check(MPI_Wait(&request, st), what);
+  // Polled: spinning at first (a collective's peers are microseconds behind), then with short
+  // sleeps (a whole step's output may take seconds), until done or out of time.
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  for (int64_t i = 0;; ++i) {
+    int done = 0;
+    PAGODA_RETURN_IF_ERROR(check(MPI_Test(&request, &done, st), what));
+    if (done) return Status::ok_status();
+    if ((i & 255) != 255) continue;
+    const auto now = Clock::now();
+    if (now > deadline) {
+      failed_ = true;  // the request stays posted: this communicator is not used again
+      return unavailable(std::string("MPI ") + what + (peer >= 0 ? " with rank " + std::to_string(peer) : std::string()) +
+                         " on rank " + std::to_string(rank_) + ": no answer within " + std::to_string(timeout_ms) + " ms");
+    }
+    if (now - start > std::chrono::milliseconds(2)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// The collectives stay blocking: Open MPI's non-blocking ones (libnbc) took 1.6 to 3 times as long
+// at tensor parallelism's sizes (comm_bench, 2 ranks on one host, 2026-12-05).
 Status MpiCommunicator::all_reduce_sum(float* data, int64_t count) {
+  if (failed_) return unavailable("the MPI group failed earlier");
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int n = static_cast<int>(std::min(kMaxCount, count - off));
     PAGODA_RETURN_IF_ERROR(check(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM, comm_), "allreduce"));
@@ -107,6 +144,7 @@ Status MpiCommunicator::all_reduce_sum(float* data, int64_t count) {
 }
 
 Status MpiCommunicator::all_gather(const void* send, int64_t bytes, void* recv) {
+  if (failed_) return unavailable("the MPI group failed earlier");
   if (bytes <= kMaxCount) {
     return check(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                                comm_),
@@ -125,6 +163,7 @@ Status MpiCommunicator::all_gather(const void* send, int64_t bytes, void* recv) 
 }
 
 Status MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
+  if (failed_) return unavailable("the MPI group failed earlier");
   auto* p = static_cast<uint8_t*>(data);
   for (int64_t off = 0; off < bytes; off += kMaxCount) {
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
@@ -134,23 +173,29 @@ Status MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
 }
 
 Status MpiCommunicator::send(const void* data, int64_t bytes, int dest) {
+  if (failed_) return unavailable("the MPI group failed earlier");
   const auto* p = static_cast<const uint8_t*>(data);
   int64_t off = 0;
   do {  // a zero-byte message is one empty piece, as recv expects
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
-    PAGODA_RETURN_IF_ERROR(check(MPI_Send(p + off, n, MPI_BYTE, dest, 0, comm_), "send"));
+    MPI_Request request;
+    PAGODA_RETURN_IF_ERROR(check(MPI_Isend(p + off, n, MPI_BYTE, dest, 0, comm_, &request), "send"));
+    PAGODA_RETURN_IF_ERROR(wait(request, "send", dest));
     off += n;
   } while (off < bytes);
   return Status::ok_status();
 }
 
 Status MpiCommunicator::recv(void* data, int64_t bytes, int source) {
+  if (failed_) return unavailable("the MPI group failed earlier");
   auto* p = static_cast<uint8_t*>(data);
   int64_t off = 0;
   do {
     const int n = static_cast<int>(std::min(kMaxCount, bytes - off));
+    MPI_Request request;
     MPI_Status status;
-    PAGODA_RETURN_IF_ERROR(check(MPI_Recv(p + off, n, MPI_BYTE, source, 0, comm_, &status), "recv"));
+    PAGODA_RETURN_IF_ERROR(check(MPI_Irecv(p + off, n, MPI_BYTE, source, 0, comm_, &request), "recv"));
+    PAGODA_RETURN_IF_ERROR(wait(request, "recv", source, &status));
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     if (got != n) {
@@ -162,6 +207,9 @@ Status MpiCommunicator::recv(void* data, int64_t bytes, int source) {
   return Status::ok_status();
 }
 
-Status MpiCommunicator::barrier() { return check(MPI_Barrier(comm_), "barrier"); }
+Status MpiCommunicator::barrier() {
+  if (failed_) return unavailable("the MPI group failed earlier");
+  return check(MPI_Barrier(comm_), "barrier");
+}
 
 }  // namespace pagoda::mpi

@@ -76,7 +76,7 @@ class ShmCommunicator final : public Communicator {
   void abort();
   // How long a wait for peers may last from now on (a group waits without a limit while its
   // ranks load their weights, and with one while it runs steps).
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
  private:
   ShmHeader& header() const;

@@ -12,6 +12,7 @@
 // so also let one thread send while another receives or runs collectives (SendQueue).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -39,6 +40,10 @@ class Communicator {
   virtual Status send(const void* data, int64_t bytes, int dest) = 0;
   virtual Status recv(void* data, int64_t bytes, int source) = 0;
   virtual Status barrier() = 0;
+  // How long a wait for peers may last from now on before it fails (a hung peer); the ranks wait
+  // without a limit while they load their weights, and with one while they run steps. Where a
+  // transport cannot bound its waits, it keeps its own rule.
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };
 
 // Messages of any length (a StepMessage's bytes): the size, then the bytes.
@@ -61,6 +66,7 @@ class LocalCommunicator final : public Communicator {
   Status send(const void*, int64_t, int dest) override;
   Status recv(void*, int64_t, int source) override;
   Status barrier() override { return Status::ok_status(); }
+  void set_timeout(std::chrono::milliseconds) override {}  // it never waits
 };
 
 }  // namespace pagoda
