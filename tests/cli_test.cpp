@@ -201,6 +201,20 @@ TEST(Cli, PipelineParallelKeepsTheGoldenTextAndTheProbes) {
   RunResult six = run_pagoda(greedy_256_args(model) + " -pp 6");
   EXPECT_EQ(six.exit_code, 1);
   EXPECT_NE(six.err.find("--pipeline-parallel-size 6 is more than the 5 layers"), std::string::npos) << six.err;
+  // vLLM's VLLM_PP_LAYER_PARTITION: the stages' layers as given (1 and 4), the same text; a
+  // partition that does not add up, or is not numbers, is refused naming it.
+  RunResult uneven = run_pagoda(greedy_256_args(model) + " -pp 2", "VLLM_PP_LAYER_PARTITION=1,4");
+  ASSERT_EQ(uneven.exit_code, 0) << uneven.err;
+  EXPECT_EQ(uneven.out, golden_text(txt));
+  RunResult wrong_sum = run_pagoda(greedy_256_args(model) + " -pp 2", "VLLM_PP_LAYER_PARTITION=2,2");
+  EXPECT_EQ(wrong_sum.exit_code, 1);
+  EXPECT_NE(wrong_sum.err.find("VLLM_PP_LAYER_PARTITION: the layer partition 2,2 sums to 4 layers, not the 5 of the model"),
+            std::string::npos)
+      << wrong_sum.err;
+  RunResult words = run_pagoda(greedy_256_args(model) + " -pp 2", "VLLM_PP_LAYER_PARTITION=two,three");
+  EXPECT_EQ(words.exit_code, 1);
+  EXPECT_NE(words.err.find("VLLM_PP_LAYER_PARTITION 'two,three' is not a list of layer counts"), std::string::npos)
+      << words.err;
 }
 
 // The same over MPI: `mpirun -np 2 pagoda generate ... -tp 2`, the ranks talking over TCP on the

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -435,10 +436,29 @@ TEST(TensorParallelModel, ReplicatedKvHeadsPaddedVocabularyBiasesAndExperts) {
 // logits bit for bit, through the embedding (first stage), the tied LM head (last stage, which
 // loads the embedding for it) and the mixture's experts.
 TEST(PipelineParallelModel, StagesGiveTheOneProcessLogits) {
-  EXPECT_EQ(stage_layers(5, 0, 2).begin, 0);
-  EXPECT_EQ(stage_layers(5, 0, 2).end, 2);
-  EXPECT_EQ(stage_layers(5, 1, 2).begin, 2);
-  EXPECT_EQ(stage_layers(5, 1, 2).end, 5);  // vLLM's split: the remainder to the last stage
+  // vLLM's split: the remainder one layer each to the stages before the last, from the
+  // second-to-last back; or the partition given (VLLM_PP_LAYER_PARTITION), checked.
+  const auto layers_of = [](int64_t layers, int stages, const std::vector<int64_t>& partition = {}) {
+    std::vector<int64_t> counts;
+    for (int s = 0; s < stages; ++s) {
+      Result<IndexRange> r = stage_layers(layers, s, stages, partition);
+      if (!r.ok()) return std::vector<int64_t>{-1};
+      EXPECT_EQ(r->begin, std::accumulate(counts.begin(), counts.end(), int64_t{0}));
+      counts.push_back(r->size());
+    }
+    return counts;
+  };
+  EXPECT_EQ(layers_of(5, 2), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(layers_of(22, 4), (std::vector<int64_t>{5, 6, 6, 5}));
+  EXPECT_EQ(layers_of(23, 4), (std::vector<int64_t>{6, 6, 6, 5}));
+  EXPECT_EQ(layers_of(24, 4), (std::vector<int64_t>{6, 6, 6, 6}));
+  EXPECT_EQ(layers_of(3, 3), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(layers_of(5, 2, {1, 4}), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(layers_of(5, 2, {2, 2}), (std::vector<int64_t>{-1}));
+  EXPECT_EQ(layers_of(5, 2, {5, 0}), (std::vector<int64_t>{-1}));
+  EXPECT_EQ(layers_of(5, 2, {1, 1, 3}), (std::vector<int64_t>{-1}));
+  EXPECT_EQ(stage_layers(5, 0, 2, {2, 2}).status().message(),
+            "the layer partition 2,2 sums to 4 layers, not the 5 of the model");
   ModelConfig moe = small_moe_config();
   moe.num_layers = 3;
   moe.tie_word_embeddings = true;

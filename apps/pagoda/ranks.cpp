@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -51,7 +52,7 @@ Place place_of(int rank, int tp, int pp) {
 // forked rank ends with _exit (the parent's atexit handlers and static objects are not its own),
 // an MPI rank with exit (which finalizes MPI, as mpirun expects).
 [[noreturn]] void worker_main(int job_rank, Communicator& steps, Communicator* tp_comm, const ModelFlags& model,
-                              const EngineFlags& engine, bool forked) {
+                              const EngineFlags& engine, const std::vector<int64_t>& partition, bool forked) {
   const std::string me = "rank " + std::to_string(job_rank);
   const int tp_size = static_cast<int>(engine.tensor_parallel_size);
   const int pp_size = static_cast<int>(engine.pipeline_parallel_size);
@@ -63,7 +64,7 @@ Place place_of(int rank, int tp, int pp) {
   const TensorParallel tp{at.tp_rank, tp_size, tp_size > 1 ? tp_comm : nullptr};
   const PipelineParallel pp{at.stage, pp_size, pp_size > 1 ? &steps : nullptr,
                             at.stage > 0 ? at.rank - tp_size : -1, at.stage < pp_size - 1 ? at.rank + tp_size : -1,
-                            sender.get()};
+                            sender.get(), partition};
   Result<LoadedModel> loaded = load_model_shard(model, tp, pp);
   const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
   // A failed start is rank 0's to report (it names the rank); a failure after it, this rank's.
@@ -77,6 +78,26 @@ Place place_of(int rank, int tp, int pp) {
   std::fflush(nullptr);
   if (forked) _exit(st.ok() ? 0 : 1);
   std::exit(st.ok() ? 0 : 1);
+}
+
+// VLLM_PP_LAYER_PARTITION (vLLM's: each stage's layer count, "12,10"); empty when unset or
+// without a pipeline.
+Result<std::vector<int64_t>> layer_partition(int pp) {
+  const char* text = std::getenv("VLLM_PP_LAYER_PARTITION");
+  std::vector<int64_t> counts;
+  if (pp == 1 || text == nullptr || *text == '\0') return counts;
+  const char* p = text;
+  while (true) {
+    char* end = nullptr;
+    const long long n = std::isdigit(static_cast<unsigned char>(*p)) ? std::strtoll(p, &end, 10) : -1;
+    if (n < 0 || end == p || (*end != ',' && *end != '\0')) {
+      return invalid_argument(std::string("VLLM_PP_LAYER_PARTITION '") + text +
+                              "' is not a list of layer counts, one per pipeline stage (e.g. 12,10)");
+    }
+    counts.push_back(n);
+    if (*end == '\0') return counts;
+    p = end + 1;
+  }
 }
 
 Result<std::vector<int>> parse_cpu_list(const std::string& list) {
@@ -137,13 +158,18 @@ Result<std::vector<int>> rank_cpus(const std::string& spec, int rank, int ranks)
 }
 
 std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& engine, const ModelConfig& c) {
+  // Every rank must split the layers alike (mpirun passes a rank only the variables it is told to).
+  const char* partition = std::getenv("VLLM_PP_LAYER_PARTITION");
+  const std::string layers = engine.pipeline_parallel_size == 1 ? ""
+                             : std::string(", layer partition ") +
+                                   (partition != nullptr && *partition != '\0' ? partition : "vLLM's");
   return model.model + " (" + c.architecture + ", " + std::to_string(c.num_layers) + " layers, hidden " +
          std::to_string(c.hidden_size) + ", vocab " + std::to_string(c.vocab_size) + "), load format " +
          model.load_format + ", dtype " + model.dtype + ", weights seed " + std::to_string(model.weights_seed) +
          ", quantization " + (model.quantization.empty() ? "none" : model.quantization) + ", tensor parallel " +
          std::to_string(engine.tensor_parallel_size) + ", pipeline parallel " +
          std::to_string(engine.pipeline_parallel_size) + ", data parallel " +
-         std::to_string(engine.data_parallel_size) + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
+         std::to_string(engine.data_parallel_size) + layers + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
          std::to_string(engine.block_size) + ", max model len " + std::to_string(engine.max_model_len);
 }
 
@@ -166,6 +192,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
   group->pp_size_ = pp;
   group->dp_size_ = dp;
   group->step_timeout_ = std::chrono::milliseconds(static_cast<int64_t>(engine.distributed_timeout_seconds * 1000));
+  PAGODA_ASSIGN_OR_RETURN(group->layer_partition_, layer_partition(pp));
   if (backend == "mpi") {
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<mpi::MpiCommunicator> job, mpi::MpiCommunicator::create_world());
     if (job->size() != ranks) {
@@ -196,7 +223,8 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
       signal(SIGINT, SIG_IGN);
       Communicator& steps = at.replica == 0 ? static_cast<Communicator&>(*replica) : *links.front();
       // Replica 0's collectives are rank 0's: on its world when that is its one stage.
-      worker_main(me, steps, at.replica == 0 && pp == 1 ? &steps : stage.get(), model, engine, /*forked=*/false);
+      worker_main(me, steps, at.replica == 0 && pp == 1 ? &steps : stage.get(), model, engine, group->layer_partition_,
+                  /*forked=*/false);
     }
     // The replicas on this host: its ranks (mpirun's count) over a replica's.
     if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
@@ -262,7 +290,8 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
       if (Status st = pin ? pin_to(cpus[static_cast<size_t>(r)]) : Status::ok_status(); !st.ok()) {
         log_line(LogLevel::kWarning, "ranks", "rank " + std::to_string(r) + ": " + st.message());
       }
-      worker_main(r, steps, stage_comm ? stage_comm.get() : &steps, model, engine, /*forked=*/true);
+      worker_main(r, steps, stage_comm ? stage_comm.get() : &steps, model, engine, group->layer_partition_,
+                  /*forked=*/true);
     }
     group->workers_.push_back(pid);
   }
@@ -292,7 +321,7 @@ TensorParallel RankGroup::tp() const {
 
 PipelineParallel RankGroup::pp() const {
   if (pp_size_ == 1) return PipelineParallel{};
-  return PipelineParallel{0, pp_size_, world_.get(), -1, tp_size_, sender_.get()};
+  return PipelineParallel{0, pp_size_, world_.get(), -1, tp_size_, sender_.get(), layer_partition_};
 }
 
 ParallelGroup RankGroup::parallel_group() const {

@@ -100,6 +100,7 @@ class RankGroup {
   int dp_size_ = 1;
   int replicas_on_host_ = 1;
   std::chrono::milliseconds step_timeout_{30000};
+  std::vector<int64_t> layer_partition_;       // VLLM_PP_LAYER_PARTITION; empty: vLLM's split
   std::unique_ptr<Communicator> job_;          // mpi: the whole job, which the others split
   std::unique_ptr<Communicator> world_;        // replica 0's ranks (null when it has one)
   std::unique_ptr<Communicator> stage_group_;  // pipeline x tensor: stage 0's tensor-parallel ranks

@@ -16,9 +16,30 @@ Result<ShardPlan> plan_tensor_shard(const ModelConfig& cfg, const TensorParallel
 
 }  // namespace
 
-IndexRange stage_layers(int64_t num_layers, int stage, int stages) {
-  const int64_t per = num_layers / stages;
-  return IndexRange{stage * per, stage == stages - 1 ? num_layers : (stage + 1) * per};
+Result<IndexRange> stage_layers(int64_t num_layers, int stage, int stages, const std::vector<int64_t>& partition) {
+  std::vector<int64_t> counts = partition;
+  if (counts.empty()) {
+    counts.assign(static_cast<size_t>(stages), num_layers / stages);
+    for (int64_t i = 0; i < num_layers % stages; ++i) ++counts[static_cast<size_t>(stages - 2 - i)];
+  }
+  std::string text;
+  for (int64_t c : counts) text += (text.empty() ? "" : ",") + std::to_string(c);
+  if (static_cast<int>(counts.size()) != stages) {
+    return invalid_argument("the layer partition " + text + " has " + std::to_string(counts.size()) +
+                            " stages, not " + std::to_string(stages));
+  }
+  int64_t sum = 0;
+  for (int64_t c : counts) {
+    if (c < 1) return invalid_argument("the layer partition " + text + " leaves a stage without layers");
+    sum += c;
+  }
+  if (sum != num_layers) {
+    return invalid_argument("the layer partition " + text + " sums to " + std::to_string(sum) + " layers, not the " +
+                            std::to_string(num_layers) + " of the model");
+  }
+  int64_t begin = 0;
+  for (int s = 0; s < stage; ++s) begin += counts[static_cast<size_t>(s)];
+  return IndexRange{begin, begin + counts[static_cast<size_t>(stage)]};
 }
 
 ShardPlan unsharded(const ModelConfig& cfg) {
@@ -51,7 +72,9 @@ Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, c
   }
   PAGODA_ASSIGN_OR_RETURN(ShardPlan p, plan_tensor_shard(cfg, tp, source));
   p.pp = pp;
-  p.layers = stage_layers(cfg.num_layers, pp.stage, pp.size);
+  Result<IndexRange> layers = stage_layers(cfg.num_layers, pp.stage, pp.size, pp.layer_partition);
+  if (!layers.ok()) return invalid_argument(source + ": VLLM_PP_LAYER_PARTITION: " + layers.status().message());
+  p.layers = *layers;
   p.local.num_layers = p.layers.size();
   p.local.first_layer = p.layers.begin;
   return p;

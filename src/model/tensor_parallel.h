@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/communicator.h"
 #include "base/status.h"
@@ -35,11 +36,10 @@ struct TensorParallel {
 class SendQueue;
 
 // Pipeline parallelism (--pipeline-parallel-size P): the layers split into P stages of
-// consecutive layers (vLLM's split: num_layers / P each, the last stage the remainder); stage 0
-// looks up the embedding, the last stage applies the final norm and computes the logits, and each
-// stage sends the residual stream [tokens, hidden] f32 on to the next. With tensor parallelism
-// too, each stage is a tensor-parallel group of its own, and rank t of a stage talks to rank t
-// of the next.
+// consecutive layers (vLLM's split, stage_layers); stage 0 looks up the embedding, the last
+// stage applies the final norm and computes the logits, and each stage sends the residual stream
+// [tokens, hidden] f32 on to the next. With tensor parallelism too, each stage is a
+// tensor-parallel group of its own, and rank t of a stage talks to rank t of the next.
 struct PipelineParallel {
   int stage = 0;
   int size = 1;
@@ -50,6 +50,9 @@ struct PipelineParallel {
   int prev = -1;
   int next = -1;
   SendQueue* sender = nullptr;
+  // The layers of each stage, as vLLM's VLLM_PP_LAYER_PARTITION gives them; empty: the default
+  // split (stage_layers).
+  std::vector<int64_t> layer_partition = {};
 };
 
 // [begin, end) of one dimension.
@@ -59,8 +62,12 @@ struct IndexRange {
   int64_t size() const { return end - begin; }
 };
 
-// The layers of pipeline stage `stage` of `stages` over `num_layers` (stages <= num_layers).
-IndexRange stage_layers(int64_t num_layers, int stage, int stages);
+// The layers of pipeline stage `stage` of `stages` over `num_layers` (stages <= num_layers):
+// `partition` (each stage's layer count) when given, else vLLM's split (get_pp_indices):
+// num_layers / stages each, and the remainder one more each for the stages before the last,
+// from the second-to-last towards the first (the last stage also computes the final norm and
+// the LM head). A partition of another length or sum, or with an empty stage, is refused.
+Result<IndexRange> stage_layers(int64_t num_layers, int stage, int stages, const std::vector<int64_t>& partition = {});
 
 struct ShardPlan {
   TensorParallel tp;
