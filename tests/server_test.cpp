@@ -1115,13 +1115,15 @@ TEST(Server, DataParallelUnderMpirun) {
   EXPECT_NE(server.log().find("[serve] stopped"), std::string::npos) << server.log();
 }
 
-// Under mpirun, a replica's rank that hangs (SIGSTOP) fails rank 0's wait for its step's output
-// after --distributed-timeout-seconds: the stream ends with a server_error, the server exits.
-TEST(Server, HungReplicaUnderMpirunFailsTheServer) {
+// A slow-model server under mpirun -np 2 with `flags` and --distributed-timeout-seconds 2, two
+// streams decoding; MPI rank 1 stopped (SIGSTOP: alive, never answering): the second stream ends
+// with a server_error, the job ends within `within`, and the log has `words`.
+void expect_stopped_rank_under_mpirun_fails_the_server(std::vector<std::string> flags, const std::string& words,
+                                                       std::chrono::seconds within) {
   PAGODA_TEST_FILE(tok, "vocab/ggml-vocab-llama-spm.gguf");
   MpirunLauncher mpirun;
-  ServerProcess server(mpirun.path, slow_args(tok, {"--data-parallel-size", "2", "--distributed-timeout-seconds", "2"}),
-                       std::chrono::seconds(180), mpirun.env);
+  flags.insert(flags.end(), {"--distributed-timeout-seconds", "2"});
+  ServerProcess server(mpirun.path, slow_args(tok, flags), std::chrono::seconds(180), mpirun.env);
   ASSERT_NE(server.port(), 0);
   const uint16_t port = server.port();
   const int rank1 = mpi_rank_pid(server.pid(), 1);
@@ -1130,17 +1132,32 @@ TEST(Server, HungReplicaUnderMpirunFailsTheServer) {
   SseClient first(port, "/v1/completions", req.dump());
   ASSERT_EQ(first.status(), 200);
   ASSERT_TRUE(first.next().has_value());
-  SseClient second(port, "/v1/completions", req.dump());  // on replica 1: replica 0 is busy
+  SseClient second(port, "/v1/completions", req.dump());
   ASSERT_EQ(second.status(), 200);
   ASSERT_TRUE(second.next().has_value());
   const auto stopped = Clock::now();
   ASSERT_EQ(kill(rank1, SIGSTOP), 0);
   expect_stream_ends_with_server_error(second);
   EXPECT_TRUE(server.wait_exit(std::chrono::seconds(30)).has_value()) << server.log();
-  EXPECT_LT(Clock::now() - stopped, std::chrono::seconds(20));
-  EXPECT_NE(server.log().find("MPI recv with rank 1 on rank 0: no answer within 2000 ms"), std::string::npos)
-      << server.log();
+  EXPECT_LT(Clock::now() - stopped, within);
+  EXPECT_NE(server.log().find(words), std::string::npos) << server.log();
   kill(rank1, SIGKILL);  // mpirun ends it; never left behind stopped
+}
+
+// Under mpirun, a replica's rank that hangs fails rank 0's wait for its step's output after the
+// timeout (the second stream runs on replica 1: replica 0 is busy with the first).
+TEST(Server, HungReplicaUnderMpirunFailsTheServer) {
+  expect_stopped_rank_under_mpirun_fails_the_server({"--data-parallel-size", "2"},
+                                                    "MPI recv with rank 1 on rank 0: no answer within 2000 ms",
+                                                    std::chrono::seconds(20));
+}
+
+// Under mpirun, a tensor-parallel rank that hangs holds rank 0 inside an MPI all-reduce, which
+// cannot time out: the server's watch sees no step end for longer than the timeout (plus 2 s),
+// answers the streams with a server_error itself and ends the job.
+TEST(Server, HungTensorParallelRankUnderMpirunFailsTheServer) {
+  expect_stopped_rank_under_mpirun_fails_the_server({"--tensor-parallel-size", "2"}, "no engine step has ended for",
+                                                    std::chrono::seconds(25));
 }
 
 // A data-parallel replica's rank killed mid-step fails the server as any rank does: the first

@@ -373,7 +373,10 @@ void RankGroup::running() {
 }
 
 void RankGroup::abort() {
-  aborted_ = true;
+  if (job_) {
+    std::fflush(nullptr);
+    static_cast<mpi::MpiCommunicator&>(*job_).abort_job(1);
+  }
   for (shm::ShmCommunicator* shm : shm_comms()) shm->abort();
 }
 
@@ -391,10 +394,6 @@ Status RankGroup::check_workers() {
 }
 
 RankGroup::~RankGroup() {
-  if (aborted_ && job_) {
-    std::fflush(nullptr);
-    static_cast<mpi::MpiCommunicator&>(*job_).abort_job(1);
-  }
   if (agreed_ && !running_) {
     // The shards loaded but the engines were not all built: the ranks of those that were not wait
     // for their first message.

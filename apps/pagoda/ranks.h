@@ -78,9 +78,9 @@ class RankGroup {
   // mp: whether every forked rank still runs; an error names the first that has ended (its exit
   // status or signal). An idle server would otherwise notice a dead rank only at its next step.
   Status check_workers();
-  // Makes every wait of the group fail from now on (mp: a collective in flight, or the next
-  // step's); under mpirun, the job ends when this group does (MPI_Abort: a hung rank would keep
-  // MPI from finalizing), exiting 1.
+  // mp: makes every wait of the group fail from now on (a collective in flight, or the next
+  // step's). Under mpirun it ends the whole job at once (MPI_Abort, status 1): a hung rank would
+  // keep MPI from finalizing, and a rank 0 thread stuck in a collective from ever returning.
   void abort();
 
  private:
@@ -108,7 +108,6 @@ class RankGroup {
   std::vector<Link> links_;                    // replicas 1 .. D - 1
   bool agreed_ = false;              // every rank loaded its shard
   bool running_ = false;             // the engines (and their executors) exist
-  bool aborted_ = false;
   std::vector<pid_t> workers_;       // mp: the forked ranks 1 .. N-1 (-1 once reaped)
 };
 

@@ -329,8 +329,22 @@ int run_serve(ServeFlags f) {
   // supervises it to restart it, rather than live on answering 503.
   // A tensor-parallel rank that ends fails the server even while it is idle: the group is aborted,
   // so that a step in flight fails (its requests end with the error, as above) and none starts.
+  // A parallel engine whose step has not ended for longer than --distributed-timeout-seconds
+  // (plus a margin: the waits that can time out do so first) has a rank that hangs where no wait
+  // can time out (inside an MPI collective): the server fails as for a failed step.
   EngineHealth health;
+  bool stuck = false;
+  const double stuck_after = f.engine.distributed_timeout_seconds + 2;
   while (g_signals.load() == 0 && !(health = engine->health()).failed) {
+    if (*group && health.seconds_since_progress > stuck_after) {
+      char why[160];
+      std::snprintf(why, sizeof why,
+                    "no engine step has ended for %.0f s, more than --distributed-timeout-seconds %g: a rank hangs",
+                    health.seconds_since_progress, f.engine.distributed_timeout_seconds);
+      health.failed = stuck = true;
+      health.error = why;
+      break;
+    }
     if (*group) {
       if (Status st = (*group)->check_workers(); !st.ok()) {
         (*group)->abort();
@@ -349,6 +363,10 @@ int run_serve(ServeFlags f) {
     log_line(LogLevel::kError, "serve", "the engine has failed (" + health.error + "); exiting with status 1");
     (*server)->shutdown(std::chrono::milliseconds(0));
     if (*group) (*group)->abort();  // under mpirun, the job ends with it (a hung rank would hold it)
+    if (stuck) {  // the engine thread never comes back to be joined; the forked ranks die with us
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
     return 1;
   }
   char shutdown_line[96];

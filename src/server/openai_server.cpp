@@ -7,6 +7,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "base/log.h"
 
@@ -94,8 +96,22 @@ struct OpenAiServer::Impl {
       done = true;
       for (RequestId id : ids) server->model.engine->abort(id);
       server->in_flight.fetch_sub(1);
+      server->forget(this);
+    }
+    void give_up() {  // the engine never answered: the request fails as if it had failed
+      if (done) return;
+      for (RequestId id : ids) server->model.engine->abort(id);
+      failure = FinishReason::kError;
+      finish();
     }
   };
+  // Calls not yet answered, so that a shutdown can still answer them when the engine does not.
+  std::mutex calls_mu;
+  std::unordered_map<const Call*, std::shared_ptr<Call>> calls;  // guarded by calls_mu
+  void forget(const Call* call) {
+    std::lock_guard<std::mutex> lock(calls_mu);
+    calls.erase(call);
+  }
 
   std::string new_id(const char* prefix) {
     std::lock_guard<std::mutex> lock(id_mu);
@@ -147,6 +163,7 @@ void OpenAiServer::Impl::Call::on_chunk(size_t prompt, const OutputChunk& c) {
 void OpenAiServer::Impl::Call::finish() {
   done = true;
   server->in_flight.fetch_sub(1);
+  server->forget(this);
   if (failure != FinishReason::kNone) {
     ApiError e = failure == FinishReason::kError ? make_error(500, "server_error", "the engine failed while running this request")
                  : server->state.load() == State::kDraining
@@ -220,6 +237,10 @@ void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, con
       return;
     }
     call->ids.push_back(*submitted);
+  }
+  {
+    std::lock_guard<std::mutex> lock(calls_mu);
+    calls.emplace(call.get(), call);
   }
   ex->on_close([call] { call->close(); });
   if (call->parsed.stream) ex->begin_stream(200, "text/event-stream", {});
@@ -443,6 +464,18 @@ void OpenAiServer::shutdown(std::chrono::milliseconds timeout) {
     // The aborted requests' answers (error events, 503s) are posted to their connections.
     const auto answered = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < answered) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // An engine stuck in a step (a hung rank) answers nothing: its requests fail here instead,
+    // each on its connection's strand, rather than be cut off when the connections close.
+    std::vector<std::shared_ptr<Impl::Call>> stuck;
+    {
+      std::lock_guard<std::mutex> lock(s.calls_mu);
+      for (auto& [key, call] : s.calls) stuck.push_back(call);
+    }
+    for (auto& call : stuck) call->exchange->post([call] { call->give_up(); });
+    const auto failed = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < failed) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }

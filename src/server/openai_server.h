@@ -67,7 +67,8 @@ class OpenAiServer {
   uint16_t port() const;
 
   // Stops taking work, lets in-flight requests finish for up to `timeout`, aborts the rest,
-  // waits for their responses to go out (a few seconds at most), and closes every connection.
+  // waits for their responses to go out (a few seconds at most; requests that an engine stuck in
+  // a step cannot end fail then with a server_error), and closes every connection.
   void shutdown(std::chrono::milliseconds timeout);
 
   struct Impl;
