@@ -58,6 +58,7 @@ void install_avx512vnni(Kernels* k) {
   k->matmul_many = matmul_avx512vnni_many;
   k->matmul_grouped = matmul_avx512vnni_grouped;
   k->matmul_int = matmul_int_avx512vnni;
+  k->paged_attention = paged_attention_avx512;
 }
 
 // AVX-512 F and BW without VNNI (Skylake-SP / -X): the batched float products on 512-bit FMAs.
@@ -68,6 +69,7 @@ void install_avx512(Kernels* k) {
   k->matmul = matmul_avx512;
   k->matmul_many = matmul_avx512_many;
   k->matmul_grouped = matmul_avx512_grouped;
+  k->paged_attention = paged_attention_avx512;
 }
 
 bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512bf16; }
@@ -84,17 +86,17 @@ constexpr CpuKernelTable kKernelTables[] = {
      install_avx512bf16,
      "avx512bf16 f16 / bf16 matmul (inputs and f16 weights rounded to bf16); avx512vnni matmul_int and batched q8_0 "
      "/ q4_x / q5_x matmul; avx512 batched f32 matmul; avx512vl+vnni 256-bit matmul (decode, the K-quants; f32 "
-     "decode avx2); avx2+fma+f16c attention, rms_norm, silu_mul, add",
+     "decode avx2); avx512 attention (GQA groups of 4+; avx2 below); avx2+fma+f16c rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvx512Vnni, "avx512vnni", "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni", has_avx512vnni,
      install_avx512vnni,
      "avx512vnni matmul_int and batched q8_0 / q4_x / q5_x matmul; avx512 batched f32 / f16 / bf16 matmul; "
-     "avx512vl+vnni 256-bit matmul (decode, the K-quants; f32 / f16 / bf16 decode avx2); avx2+fma+f16c attention, "
-     "rms_norm, silu_mul, add",
+     "avx512vl+vnni 256-bit matmul (decode, the K-quants; f32 / f16 / bf16 decode avx2); avx512 attention (GQA "
+     "groups of 4+; avx2 below); avx2+fma+f16c rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvx512, "avx512", "avx2 fma f16c avx512f avx512bw", has_avx512, install_avx512,
-     "avx512 batched f32 / f16 / bf16 matmul; avx2+fma+f16c matmul (decode, every block type) and matmul_int, "
-     "attention, rms_norm, silu_mul, add",
+     "avx512 batched f32 / f16 / bf16 matmul and attention (GQA groups of 4+); avx2+fma+f16c matmul (decode, "
+     "every block type) and matmul_int, attention (smaller groups), rms_norm, silu_mul, add",
      "embedding, rope, store_kv"},
     {CpuIsa::kAvxVnni, "avxvnni", "avx2 fma f16c avxvnni", has_avxvnni, install_avxvnni,
      "avxvnni matmul (every block type; f32 / f16 / bf16 avx2) and matmul_int; avx2+fma+f16c attention, rms_norm, silu_mul, add",

@@ -1,4 +1,4 @@
-// Micro-benchmark of the AVX2 paged attention on TinyLlama's shape (32 query heads sharing 4 kv
+// Micro-benchmark of the AVX2 and AVX-512 paged attention on TinyLlama's shape (32 query heads sharing 4 kv
 // heads of 64, blocks of 16 tokens). Decode: one query token over a context; its figure to beat
 // is the time to read that context's K and V once (bytes_per_second against `pagoda bench
 // roofline`'s bandwidth). Prefill: a whole prompt, causal; items_per_second counts the
@@ -19,12 +19,11 @@ namespace {
 
 constexpr int64_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
 
+using PooledAttention = void (*)(const float*, const AttentionSeq*, int64_t, const KvLayerView&, const AttentionParams&,
+                                 float*, ThreadPool*);
+
 // Args: context length, query tokens (1 = decode; = context: a whole prefill), threaded.
-void BM_PagedAttentionAvx2(benchmark::State& state) {
-  if (!(cpu_features().avx2 && cpu_features().fma)) {
-    state.SkipWithError("CPU lacks avx2/fma");
-    return;
-  }
+void run_paged_attention(benchmark::State& state, PooledAttention attention) {
   const int64_t context = state.range(0), num_query = state.range(1);
   const bool threaded = state.range(2) != 0;
   const int64_t blocks = (context + kBlock - 1) / kBlock;
@@ -42,8 +41,7 @@ void BM_PagedAttentionAvx2(benchmark::State& state) {
   const AttentionSeq seq{0, num_query, context, table.data()};
   const AttentionParams params{kHeads, kKvHeads, kHeadDim, 0.125f, 0};
   for (auto _ : state) {
-    paged_attention_avx2_pooled(q.data(), &seq, 1, cache, params, out.data(),
-                                threaded ? &cpu_thread_pool() : nullptr);
+    attention(q.data(), &seq, 1, cache, params, out.data(), threaded ? &cpu_thread_pool() : nullptr);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -56,14 +54,33 @@ void BM_PagedAttentionAvx2(benchmark::State& state) {
   state.SetLabel(threaded ? "threads=" + std::to_string(cpu_thread_pool().num_threads()) : "1 thread");
 }
 
-BENCHMARK(BM_PagedAttentionAvx2)
-    ->Args({512, 1, 1})
-    ->Args({4096, 1, 0})
-    ->Args({4096, 1, 1})
-    ->Args({512, 512, 1})
-    ->Args({2048, 2048, 1})
-    ->ArgNames({"context", "query", "threaded"})
-    ->UseRealTime();
+void BM_PagedAttentionAvx2(benchmark::State& state) {
+  if (!(cpu_features().avx2 && cpu_features().fma)) {
+    state.SkipWithError("CPU lacks avx2/fma");
+    return;
+  }
+  run_paged_attention(state, paged_attention_avx2_pooled);
+}
+
+void BM_PagedAttentionAvx512(benchmark::State& state) {
+  if (!(cpu_features().avx2 && cpu_features().fma && cpu_features().avx512f)) {
+    state.SkipWithError("CPU lacks avx2/fma/avx512f");
+    return;
+  }
+  run_paged_attention(state, paged_attention_avx512_pooled);
+}
+
+#define PAGODA_ATTENTION_BENCH_ARGS                 \
+  Args({512, 1, 1})                                 \
+      ->Args({4096, 1, 0})                          \
+      ->Args({4096, 1, 1})                          \
+      ->Args({512, 512, 1})                         \
+      ->Args({2048, 2048, 1})                       \
+      ->ArgNames({"context", "query", "threaded"}) \
+      ->UseRealTime()
+BENCHMARK(BM_PagedAttentionAvx2)->PAGODA_ATTENTION_BENCH_ARGS;
+BENCHMARK(BM_PagedAttentionAvx512)->PAGODA_ATTENTION_BENCH_ARGS;
+#undef PAGODA_ATTENTION_BENCH_ARGS
 
 }  // namespace
 }  // namespace pagoda::cpu

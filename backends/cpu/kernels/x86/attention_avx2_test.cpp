@@ -1,13 +1,14 @@
-// Checks the AVX2 paged attention against a float64 softmax attention written here, on random
-// caches: head sizes with odd tails, GQA group sizes (below 4: one query vector at a time; 4 and
-// up: query vectors across the lanes), block sizes around the 16-key tile, prefill
-// chunks, sliding windows, several sequences at once and threaded; and that a query's result is
-// the same bits whatever else is in the batch, however its prefill is chunked, and whatever the
-// thread count.
+// Checks the AVX2 and AVX-512 paged attention against a float64 softmax attention written here, on
+// random caches: head sizes with odd tails, GQA group sizes (below 4: one query vector at a time;
+// 4 and up: query vectors across the lanes, 8 or 16 of them), block sizes around the 16-key tile,
+// prefill chunks, sliding windows, several sequences at once and threaded; that a query's result
+// is the same bits whatever else is in the batch, however its prefill is chunked, and whatever
+// the thread count; and that the two give the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -107,6 +108,10 @@ std::vector<double> expected(const float* qh, const Cache& c, const std::vector<
   return o;
 }
 
+// A Kernels::paged_attention entry with its pool (paged_attention_avx2_pooled, ..._avx512_pooled).
+using PooledAttention = void (*)(const float*, const AttentionSeq*, int64_t, const KvLayerView&, const AttentionParams&,
+                                 float*, ThreadPool*);
+
 struct Case {
   int64_t heads, kv_heads, hd, block_size, window;
   std::vector<int64_t> context, query;  // per sequence
@@ -121,7 +126,8 @@ std::string describe(const Case& c) {
   return s;
 }
 
-void check_case(const Case& cs, ThreadPool* pool, uint32_t seed, KvCacheDtype dtype = KvCacheDtype::kF32) {
+void check_case(PooledAttention attention, const Case& cs, ThreadPool* pool, uint32_t seed,
+                KvCacheDtype dtype = KvCacheDtype::kF32) {
   std::mt19937 rng(seed);
   Cache c = make_cache(cs.block_size, cs.kv_heads, cs.hd, cs.context, rng);
   convert_cache(c, dtype);
@@ -137,8 +143,7 @@ void check_case(const Case& cs, ThreadPool* pool, uint32_t seed, KvCacheDtype dt
   std::vector<float> q(static_cast<size_t>(rows * cs.heads * cs.hd));
   for (auto& v : q) v = dist(rng);
   std::vector<float> out(q.size(), NAN);
-  paged_attention_avx2_pooled(q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), c.view, p,
-                              out.data(), pool);
+  attention(q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), c.view, p, out.data(), pool);
   int failures = 0;
   for (size_t s = 0; s < seqs.size() && failures < 5; ++s) {
     for (int64_t j = 0; j < seqs[s].num_query; ++j) {
@@ -162,7 +167,7 @@ void check_case(const Case& cs, ThreadPool* pool, uint32_t seed, KvCacheDtype dt
   }
 }
 
-PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64Attention, "avx2", "paged_attention") {
+void matches_float64_attention(PooledAttention attention) {
   const std::vector<Case> cases = {
       {1, 1, 8, 16, 0, {1}, {1}},                  // one key
       {4, 4, 64, 16, 0, {37}, {1}},                // decode, MHA
@@ -177,14 +182,15 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64Attention, "avx2", "p
       {96, 1, 8, 16, 0, {20}, {3}},                // group wider than one tile of heads
       {12, 3, 12, 3, 5, {40, 9}, {17, 9}},         // lanes: head_dim tail, blocks of 3, window 5
       {20, 5, 24, 1, 0, {33}, {1}},                // lanes: decode with 4 of 8 lanes used
+      {64, 4, 64, 16, 0, {45, 8}, {45, 3}},        // lanes: a group of 16, full 16 lanes
   };
   uint32_t seed = 1;
-  for (const Case& c : cases) check_case(c, nullptr, seed++);
+  for (const Case& c : cases) check_case(attention, c, nullptr, seed++);
 }
 
 // Caches of the other dtypes: the attention over the values they hold (converted to f32 per tile),
 // for the one-vector and the lane kernels, prefill and decode, a window, threaded.
-PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ReadsEveryCacheDtype, "avx2", "paged_attention") {
+void reads_every_cache_dtype(PooledAttention attention) {
   ThreadPool pool(3);
   const std::vector<Case> cases = {
       {4, 2, 64, 16, 0, {37, 5}, {1, 5}},      // group of 2, decode and a prefill
@@ -195,23 +201,23 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ReadsEveryCacheDtype, "avx2", "page
   for (KvCacheDtype t : {KvCacheDtype::kF16, KvCacheDtype::kBF16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2,
                          KvCacheDtype::kInt8}) {
     for (const Case& c : cases) {
-      check_case(c, nullptr, seed, t);
-      check_case(c, &pool, seed++, t);
+      check_case(attention, c, nullptr, seed, t);
+      check_case(attention, c, &pool, seed++, t);
     }
   }
 }
 
-PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded, "avx2", "paged_attention") {
+void matches_float64_attention_threaded(PooledAttention attention) {
   ThreadPool pool(3);
-  check_case({32, 4, 64, 16, 0, {300, 77, 1}, {300, 1, 1}}, &pool, 50);
-  check_case({16, 16, 64, 8, 0, {64, 64, 64, 64}, {1, 1, 1, 1}}, &pool, 51);
+  check_case(attention, {32, 4, 64, 16, 0, {300, 77, 1}, {300, 1, 1}}, &pool, 50);
+  check_case(attention, {16, 16, 64, 8, 0, {64, 64, 64, 64}, {1, 1, 1, 1}}, &pool, 51);
 }
 
 // The probe sequence's output rows, computed inside a batch of other sequences (any order),
 // alone, chunked in two, with its last row as a decode step, and on several threads: all the
 // same bits. For a group of 8 (the lane kernel, full lanes), of 4 with a sliding window and a head
 // size with a tail (the lane kernel, half-full lanes in decode), and of 2 (one vector at a time).
-PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads, "avx2", "paged_attention") {
+void result_does_not_depend_on_batch_chunking_or_threads(PooledAttention attention) {
   struct Shape {
     int64_t heads, kv_heads, hd, window;
   };
@@ -230,15 +236,15 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingO
     // Alone, whole prefill, calling thread.
     std::vector<float> alone(probe_q.size());
     AttentionSeq whole{0, ctx, ctx, c.tables[0].data()};
-    paged_attention_avx2_pooled(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
+    attention(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
 
     // In chunks of 40, 56 and 1 rows (the last a decode step), 3 threads.
     ThreadPool pool(3);
     std::vector<float> chunked(probe_q.size());
     for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 40}, {40, ctx - 1}, {ctx - 1, ctx}}) {
       AttentionSeq chunk{0, end - begin, end, c.tables[0].data()};
-      paged_attention_avx2_pooled(probe_q.data() + begin * row_floats, &chunk, 1, c.view, p,
-                                  chunked.data() + begin * row_floats, &pool);
+      attention(probe_q.data() + begin * row_floats, &chunk, 1, c.view, p, chunked.data() + begin * row_floats,
+                &pool);
     }
     EXPECT_EQ(alone, chunked);
 
@@ -250,8 +256,68 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingO
                                       {31, ctx, ctx, c.tables[0].data()}};
     std::vector<float> batch_out(batch_q.size());
     ThreadPool two(2);
-    paged_attention_avx2_pooled(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
+    attention(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
     EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch_out.begin() + 31 * row_floats));
+  }
+}
+
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64Attention, "avx2", "paged_attention") {
+  matches_float64_attention(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ReadsEveryCacheDtype, "avx2", "paged_attention") {
+  reads_every_cache_dtype(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded, "avx2", "paged_attention") {
+  matches_float64_attention_threaded(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads, "avx2", "paged_attention") {
+  result_does_not_depend_on_batch_chunking_or_threads(paged_attention_avx2_pooled);
+}
+
+// The avx512 table's entry (the avx512vnni and avx512bf16 tables install the same one).
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, MatchesFloat64Attention, "avx512", "paged_attention") {
+  matches_float64_attention(paged_attention_avx512_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, ReadsEveryCacheDtype, "avx512", "paged_attention") {
+  reads_every_cache_dtype(paged_attention_avx512_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, MatchesFloat64AttentionThreaded, "avx512", "paged_attention") {
+  matches_float64_attention_threaded(paged_attention_avx512_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, ResultDoesNotDependOnBatchChunkingOrThreads, "avx512",
+                         "paged_attention") {
+  result_does_not_depend_on_batch_chunking_or_threads(paged_attention_avx512_pooled);
+}
+
+// 16 lanes give the 8-lane kernel's bits: each lane runs the same operations (attention_lanes.h).
+// Groups of 4, 8 and 16 query heads (lanes a quarter, half and all full in decode), prefill
+// chunks, a window, head sizes with tails, every cache dtype, threaded.
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, SameBitsAsTheAvx2Kernel, "avx512", "paged_attention") {
+  struct Shape {
+    int64_t heads, kv_heads, hd, window;
+  };
+  uint32_t seed = 700;
+  ThreadPool pool(3);
+  for (const Shape& sh : {Shape{32, 4, 64, 0}, Shape{16, 4, 36, 20}, Shape{64, 4, 64, 0}, Shape{8, 2, 13, 0}}) {
+    for (KvCacheDtype dtype : {KvCacheDtype::kF32, KvCacheDtype::kF16, KvCacheDtype::kInt8}) {
+      SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " hd " +
+                   std::to_string(sh.hd) + " window " + std::to_string(sh.window) + " " + std::string(kv_cache_dtype_name(dtype)));
+      std::mt19937 rng(seed++);
+      Cache c = make_cache(16, sh.kv_heads, sh.hd, {130, 41, 1}, rng);
+      convert_cache(c, dtype);
+      const AttentionParams p{sh.heads, sh.kv_heads, sh.hd, 0.125f, sh.window};
+      const std::vector<AttentionSeq> seqs = {
+          {0, 130, 130, c.tables[0].data()}, {130, 1, 41, c.tables[1].data()}, {131, 1, 1, c.tables[2].data()}};
+      std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+      std::vector<float> q(static_cast<size_t>(132 * sh.heads * sh.hd));
+      for (auto& v : q) v = dist(rng);
+      std::vector<float> avx2(q.size(), NAN), avx512(q.size(), NAN);
+      paged_attention_avx2_pooled(q.data(), seqs.data(), 3, c.view, p, avx2.data(), nullptr);
+      paged_attention_avx512_pooled(q.data(), seqs.data(), 3, c.view, p, avx512.data(), &pool);
+      int64_t differ = 0;
+      for (size_t i = 0; i < q.size(); ++i) differ += std::memcmp(&avx2[i], &avx512[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "of " << q.size() << " outputs";
+    }
   }
 }
 

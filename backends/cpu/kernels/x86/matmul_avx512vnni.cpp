@@ -24,6 +24,12 @@ namespace {
 
 constexpr int64_t kBlockSlice = 16;  // blocks per k slice (8.5 KiB of a q8_0 panel pair)
 constexpr int kRows = 8;             // input rows per tile
+// Up to this many input rows (small batches, a speculative step's verification), each panel pair
+// runs through all of k for all the rows before the next: the weights stream forward through
+// memory as in decode, and the few row tiles read a pair's blocks from the cache. More rows: k
+// slices of kBlockSlice blocks, each read from L1 by every row tile. (Slices for few rows walk
+// every pair of the thread's share once per slice, a stride the prefetchers follow poorly.)
+constexpr int64_t kStreamMaxRows = 16;
 
 // q8_0 panels (matmul_avx2.cpp's Q8Panel): 8 groups g of 32 bytes after the scales, each the 4
 // int8 weights [4g, 4g + 4) of rows 0..7. Input codes unsigned: the block's dot is sum(u w) less
@@ -135,8 +141,9 @@ template <class W>
 PAGODA_FLATTEN void pair_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t nb, const uint8_t* w,
                               int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   const int64_t panel_bytes = nb * W::kBlockBytes;
-  for (int64_t b0 = 0; b0 < nb; b0 += kBlockSlice) {
-    const int64_t b1 = b0 + kBlockSlice < nb ? b0 + kBlockSlice : nb;
+  const int64_t slice = m <= kStreamMaxRows ? nb : kBlockSlice;
+  for (int64_t b0 = 0; b0 < nb; b0 += slice) {
+    const int64_t b1 = b0 + slice < nb ? b0 + slice : nb;
     const bool accumulate = b0 > 0;
     for (int64_t p = panel_begin; p < panel_end; p += 2) {
       const int64_t q = pair_partner(p, panel_end);

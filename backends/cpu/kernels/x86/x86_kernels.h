@@ -301,6 +301,9 @@ struct AttentionTile {
 void attention_tile_avx2(const AttentionTile& tile);
 inline constexpr int64_t kMaxLaneGroups = 8;
 void attention_tile_lanes_avx2(const AttentionTile& tile);
+// AVX-512 F. The lanes kernel on 16 lanes (scratch: ceil(num_vectors / 16) * (32 * head_dim + 32)
+// floats): the same bits as attention_tile_lanes_avx2 (attention_lanes.h).
+void attention_tile_lanes_avx512(const AttentionTile& tile);
 
 // The Kernels::paged_attention entry: the work split into AttentionTiles (per sequence, kv head
 // and group of query rows) over `pool` (nullptr: the calling thread only).
@@ -309,6 +312,13 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
                                  float* out, ThreadPool* pool);
 void paged_attention_avx2(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                           const KvLayerView& cache, const AttentionParams& params, float* out);
+// The same with attention_tile_lanes_avx512 for the groups of 4 or more (AVX-512 F; a tile of at
+// most 8 query vectors, a decode step's, keeps the 8-lane kernel): the same bits as the AVX2 entry.
+void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+                                   const KvLayerView& cache, const AttentionParams& params, float* out,
+                                   ThreadPool* pool);
+void paged_attention_avx512(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+                            const KvLayerView& cache, const AttentionParams& params, float* out);
 
 // AVX2 + FMA element-wise leaves, on the calling thread, with the Kernels contracts of rms_norm,
 // silu_mul (over [0, n)) and add. Each element's value does not depend on n or its place in the
