@@ -28,7 +28,10 @@
 namespace pagoda::cpu {
 namespace {
 
-constexpr int64_t kSlicePairs = 64;  // column pairs per slice (even): 4 panels' slice is 8 KiB
+// Column pairs per slice (even): 4 panels' slice is 32 KiB. Each slice reloads and stores every
+// output of the thread's share, lines of y that have left the cache by then: 64 pairs (8 KiB)
+// left f16 prefill 512 1.06 to 1.3x slower (Zen 5, 2026-12-05); 512 measured the same as 256.
+constexpr int64_t kSlicePairs = 256;
 constexpr int kGroupPanels = 4;      // panels per group: two 512-bit vectors per pair
 constexpr int64_t kPairColumn = kGroupPanels * kPanelRows;  // dwords per column pair of the buffer
 constexpr int kRows = 12;            // input rows per tile: 12 x 2 accumulators, 2 weights
@@ -180,7 +183,7 @@ PAGODA_FLATTEN void buffered_rows(const uint16_t* xb, int64_t ldx, int64_t m, in
                                   int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = k * kPanelRows * 2;
   const int64_t num_pairs = (k + 1) / 2;
-  alignas(64) uint32_t buf[kSlicePairs * kPairColumn];  // 8 KiB
+  alignas(64) uint32_t buf[kSlicePairs * kPairColumn];  // 32 KiB
   for (int64_t u0 = 0; u0 < num_pairs; u0 += kSlicePairs) {
     const int64_t pairs = min64(kSlicePairs, num_pairs - u0);
     const bool accumulate = u0 > 0;
