@@ -415,7 +415,7 @@ void check_bf16_model(const MatmulEntry& matmul) {
   ThreadPool pool(3);
   uint32_t seed = 5000;
   for (DType t : {DType::kF16, DType::kBF16}) {
-    for (int64_t k : {1, 2, 7, 32, 129, 257, 300}) {
+    for (int64_t k : {1, 2, 7, 32, 129, 257, 300, 1101}) {
       for (int64_t m : {1, 2, 4, 5, 9, 13, 16, 17, 33}) {
         for (int64_t n : {1, 7, 8, 17, 33, 67}) {
           Problem p = make_problem(t, m, k, n, seed++);
@@ -446,9 +446,9 @@ void check_bf16_model(const MatmulEntry& matmul) {
 }
 
 // The avx512bf16 table: f16 / bf16 weights on vdpbf16ps bit for bit as modelled above (the
-// direct path up to 16 rows in tiles of up to 8, and the buffered one above, slices of 64 pairs
-// with tails, k of every
-// residue mod 4, groups of 1 to 4 panels, on 1 and 3 threads), within 2^-7 of sum |x w| of the reference in the general checks; every other type
+// direct path up to 16 rows in tiles of up to 8, and the buffered one above, slices of 256
+// pairs with a tail at k = 1101, k of every residue mod 4, groups of 1 to 4 panels, on 1 and 3
+// threads), within 2^-7 of sum |x w| of the reference in the general checks; every other type
 // as the avx512vnni table.
 PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesBf16ModelBitForBit, "avx512bf16", "matmul") {
   check_bf16_model(kAvx512Bf16Matmul);
