@@ -61,17 +61,18 @@ std::string greedy_256_args(const std::string& model) {
   return "generate --model " + quote(model) + " --prompt '' --max-tokens 256 --temperature 0";
 }
 
-// The golden text through the scalar kernels on one thread and the best kernels on three; bad
-// PAGODA_CPU_ISA and --threads values are refused.
+// The golden text through the scalar kernels on one thread and the best kernels on three, the
+// verbose log naming the kernels picked; bad PAGODA_CPU_ISA and --threads values are refused.
 TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
   const std::string want = golden_text(txt);
   const std::string args = greedy_256_args(model);
   for (auto [env, threads] : {std::pair{"PAGODA_CPU_ISA=scalar", 1}, std::pair{"PAGODA_CPU_ISA=auto", 3}}) {
-    RunResult r = run_pagoda(args + " --threads " + std::to_string(threads), env);
+    RunResult r = run_pagoda(args + " -v --threads " + std::to_string(threads), env);
     ASSERT_EQ(r.exit_code, 0) << env << ": " << r.err;
     EXPECT_EQ(r.out, want) << env << " --threads " << threads;
+    EXPECT_NE(r.err.find(threads == 1 ? "cpu: reference kernels" : " on 3 threads; "), std::string::npos) << r.err;
   }
   RunResult bad_isa = run_pagoda(args, "PAGODA_CPU_ISA=avx1024");
   EXPECT_NE(bad_isa.exit_code, 0);

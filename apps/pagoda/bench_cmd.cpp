@@ -80,7 +80,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
-  std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
+  std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
   if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
   std::vector<GenerateRequest> requests;
   if (f.dataset_path.empty()) {
@@ -133,7 +133,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
-  std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
+  std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
   if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
   const int64_t vocab = setup->core->model_config().vocab_size;
   LLM llm(std::move(setup->core));

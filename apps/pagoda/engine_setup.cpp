@@ -128,6 +128,7 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
     config.replicas_on_host = group->replicas_on_host();
   }
   if (!loaded.ok()) return loaded.status();
+  if (loaded->backend != nullptr) setup.kernels = loaded->backend->description();
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));
   std::unique_ptr<Model> draft_model;
   if (has_draft) {

@@ -20,6 +20,7 @@ struct EngineSetup {
   std::vector<std::unique_ptr<EngineCore>> replicas;
   std::shared_ptr<const Tokenizer> tokenizer;
   GenerationDefaults generation_defaults;  // from --generation-config
+  std::string kernels;                     // the backend's description(): the kernel table it picked
 };
 
 // Checks the flags, applies --log-level, reads --generation-config, loads the tokenizer and runs

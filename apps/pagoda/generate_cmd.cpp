@@ -211,7 +211,7 @@ int run_generate(const GenerateFlags& f) {
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
-  if (f.verbose) std::fprintf(stderr, "%s\n", setup->core->kv_cache_summary().c_str());
+  if (f.verbose) std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
   return f.input_file.empty() ? generate_one(f, *setup) : generate_file(f, *setup);
 }
 

@@ -282,6 +282,7 @@ int run_serve(ServeFlags f) {
   },
       group->get());
   if (!setup.ok()) return fail(setup.status());
+  log_line(LogLevel::kInfo, "serve", setup->kernels);
   log_line(LogLevel::kInfo, "serve", setup->core->kv_cache_summary());
   if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) log_line(LogLevel::kInfo, "serve", spec);
 

@@ -74,11 +74,10 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
   // from the model's shape alone, so every tile of every step rounds the same way.
   const bool lanes = group >= kMinLaneGroupHeads;
   static_assert(kMaxVectors <= 8 * kMaxLaneGroups);
-  const int64_t width = lane_kernel.lanes;
-  const auto scratch_floats = static_cast<size_t>(
-      lanes ? std::max((kMaxVectors + width - 1) / width * (2 * width * p.head_dim + 2 * width),
-                       (kMaxVectors + 7) / 8 * (16 * p.head_dim + 16))
-            : 2 * kMaxVectors);
+  // A lane kernel of width w needs ceil(vectors / w) * (2 w head_dim + 2 w) floats (attention_lanes.h).
+  auto lane_scratch = [&](int64_t w) { return (kMaxVectors + w - 1) / w * (2 * w * p.head_dim + 2 * w); };
+  const auto scratch_floats =
+      static_cast<size_t>(lanes ? std::max(lane_scratch(lane_kernel.lanes), lane_scratch(8)) : 2 * kMaxVectors);
   const bool f32_cache = cache.dtype == KvCacheDtype::kF32;
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch_of_this_thread;  // each worker's own
@@ -170,7 +169,8 @@ void paged_attention_avx2(const float* q, const AttentionSeq* seqs, int64_t num_
 void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                                    const KvLayerView& cache, const AttentionParams& params, float* out,
                                    ThreadPool* pool) {
-  paged_attention_pooled(q, seqs, num_seqs, cache, params, out, pool, {attention_tile_lanes_avx512, 16, attention_tile_lanes_avx2});
+  paged_attention_pooled(q, seqs, num_seqs, cache, params, out, pool,
+                         {attention_tile_lanes_avx512, 16, attention_tile_lanes_avx2});
 }
 
 void paged_attention_avx512(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
