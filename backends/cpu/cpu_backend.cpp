@@ -77,6 +77,7 @@ bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512
 void install_avx512bf16(Kernels* k) {
   install_avx512vnni(k);
   k->matmul = matmul_avx512bf16;
+  k->pack_matmul_weight = pack_matmul_weight_avx512bf16;
   k->matmul_many = matmul_avx512bf16_many;
   k->matmul_grouped = matmul_avx512bf16_grouped;
 }

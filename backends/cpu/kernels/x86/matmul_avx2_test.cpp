@@ -53,7 +53,9 @@ struct Problem {
   std::vector<float> x;
 };
 
-Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed) {
+using PackFn = Tensor (*)(const Tensor& w, Buffer* storage);
+
+Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed, PackFn pack = pack_matmul_weight_avx2) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   Problem p;
@@ -64,7 +66,7 @@ Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed) {
   for (int64_t r = 0; r < n; ++r)
     quantize_row(t, wf.data() + r * k, p.w_bytes.data() + r * row_bytes, k);
   p.w = Tensor(p.w_bytes.data(), t, {n, k});
-  p.packed = pack_matmul_weight_avx2(p.w, &p.packed_storage);
+  p.packed = pack(p.w, &p.packed_storage);
   p.x.resize(static_cast<size_t>(m * k));
   for (auto& v : p.x) v = dist(rng);
   return p;
@@ -113,6 +115,7 @@ struct MatmulEntry {
   void (*many)(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
   void (*grouped)(const float* x, const MatmulGroup* groups, int count);
   double half_tol = 1e-5;
+  PackFn pack = pack_matmul_weight_avx2;  // the table's Kernels::pack_matmul_weight
 };
 constexpr MatmulEntry kAvx2Matmul{matmul_avx2_pooled, matmul_avx2, matmul_avx2_many, matmul_avx2_grouped};
 constexpr MatmulEntry kAvxVnniMatmul{matmul_avxvnni_pooled, matmul_avxvnni, matmul_avxvnni_many,
@@ -123,7 +126,7 @@ constexpr MatmulEntry kAvx512Matmul{matmul_avx512_pooled, matmul_avx512, matmul_
 // Each product of bf16-rounded factors is within 2^-8 (and a little) of the exact one; the f32
 // sums add about k 2^-24 of sum |x w|.
 constexpr MatmulEntry kAvx512Bf16Matmul{matmul_avx512bf16_pooled, matmul_avx512bf16, matmul_avx512bf16_many,
-                                        matmul_avx512bf16_grouped, 0x1p-7};
+                                        matmul_avx512bf16_grouped, 0x1p-7, pack_matmul_weight_avx512bf16};
 
 void check_small_shapes(const MatmulEntry& matmul) {
   uint32_t seed = 1;
@@ -132,7 +135,7 @@ void check_small_shapes(const MatmulEntry& matmul) {
       if (!fits(t, k)) continue;
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 33}) {
         for (int64_t n : {1, 7, 8, 33, 64, 67}) {
-          Problem p = make_problem(t, m, k, n, seed++);
+          Problem p = make_problem(t, m, k, n, seed++, matmul.pack);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
           matmul.pooled(p.x.data(), m, p.packed, y.data(), nullptr);
           expect_matches_reference(p, m, y, describe(t, m, k, n), matmul.half_tol);
@@ -151,7 +154,7 @@ void check_long_rows_threaded(const MatmulEntry& matmul) {
       for (int64_t m : {1, 6, 9}) {
         for (int64_t n : {37, 131, 4097}) {
           if (n == 4097 && m != 1) continue;  // the reference takes long enough
-          Problem p = make_problem(t, m, k, n, seed++);
+          Problem p = make_problem(t, m, k, n, seed++, matmul.pack);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
           matmul.pooled(p.x.data(), m, p.packed, y.data(), &pool);
           expect_matches_reference(p, m, y, describe(t, m, k, n) + " pool(3)", matmul.half_tol);
@@ -165,7 +168,7 @@ void check_long_rows_threaded(const MatmulEntry& matmul) {
 }
 
 void check_thread_count_invariant(const MatmulEntry& matmul) {
-  Problem p = make_problem(DType::kQ4_0, 5, 512, 300, 7);
+  Problem p = make_problem(DType::kQ4_0, 5, 512, 300, 7, matmul.pack);
   std::vector<float> one(5 * 300), many(5 * 300);
   matmul.pooled(p.x.data(), 5, p.packed, one.data(), nullptr);
   ThreadPool pool(4);
@@ -178,7 +181,7 @@ void check_batch_invariant(const MatmulEntry& matmul) {
   for (DType t : kAllTypes) {
     // k: 4 slices of 256 (2 of 16 blocks) and a part; 1280 (5 super-blocks) for the K-quants.
     const int64_t m = 37, k = fits(t, 1120) ? 1120 : 1280, n = 70;
-    Problem p = make_problem(t, m, k, n, 77);
+    Problem p = make_problem(t, m, k, n, 77, matmul.pack);
     std::vector<float> alone(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i)
       matmul.pooled(p.x.data() + i * k, 1, p.packed, alone.data() + i * n, nullptr);
@@ -203,8 +206,8 @@ void check_many_matches_one_at_a_time(const MatmulEntry& matmul) {
     for (int64_t m : {1, 2, 7}) {
       for (int64_t scale : {1, 8}) {
         const int64_t ns[3] = {37 * scale, 8 * scale + 3, 64 * scale};
-        Problem p[3] = {make_problem(t, m, k, ns[0], seed), make_problem(t, m, k, ns[1], seed + 1),
-                        make_problem(t, m, k, ns[2], seed + 2)};
+        Problem p[3] = {make_problem(t, m, k, ns[0], seed, matmul.pack), make_problem(t, m, k, ns[1], seed + 1, matmul.pack),
+                        make_problem(t, m, k, ns[2], seed + 2, matmul.pack)};
         seed += 3;
         const std::vector<float>& x = p[0].x;
         std::vector<float> want[3], got[3];
@@ -274,7 +277,7 @@ void check_grouped_matches_each_matmul(const MatmulEntry& matmul) {
       int64_t row = 0;
       for (int e = 0; e < kExperts; ++e) {
         for (int64_t n : {13 * scale + 3, 8 * scale}) {  // gate and up: a partial panel, whole ones
-          weights.push_back(make_problem(t, 1, k, n, ++seed));
+          weights.push_back(make_problem(t, 1, k, n, ++seed, matmul.pack));
           want.emplace_back(static_cast<size_t>(std::max<int64_t>(ms[e], 1) * n), NAN);
           got.emplace_back(want.back().size(), NAN);
           if (ms[e] > 0) matmul.shared(x.data() + row * k, ms[e], weights.back().packed, want.back().data());
@@ -418,7 +421,7 @@ void check_bf16_model(const MatmulEntry& matmul) {
     for (int64_t k : {1, 2, 7, 32, 129, 257, 300, 1101}) {
       for (int64_t m : {1, 2, 4, 5, 9, 13, 16, 17, 33}) {
         for (int64_t n : {1, 7, 8, 17, 33, 67}) {
-          Problem p = make_problem(t, m, k, n, seed++);
+          Problem p = make_problem(t, m, k, n, seed++, matmul.pack);
           std::vector<float> y(static_cast<size_t>(m * n), NAN);
           matmul.pooled(p.x.data(), m, p.packed, y.data(), m == 13 ? &pool : nullptr);
           std::vector<float> row(static_cast<size_t>(k));
@@ -450,11 +453,11 @@ void check_bf16_model(const MatmulEntry& matmul) {
 // pairs with a tail at k = 1101, k of every residue mod 4, groups of 1 to 4 panels, on 1 and 3
 // threads), within 2^-7 of sum |x w| of the reference in the general checks; every other type
 // as the avx512vnni table.
-PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesBf16ModelBitForBit, "avx512bf16", "matmul") {
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesBf16ModelBitForBit, "avx512bf16", "matmul pack_matmul_weight") {
   check_bf16_model(kAvx512Bf16Matmul);
 }
 
-PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesReferenceOnSmallShapes, "avx512bf16", "matmul") {
+PAGODA_KERNEL_TABLE_TEST(MatmulAvx512Bf16, MatchesReferenceOnSmallShapes, "avx512bf16", "matmul pack_matmul_weight") {
   check_small_shapes(kAvx512Bf16Matmul);
 }
 
@@ -933,7 +936,7 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   if (bf16) {
     EXPECT_EQ(fast.kernels().matmul, &matmul_avx512bf16);
     EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
-    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx512bf16);
     EXPECT_NE(fast.description().find("avx512bf16"), std::string::npos) << fast.description();
     EXPECT_EQ((*avx512vnni)->kernels().matmul, &matmul_avx512vnni);
   } else if (avx512) {

@@ -22,7 +22,9 @@
 namespace pagoda::cpu {
 namespace {
 
-constexpr int kRows = 8;  // input rows per tile
+constexpr int kRows = 8;      // input rows per tile
+constexpr int kFewRows = 8;   // up to this many rows, the panels go in long runs (pair_rows)
+constexpr int kFewPairs = 2;  // panel pairs side by side then
 // Each panel pair runs through all of k for every row tile before the next pair: a pair's blocks
 // (18 KiB of q4_0, 35 KiB of q8_0 at k = 2048) come from L1 or L2 for all the tiles after the
 // first, and each output is written once. (Slices of 16 blocks, each read by every row tile,
@@ -98,63 +100,106 @@ struct NibblePair : NibblePanelLayout<kMin, kFifth> {
   }
 };
 
-// y[r, lanes of mask] = the nb blocks of R input rows (row r's blocks at x + r * nb, their sums
-// at x_sums + r * nb) against panels a and b: from 0, per block acc + float(dot) * (d_w * d_x),
+// Two panels of a tile, a (lanes 0-7) and b (lanes 8-15): p and p + 1 (or p again for an odd
+// last panel, its 8 lanes stored once), or, for a few rows, panels of two runs (decode_runs).
+struct PanelPair {
+  const uint8_t* a;
+  const uint8_t* b;
+  int64_t col_a, col_b;  // their first output columns
+  __mmask16 mask;        // the lanes stored
+};
+
+// y[r, lanes of each pair] = the nb blocks of R input rows (row r's blocks at x + r * nb, their
+// sums at x_sums + r * nb) against Q panel pairs: from 0, per block acc + float(dot) * (d_w * d_x),
 // then for q4_1 / q5_1 acc + float(X) * (m * d_x), matmul_avx2.cpp's block_step.
-template <class W, int R>
-PAGODA_INLINE void pair_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const uint8_t* a,
-                             const uint8_t* b, float* y, int64_t ldy, __mmask16 mask) {
-  __m512 acc[R];
-  unroll<R>([&](auto r) PAGODA_LAMBDA { acc[r.value] = _mm512_setzero_ps(); });
+template <class W, int R, int Q>
+PAGODA_INLINE void pair_tile(const BlockQ8Act* x, const int32_t* x_sums, int64_t nb, const PanelPair (&pairs)[Q],
+                             float* y, int64_t ldy) {
+  __m512 acc[Q][R];
+  unroll<Q>([&](auto q) PAGODA_LAMBDA {
+    unroll<R>([&](auto r) PAGODA_LAMBDA { acc[q.value][r.value] = _mm512_setzero_ps(); });
+  });
   for (int64_t blk = 0; blk < nb; ++blk) {
-    const uint8_t* wa = a + blk * W::kBlockBytes;
-    const uint8_t* wb = b + blk * W::kBlockBytes;
     const BlockQ8Act* xb[R];
     int32_t sums[R];
     unroll<R>([&](auto r) PAGODA_LAMBDA {
       xb[r.value] = x + r.value * nb + blk;
       sums[r.value] = x_sums == nullptr ? 0 : x_sums[r.value * nb + blk];
     });
-    __m512i dot[R];
-    W::template dots<R>(wa, wb, xb, sums, dot);
-    const __m512 d_w = load_pair_ph(wa, wb);
-    __m512 m_w = _mm512_setzero_ps();
-    if constexpr (W::kHasMin) m_w = load_pair_ph(wa + W::kMinAt, wb + W::kMinAt);
-    unroll<R>([&](auto r) PAGODA_LAMBDA {
-      const __m512 dx = _mm512_set1_ps(xb[r.value]->d);
-      acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(dot[r.value]), _mm512_mul_ps(d_w, dx)));
-      if constexpr (W::kHasMin) {
-        acc[r.value] = _mm512_add_ps(acc[r.value], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_set1_epi32(sums[r.value])),
-                                                                 _mm512_mul_ps(m_w, dx)));
-      }
+    unroll<Q>([&](auto q) PAGODA_LAMBDA {
+      const uint8_t* wa = pairs[q.value].a + blk * W::kBlockBytes;
+      const uint8_t* wb = pairs[q.value].b + blk * W::kBlockBytes;
+      __m512i dot[R];
+      W::template dots<R>(wa, wb, xb, sums, dot);
+      const __m512 d_w = load_pair_ph(wa, wb);
+      __m512 m_w = _mm512_setzero_ps();
+      if constexpr (W::kHasMin) m_w = load_pair_ph(wa + W::kMinAt, wb + W::kMinAt);
+      unroll<R>([&](auto r) PAGODA_LAMBDA {
+        __m512& a = acc[q.value][r.value];
+        const __m512 dx = _mm512_set1_ps(xb[r.value]->d);
+        a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_cvtepi32_ps(dot[r.value]), _mm512_mul_ps(d_w, dx)));
+        if constexpr (W::kHasMin) {
+          a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_set1_epi32(sums[r.value])), _mm512_mul_ps(m_w, dx)));
+        }
+      });
     });
   }
-  unroll<R>([&](auto r) PAGODA_LAMBDA { _mm512_mask_storeu_ps(y + r.value * ldy, mask, acc[r.value]); });
+  unroll<Q>([&](auto q) PAGODA_LAMBDA {
+    const PanelPair& pp = pairs[q.value];
+    unroll<R>([&](auto r) PAGODA_LAMBDA {
+      store_halves(y + r.value * ldy, pp.col_a, pp.col_b, pp.mask, acc[q.value][r.value]);
+    });
+  });
 }
 
 template <class W>
 PAGODA_FLATTEN void pair_rows(const BlockQ8Act* x, const int32_t* x_sums, int64_t m, int64_t nb, const uint8_t* w,
                               int64_t n, float* y, int64_t ldy, int64_t panel_begin, int64_t panel_end) {
   const int64_t panel_bytes = nb * W::kBlockBytes;
-  for (int64_t p = panel_begin; p < panel_end; p += 2) {
-    const int64_t q = pair_partner(p, panel_end);
-    const __mmask16 mask = pair_mask(p, q, n);
-    const uint8_t* a = w + p * panel_bytes;
-    const uint8_t* b = w + q * panel_bytes;
+  auto pair_of = [&](int64_t a, int64_t b) {
+    const __mmask16 mask = halves_mask(a * kPanelRows, b * kPanelRows, n) & (b == a ? 0x00ff : 0xffff);
+    return PanelPair{w + a * panel_bytes, w + b * panel_bytes, a * kPanelRows, b * kPanelRows, mask};
+  };
+  int64_t p = panel_begin;
+  if (m <= kFewRows) {
+    // A few rows (speculative verification, a draft's catch-up), read once from memory: as decode
+    // does, the panels go in kFewPairs * 2 runs of consecutive panels, one weight stream each,
+    // instead of pairs of neighbours (each panel a new stream that the prefetchers start cold: 2
+    // rows of q4_0 had run at 0.45 of the memory's read, from the cache 0.9, Zen 5).
+    const auto runs = [&]<int R, int Q>() {
+      p = decode_runs<2 * Q>(panel_begin, panel_end, [&](int64_t i, int64_t run) PAGODA_LAMBDA {
+        PanelPair pairs[Q];
+        for (int q = 0; q < Q; ++q) pairs[q] = pair_of(i + 2 * q * run, i + (2 * q + 1) * run);
+        pair_tile<W, R, Q>(x, x_sums, nb, pairs, y, ldy);
+      });
+    };
+    switch (m) {
+      case 1: runs.template operator()<1, 2>(); break;
+      case 2: runs.template operator()<2, 2>(); break;
+      case 3: runs.template operator()<3, 2>(); break;
+      case 4: runs.template operator()<4, 2>(); break;
+      case 5: runs.template operator()<5, 1>(); break;
+      case 6: runs.template operator()<6, 1>(); break;
+      case 7: runs.template operator()<7, 1>(); break;
+      default: runs.template operator()<8, 1>(); break;
+    }
+  }
+  for (; p < panel_end; p += 2) {
+    const PanelPair pairs[1] = {pair_of(p, pair_partner(p, panel_end))};
     for (int64_t i = 0; i < m; i += kRows) {
       const BlockQ8Act* xi = x + i * nb;
       const int32_t* si = x_sums == nullptr ? nullptr : x_sums + i * nb;
-      float* yi = y + i * ldy + p * kPanelRows;
+      float* yi = y + i * ldy;
       // A switch, as in int_matmul_avx512vnni.cpp (with_rows measured slower there).
       switch (m - i < kRows ? m - i : kRows) {
-        case 1: pair_tile<W, 1>(xi, si, nb, a, b, yi, ldy, mask); break;
-        case 2: pair_tile<W, 2>(xi, si, nb, a, b, yi, ldy, mask); break;
-        case 3: pair_tile<W, 3>(xi, si, nb, a, b, yi, ldy, mask); break;
-        case 4: pair_tile<W, 4>(xi, si, nb, a, b, yi, ldy, mask); break;
-        case 5: pair_tile<W, 5>(xi, si, nb, a, b, yi, ldy, mask); break;
-        case 6: pair_tile<W, 6>(xi, si, nb, a, b, yi, ldy, mask); break;
-        case 7: pair_tile<W, 7>(xi, si, nb, a, b, yi, ldy, mask); break;
-        default: pair_tile<W, 8>(xi, si, nb, a, b, yi, ldy, mask); break;
+        case 1: pair_tile<W, 1, 1>(xi, si, nb, pairs, yi, ldy); break;
+        case 2: pair_tile<W, 2, 1>(xi, si, nb, pairs, yi, ldy); break;
+        case 3: pair_tile<W, 3, 1>(xi, si, nb, pairs, yi, ldy); break;
+        case 4: pair_tile<W, 4, 1>(xi, si, nb, pairs, yi, ldy); break;
+        case 5: pair_tile<W, 5, 1>(xi, si, nb, pairs, yi, ldy); break;
+        case 6: pair_tile<W, 6, 1>(xi, si, nb, pairs, yi, ldy); break;
+        case 7: pair_tile<W, 7, 1>(xi, si, nb, pairs, yi, ldy); break;
+        default: pair_tile<W, 8, 1>(xi, si, nb, pairs, yi, ldy); break;
       }
     }
   }

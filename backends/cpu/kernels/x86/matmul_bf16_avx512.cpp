@@ -1,12 +1,15 @@
 // The avx512bf16 table's matmul leaf for f16 and bf16 weights, every m (decode too, so that a
-// row's result never depends on the batch around it), on vdpbf16ps, over pack_matmul_weight_avx2's
-// panels of 8 rows (x86_kernels.h). Built with -mavx2 -mfma -mf16c -mavx512f -mavx512bw
+// row's result never depends on the batch around it), on vdpbf16ps, over the panels of 8 rows of
+// pack_matmul_weight_avx512bf16 (pack_matmul_weight_avx2's, f16 values stored rounded to bf16;
+// x86_kernels.h). Built with -mavx2 -mfma -mf16c -mavx512f -mavx512bw
 // -mavx512bf16 -ffp-contract=off; read x86_kernels.h before adding an #include here.
 //
 // vdpbf16ps multiplies pairs of bf16 values (exactly: 8 x 8 significant bits fit an f32) and adds
 // both products into an f32 lane: lane += odd product, then lane += even product, each sum
 // rounded to nearest even, denormals read and written as zero. So the inputs are rounded to bf16
-// first (convert_rows_bf16_avx512bf16) and so are f16 weights (bf16 weights are exact): with xb
+// first (convert_rows_bf16_avx512bf16) and so are f16 weights, once, when they are packed (bf16
+// weights are exact; converted in the loops, f16 took 1.4x bf16's time at 6 rows from the cache,
+// 54 against 78 GB/s of weights, Zen 5): with xb
 // and wb those values, an output is, bit for bit whatever m, the tile or the thread split:
 //   acc = 0; for each column pair u in order: acc = (acc + xb[2u+1] * wb[2u+1]) + xb[2u] * wb[2u]
 // (column 2u + 1 of an odd k is 0). Against the exact f32 product each term is off by at most
@@ -14,10 +17,10 @@
 // formula above bit for bit and to 2^-7 of sum |x w| against the float64 product.
 //
 // Weights reach the dot as each row's bf16 pairs of columns (2u, 2u + 1), 16 rows (two panels)
-// per 512-bit vector: four columns of a panel are loaded at once (f16 ones converted), and one
+// per 512-bit vector: four columns of a panel are loaded at once, and one
 // vpermt2w per pair interleaves two panels' columns (two_pairs). Up to kDirectMaxRows input rows
 // (decode, small batches) take them straight from the panels as they stream by; more rows take a
-// k slice of a group of four panels from a buffer that holds it so converted, filled once per
+// k slice of a group of four panels from a buffer that holds it so interleaved, filled once per
 // slice, with tiles of up to 12 input rows. Each row's pair is broadcast as one dword.
 #include <immintrin.h>
 
@@ -47,20 +50,9 @@ constexpr int64_t kDirectMaxRows = 16;
 // ahead of what it reads (as the AVX2 decode loops do).
 constexpr int64_t kPrefetchAhead = 768;
 
-// Four columns of a panel's 8 rows (32 values, column-major as packed) as bf16, columns from
+// Four columns of a panel's 8 rows (32 bf16 values, column-major as packed), columns from
 // `mask` off read as zeros (and not read).
-struct Bf16Columns {
-  static PAGODA_INLINE __m512i load4(const uint8_t* col, __mmask32 mask) { return _mm512_maskz_loadu_epi16(mask, col); }
-};
-
-struct F16Columns {
-  static PAGODA_INLINE __m512i load4(const uint8_t* col, __mmask32 mask) {
-    const __m512i h = _mm512_maskz_loadu_epi16(mask, col);
-    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // rounded to nearest even; lo's in the low half
-  }
-};
+PAGODA_INLINE __m512i load4(const uint8_t* col, __mmask32 mask) { return _mm512_maskz_loadu_epi16(mask, col); }
 
 // Word indices of vpermt2w that pair columns (c, c + 1) of each row: dword i < 8 takes row i of
 // the first vector's columns, dword 8 + i row i of the second's (word 32 on).
@@ -78,13 +70,12 @@ PAGODA_INLINE __m512i pair_index(int c) {
 // Columns [t, t + 4) of panels a (dwords 0..7) and b (dwords 8..15), t even, as each row's bf16
 // pairs: w[0] columns (t, t + 1), w[1] (t + 2, t + 3), the earlier column in the low half;
 // columns from k on are zeros.
-template <class W>
 PAGODA_INLINE void two_pairs(const uint8_t* a, const uint8_t* b, int64_t t, int64_t k, __m512i idx0, __m512i idx1,
                              __m512i w[2]) {
   constexpr int64_t kColumnBytes = kPanelRows * 2;
   const int64_t words = (k - t) * kPanelRows;
   const __mmask32 mask = words >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << words) - 1);
-  const __m512i va = W::load4(a + t * kColumnBytes, mask), vb = W::load4(b + t * kColumnBytes, mask);
+  const __m512i va = load4(a + t * kColumnBytes, mask), vb = load4(b + t * kColumnBytes, mask);
   w[0] = _mm512_permutex2var_epi16(va, idx0, vb);
   w[1] = _mm512_permutex2var_epi16(va, idx1, vb);
 }
@@ -127,13 +118,12 @@ PAGODA_INLINE Group group_of_runs(const uint8_t* panels, int64_t panel_bytes, in
 }
 
 // buf[u * kPairColumn + 16 v + c]: vector v's dword c for pair u0 + u, u < pairs (u0 even).
-template <class W>
-PAGODA_INLINE void convert_slice(const Group& g, int64_t k, int64_t u0, int64_t pairs, uint32_t* buf) {
+PAGODA_INLINE void interleave_slice(const Group& g, int64_t k, int64_t u0, int64_t pairs, uint32_t* buf) {
   const __m512i idx0 = pair_index(0), idx1 = pair_index(2);
   for (int v = 0; v < g.vectors; ++v) {
     for (int64_t u = 0; u < pairs; u += 2) {
       __m512i w[2];
-      two_pairs<W>(g.panel[2 * v], g.panel[2 * v + 1], 2 * (u0 + u), k, idx0, idx1, w);
+      two_pairs(g.panel[2 * v], g.panel[2 * v + 1], 2 * (u0 + u), k, idx0, idx1, w);
       _mm512_store_si512(buf + u * kPairColumn + 16 * v, w[0]);
       if (u + 1 < pairs) _mm512_store_si512(buf + (u + 1) * kPairColumn + 16 * v, w[1]);
     }
@@ -177,8 +167,7 @@ PAGODA_INLINE void slice_all_rows(const uint16_t* xb, int64_t ldx, int64_t m, in
   }
 }
 
-// Many rows: each k slice of a group converted once into a buffer, then every row's tiles on it.
-template <class W>
+// Many rows: each k slice of a group interleaved once into a buffer, then every row's tiles on it.
 PAGODA_FLATTEN void buffered_rows(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, const uint8_t* panels,
                                   int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = k * kPanelRows * 2;
@@ -189,7 +178,7 @@ PAGODA_FLATTEN void buffered_rows(const uint16_t* xb, int64_t ldx, int64_t m, in
     const bool accumulate = u0 > 0;
     for (int64_t p = p0; p < p1; p += kGroupPanels) {
       const Group g = group_at(panels, panel_bytes, p, p1, n);
-      convert_slice<W>(g, k, u0, pairs, buf);
+      interleave_slice(g, k, u0, pairs, buf);
       float* yp = y + p * kPanelRows;
       if (g.vectors == 1) {
         slice_all_rows<1>(xb, ldx, m, u0, buf, pairs, accumulate, yp, ldy, g.mask);
@@ -200,10 +189,10 @@ PAGODA_FLATTEN void buffered_rows(const uint16_t* xb, int64_t ldx, int64_t m, in
   }
 }
 
-// R rows (decode and small batches) against a group, the weights converted in registers as the
+// R rows (decode and small batches) against a group, the weights interleaved in registers as the
 // pairs stream by: the same operations on each output as the buffered path. y: the rows' first
 // outputs (the group's columns are g.col).
-template <class W, int R, int J>
+template <int R, int J>
 PAGODA_INLINE void direct_tile(const uint16_t* xb, int64_t ldx, int64_t k, const Group& g, float* y, int64_t ldy) {
   const __m512i idx0 = pair_index(0), idx1 = pair_index(2);
   const int64_t num_pairs = (k + 1) / 2;
@@ -217,7 +206,7 @@ PAGODA_INLINE void direct_tile(const uint16_t* xb, int64_t ldx, int64_t k, const
                      _MM_HINT_T0);
       }
       __m512i both[2];
-      two_pairs<W>(g.panel[2 * j.value], g.panel[2 * j.value + 1], 2 * u, k, idx0, idx1, both);
+      two_pairs(g.panel[2 * j.value], g.panel[2 * j.value + 1], 2 * u, k, idx0, idx1, both);
       w[0][j.value] = both[0];
       w[1][j.value] = both[1];
     });
@@ -231,7 +220,6 @@ PAGODA_INLINE void direct_tile(const uint16_t* xb, int64_t ldx, int64_t k, const
   });
 }
 
-template <class W>
 PAGODA_FLATTEN void direct_rows(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, const uint8_t* panels,
                                 int64_t n, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t panel_bytes = k * kPanelRows * 2;
@@ -239,9 +227,9 @@ PAGODA_FLATTEN void direct_rows(const uint16_t* xb, int64_t ldx, int64_t m, int6
     for (int64_t i = 0; i < m; i += kDirectRows) {
       with_rows<kDirectRows>(m - i, [&](auto r) PAGODA_LAMBDA {
         if (g.vectors == 1) {
-          direct_tile<W, r.value, 1>(xb + i * ldx, ldx, k, g, y + i * ldy, ldy);
+          direct_tile<r.value, 1>(xb + i * ldx, ldx, k, g, y + i * ldy, ldy);
         } else {
-          direct_tile<W, r.value, 2>(xb + i * ldx, ldx, k, g, y + i * ldy, ldy);
+          direct_tile<r.value, 2>(xb + i * ldx, ldx, k, g, y + i * ldy, ldy);
         }
       });
     }
@@ -253,13 +241,12 @@ PAGODA_FLATTEN void direct_rows(const uint16_t* xb, int64_t ldx, int64_t m, int6
   for (; p < p1; p += kGroupPanels) tile(group_at(panels, panel_bytes, p, p1, n));
 }
 
-template <class W>
 void bf16_rows(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, const uint8_t* panels, int64_t n, float* y,
                int64_t ldy, int64_t p0, int64_t p1) {
   if (m <= kDirectMaxRows) {
-    direct_rows<W>(xb, ldx, m, k, panels, n, y, ldy, p0, p1);
+    direct_rows(xb, ldx, m, k, panels, n, y, ldy, p0, p1);
   } else {
-    buffered_rows<W>(xb, ldx, m, k, panels, n, y, ldy, p0, p1);
+    buffered_rows(xb, ldx, m, k, panels, n, y, ldy, p0, p1);
   }
 }
 
@@ -275,16 +262,23 @@ void convert_rows_bf16_avx512bf16(const float* x, int64_t m, int64_t k, int64_t 
   }
 }
 
+void convert_f16_to_bf16_avx512bf16(uint16_t* words, int64_t count) {
+  for (int64_t i = 0; i < count; i += 32) {
+    const __mmask32 mask = count - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (count - i)) - 1);
+    const __m512i h = _mm512_maskz_loadu_epi16(mask, words + i);
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    _mm512_mask_storeu_epi16(words + i, mask, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));  // lo's in the low half
+  }
+}
+
 void matmul_bf16_rows_avx512bf16(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, DType type,
                                  const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
                                  int64_t panel_end) {
   const auto* w = static_cast<const uint8_t*>(panels);
-  switch (type) {
-    case DType::kF16: return bf16_rows<F16Columns>(xb, ldx, m, k, w, n, y, ldy, panel_begin, panel_end);
-    case DType::kBF16: return bf16_rows<Bf16Columns>(xb, ldx, m, k, w, n, y, ldy, panel_begin, panel_end);
-    default: break;
-  }
-  PAGODA_CHECK(false && "matmul_bf16_rows_avx512bf16 takes f16 or bf16 panels");
+  PAGODA_CHECK((type == DType::kF16 || type == DType::kBF16) &&
+               "matmul_bf16_rows_avx512bf16 takes pack_matmul_weight_avx512bf16's f16 or bf16 panels");
+  bf16_rows(xb, ldx, m, k, w, n, y, ldy, panel_begin, panel_end);
 }
 
 }  // namespace pagoda::cpu

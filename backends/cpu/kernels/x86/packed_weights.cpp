@@ -204,6 +204,20 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
   return packed;
 }
 
+Tensor pack_matmul_weight_avx512bf16(const Tensor& w, Buffer* storage) {
+  Tensor packed = pack_matmul_weight_avx2(w, storage);
+  if (packed.dtype == DType::kF16 && storage->size() > 0) {
+    const int64_t words = static_cast<int64_t>(storage->size() / 2);
+    constexpr int64_t kChunk = 1 << 16;  // words per piece of the split
+    auto* data = storage->as<uint16_t>();
+    cpu_thread_pool().parallel_for((words + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
+      const int64_t begin = c0 * kChunk, end = std::min(words, c1 * kChunk);
+      convert_f16_to_bf16_avx512bf16(data + begin, end - begin);
+    });
+  }
+  return packed;
+}
+
 IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
   PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && (w.bits == 8 || w.bits == 4));
   PAGODA_CHECK(w.group_size > 0 && w.k % w.group_size == 0 && (w.group_size == w.k || w.group_size % 8 == 0));

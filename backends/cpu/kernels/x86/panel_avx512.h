@@ -41,11 +41,6 @@ PAGODA_INLINE __mmask16 first_lanes(int64_t lanes) {
                       : static_cast<__mmask16>((1u << lanes) - 1);
 }
 
-// The lanes of the pair (p, partner) whose outputs exist, of n: at most 8 for a repeated panel.
-PAGODA_INLINE __mmask16 pair_mask(int64_t p, int64_t partner, int64_t n) {
-  const int64_t valid = n - p * kPanelRows;
-  return first_lanes(partner == p && valid > kPanelRows ? kPanelRows : valid);
-}
 
 // Two panels' outputs in one vector, decode's runs (decode_runs in panel_avx2.h) included: panel a's
 // in lanes 0-7 (output columns from col_a), panel b's in lanes 8-15 (from col_b; col_a + 8 for

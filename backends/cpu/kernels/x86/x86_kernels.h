@@ -93,6 +93,11 @@ int64_t packed_panel_bytes(DType type, int64_t k);
 // The Kernels::pack_matmul_weight entry of the AVX2 table: every type packs (w must be
 // row-major), and the AVX2 matmul takes only packed weights. Split over cpu_thread_pool().
 Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage);
+// The avx512bf16 table's: the same panels, but an f16 weight's values are stored as their bf16
+// roundings (nearest even, denormals to zero: the rounding its vdpbf16ps leaf gives them anyway),
+// so that its loops only load them. The tensor keeps its f16 dtype; only this table's matmul
+// reads such panels.
+Tensor pack_matmul_weight_avx512bf16(const Tensor& w, Buffer* storage);
 
 // AVX2 + FMA + F16C. y[i, j] = sum_t x[i, t] * w[j, t] for i < m and the rows j of panels
 // [panel_begin, panel_end) that exist (j < n), from f32 / f16 / bf16 panels; x is [m, k] f32,
@@ -231,9 +236,11 @@ void matmul_float_batched_avx512(const float* x, int64_t m, int64_t k, DType typ
 // (denormals to zero), row i at out + i * ld, zeros from k to the next multiple of 16 (ld must
 // reach it).
 void convert_rows_bf16_avx512bf16(const float* x, int64_t m, int64_t k, int64_t ld, uint16_t* out);
-// y[i, j] for the rows j of panels [panel_begin, panel_end) of f16 or bf16 panels, against the
-// bf16 rows xb (from convert_rows_bf16_avx512bf16, ldx apart), on vdpbf16ps: the weights rounded
-// to bf16 too (f16 ones; bf16 are exact), each output the sum over column pairs u in order of
+// The count fp16 values at words to bf16 in place, rounded as convert_rows_bf16_avx512bf16 does.
+void convert_f16_to_bf16_avx512bf16(uint16_t* words, int64_t count);
+// y[i, j] for the rows j of panels [panel_begin, panel_end) from pack_matmul_weight_avx512bf16 (bf16
+// values whether type is f16 or bf16), against the bf16 rows xb (from convert_rows_bf16_avx512bf16,
+// ldx apart), on vdpbf16ps: each output the sum over column pairs u in order of
 // acc = (acc + xb[2u+1] wb[2u+1]) + xb[2u] wb[2u] (matmul_bf16_avx512.cpp), whatever m.
 void matmul_bf16_rows_avx512bf16(const uint16_t* xb, int64_t ldx, int64_t m, int64_t k, DType type,
                                  const void* panels, int64_t n, float* y, int64_t ldy, int64_t panel_begin,
