@@ -445,6 +445,11 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     if (metrics_) metrics_->record_spec_decode(c.num_draft_tokens, c.num_accepted, metrics_engine_);
   }
   std::vector<RequestUpdate> updates = scheduler_->update_from_output(scheduled, produced);
+  // The next step's drafts now, before this step's tokens are stamped: they reach the caller when
+  // step() returns, after the draft model's pass (a prompt's first token waits for the draft's
+  // pass over the prompt, as in vLLM, and counts it in its time to first token). A request that a
+  // stop string ends below drafted for nothing; finish_chunk has the proposer forget it.
+  if (proposer_) propose_drafts();
 
   std::vector<OutputChunk> chunks;
   for (RequestUpdate& u : updates) {
@@ -496,7 +501,6 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     }
   }
   record_step(scheduled.num_scheduled_tokens);
-  if (proposer_) propose_drafts();
   return chunks;
 }
 
