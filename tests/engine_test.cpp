@@ -96,6 +96,24 @@ TEST(Engine, BatchOf32EqualsEachAlone) {
   }
 }
 
+// LLM::generate's `interrupted`: true after a step aborts the call's requests (they stop there)
+// and fails; the LLM then serves the next call as if nothing had happened.
+TEST(Engine, InterruptedGenerateAbortsAndTheLlmStaysUsable) {
+  PAGODA_TEST_FILE(model, kModel);
+  LLM llm(make_core(model, {}));
+  auto rs = requests_for(stories_prompts(4), greedy(40));
+  int steps = 0;
+  auto interrupted = llm.generate(rs, {}, [&] { return ++steps == 3; });
+  ASSERT_FALSE(interrupted.ok());
+  EXPECT_NE(interrupted.status().message().find("interrupted"), std::string::npos) << interrupted.status().message();
+  EXPECT_EQ(steps, 3);
+  EXPECT_FALSE(llm.core().has_unfinished());
+  auto again = llm.generate(rs);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  auto alone = run_alone(llm, rs);
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ((*again)[i].outputs[0].token_ids, alone[i]) << "prompt " << i;
+}
+
 TEST(Engine, SeededSamplingIgnoresBatchComposition) {
   PAGODA_TEST_FILE(model, kModel);
   LLM llm(make_core(model, {}));

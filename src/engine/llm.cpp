@@ -5,7 +5,8 @@
 namespace pagoda {
 
 Result<std::vector<RequestOutput>> LLM::generate(std::vector<GenerateRequest> requests,
-                                                 const std::function<void(size_t, size_t)>& progress) {
+                                                 const std::function<void(size_t, size_t)>& progress,
+                                                 const std::function<bool()>& interrupted) {
   for (size_t i = 0; i < requests.size(); ++i) {
     Status st = core_->prepare(requests[i]);
     if (!st.ok()) return st.with_context("request " + std::to_string(i));
@@ -48,6 +49,14 @@ Result<std::vector<RequestOutput>> LLM::generate(std::vector<GenerateRequest> re
         r.timings = c.timings;
         if (--open[i] == 0 && progress) progress(++finished, requests.size());
       }
+    }
+    if (interrupted && interrupted()) {
+      for (const auto& [id, i] : slot) {
+        if (open[i] > 0) core_->abort(id);
+      }
+      while (core_->has_unfinished()) core_->step();  // collects the aborted requests' last chunks
+      return unavailable("interrupted: " + std::to_string(finished) + " of " + std::to_string(requests.size()) +
+                         " requests had finished");
     }
   }
   return results;

@@ -37,9 +37,11 @@ class LLM {
   explicit LLM(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {}
 
   // Runs every request to completion. Fails before running anything if one is invalid (the
-  // message names its position and the problem).
+  // message names its position and the problem). `interrupted`, asked after each step: true
+  // aborts every request of the call and fails (the engine stays usable).
   Result<std::vector<RequestOutput>> generate(std::vector<GenerateRequest> requests,
-                                              const std::function<void(size_t done, size_t total)>& progress = {});
+                                              const std::function<void(size_t done, size_t total)>& progress = {},
+                                              const std::function<bool()>& interrupted = {});
 
   // The same prompts with one set of parameters.
   Result<std::vector<RequestOutput>> generate(const std::vector<std::string>& prompts, const SamplingParams& params);

@@ -41,7 +41,6 @@ PAGODA_INLINE __mmask16 first_lanes(int64_t lanes) {
                       : static_cast<__mmask16>((1u << lanes) - 1);
 }
 
-
 // Two panels' outputs in one vector, decode's runs (decode_runs in panel_avx2.h) included: panel a's
 // in lanes 0-7 (output columns from col_a), panel b's in lanes 8-15 (from col_b; col_a + 8 for
 // consecutive panels). The lanes whose outputs exist, of n outputs:
