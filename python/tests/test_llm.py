@@ -163,6 +163,8 @@ class LLMTest(unittest.TestCase):
             LLM(model=STORIES, block_size=0)
         with self.assertRaises(ValueError):
             LLM(model=STORIES, tensor_parallel_size=2)
+        with self.assertRaisesRegex(ValueError, "tokenizer-mode"):
+            LLM(model=STORIES, tokenizer_mode="mistral")  # a keyword with a flag is checked, not dropped
         # The engine is still usable after all of these.
         out = self.llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
         self.assertEqual(len(out[0].outputs[0].token_ids), 4)
