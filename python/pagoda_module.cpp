@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "apps/pagoda/engine_setup.h"
-#include "backends/cpu/cpu_backend.h"
 #include "engine/llm.h"
 #include "server/openai_protocol.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/unicode.h"
 
 namespace py = pybind11;
@@ -64,22 +64,10 @@ py::dict position_logprobs(const SampledOutput& s, const Tokenizer& tok) {
   return d;
 }
 
-// The CPU backend, once per process, as the binary does: PAGODA_CPU_ISA forces a kernel table.
-void register_backend() {
-  static const Status registered = [] {
-    const char* isa_env = std::getenv("PAGODA_CPU_ISA");
-    Result<cpu::CpuIsa> isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
-    if (!isa.ok()) return Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message());
-    cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
-    return Status();
-  }();
-  if (!registered.ok()) raise(registered);
-}
-
 class Engine {
  public:
   explicit Engine(const std::vector<std::string>& args) {
-    register_backend();
+    if (Status st = app::register_backends(); !st.ok()) raise(st);
     CLI::App app("pagoda (Python)");
     model_.add_to(app, true);
     engine_.add_to(app);
@@ -96,31 +84,37 @@ class Engine {
       throw py::value_error("pagoda.LLM runs in one process: tensor_parallel_size and pipeline_parallel_size must be 1 "
                             "(run `pagoda serve` under mpirun for more)");
     }
+    // The model's chat template, found as `pagoda serve` finds it. Unlike the server, a model
+    // whose template is missing or broken still loads: only chat() without a template of its
+    // own then fails, saying why.
     Result<app::EngineSetup> setup = [&] {
       py::gil_scoped_release release;
-      return app::make_engine(model_, engine_);
+      return app::make_engine(model_, engine_, [&](const Tokenizer& tok) {
+        model_chat_ = load_chat_template("", tok);
+        return Status::ok_status();
+      });
     }();
     if (!setup.ok()) raise(setup.status());
     setup_ = std::move(*setup);
+    ctx_ = app::model_context(model_, setup_, default_max_tokens_);
     llm_ = std::make_unique<LLM>(std::move(setup_.core));
-    ctx_.served_model_names = {model_.model};
-    const EngineConfig& ec = llm_->core().config();
-    ctx_.max_model_len = ec.scheduler.max_model_len;
-    ctx_.tokenizer = setup_.tokenizer.get();
-    ctx_.limits.max_logprobs = ec.max_logprobs;
-    ctx_.defaults = setup_.generation_defaults;
-    ctx_.default_max_tokens = default_max_tokens_;
   }
 
-  // bodies: one completions body (JSON) per prompt, each a single prompt. Returns one dict per
-  // body, in order. progress(done, total) after each finished prompt (all its n sequences).
-  py::list generate(const std::vector<std::string>& bodies, const py::object& progress) {
+  // bodies: one completions body (JSON) per prompt, each a single prompt, or with `chat` one
+  // chat completions body per conversation, rendered with `chat_template` (a file or the text;
+  // empty: the model's own). Returns one dict per body, in order. progress(done, total) after
+  // each finished prompt (all its n sequences).
+  py::list generate(const std::vector<std::string>& bodies, const py::object& progress, bool chat,
+                    const std::string& chat_template) {
     std::vector<GenerateRequest> requests;
     std::vector<server::ParsedRequest> parsed;
+    std::optional<ChatTemplateHolder> call_template;
+    const server::ModelContext ctx = chat ? chat_context(chat_template, call_template) : ctx_;
     for (size_t i = 0; i < bodies.size(); ++i) {
-      server::ApiResult<server::ParsedRequest> p = server::parse_completion_request(bodies[i], ctx_);
+      server::ApiResult<server::ParsedRequest> p =
+          chat ? server::parse_chat_request(bodies[i], ctx) : server::parse_completion_request(bodies[i], ctx);
       if (auto* e = std::get_if<server::ApiError>(&p)) {
-        throw py::value_error("prompt " + std::to_string(i) + ": " + e->message);
+        throw py::value_error((chat ? "conversation " : "prompt ") + std::to_string(i) + ": " + e->message);
       }
       parsed.push_back(std::get<server::ParsedRequest>(std::move(p)));
       if (parsed.back().prompts.size() != 1) throw py::value_error("one prompt per request");
@@ -207,6 +201,18 @@ class Engine {
     return out;
   }
 
+  // A chat completions body's messages rendered as chat() would (with add_generation_prompt and
+  // chat_template_kwargs): the text and its token ids.
+  std::pair<std::string, std::vector<TokenId>> apply_chat_template(const std::string& body,
+                                                                   const std::string& chat_template) {
+    std::optional<ChatTemplateHolder> call_template;
+    const server::ModelContext ctx = chat_context(chat_template, call_template);
+    server::ApiResult<ChatPrompt> rendered = server::render_chat_messages(body, ctx);
+    if (auto* e = std::get_if<server::ApiError>(&rendered)) throw py::value_error(e->message);
+    ChatPrompt& p = std::get<ChatPrompt>(rendered);
+    return {std::move(p.text), std::move(p.ids)};
+  }
+
   std::vector<TokenId> encode(const std::string& text, bool add_special_tokens) const {
     return setup_.tokenizer->encode(text, add_special_tokens);
   }
@@ -227,12 +233,55 @@ class Engine {
   int64_t last_steps() const { return last_steps_; }
 
  private:
+  // A parsed chat template with the bos / eos texts it is rendered with; or why there is none.
+  struct ChatTemplateHolder {
+    std::optional<ChatTemplate> parsed;
+    std::string bos, eos;
+    Status error;
+  };
+
+  ChatTemplateHolder load_chat_template(const std::string& flag, const Tokenizer& tok) const {
+    ChatTemplateHolder h;
+    Result<app::ChatTemplateSource> found = app::find_chat_template(flag, model_, tok);
+    if (!found.ok()) {
+      h.error = found.status();
+      return h;
+    }
+    if (found->text.empty()) {
+      h.error = invalid_argument("the model has no chat template; pass chat_template= (a file or the template text)");
+      return h;
+    }
+    Result<ChatTemplate> parsed = ChatTemplate::parse(found->text);
+    if (!parsed.ok()) {
+      h.error = parsed.status();
+      return h;
+    }
+    h.parsed = std::move(*parsed);
+    h.bos = std::move(found->bos);
+    h.eos = std::move(found->eos);
+    return h;
+  }
+
+  // The request context with a chat template: `chat_template` (loaded into `holder`) or the
+  // model's. Raises ValueError when there is none or it does not parse.
+  server::ModelContext chat_context(const std::string& chat_template, std::optional<ChatTemplateHolder>& holder) const {
+    const ChatTemplateHolder* use = &model_chat_;
+    if (!chat_template.empty()) use = &holder.emplace(load_chat_template(chat_template, *setup_.tokenizer));
+    if (!use->parsed) raise(use->error);
+    server::ModelContext ctx = ctx_;
+    ctx.chat_template = &*use->parsed;
+    ctx.bos_token = use->bos;
+    ctx.eos_token = use->eos;
+    return ctx;
+  }
+
   app::ModelFlags model_;
   app::EngineFlags engine_;
   int64_t default_max_tokens_ = 16;
   app::EngineSetup setup_;
   std::unique_ptr<LLM> llm_;
-  server::ModelContext ctx_;
+  server::ModelContext ctx_;      // completions; chat_context() adds a template
+  ChatTemplateHolder model_chat_;  // the model's own template
   int64_t last_steps_ = 0;  // engine steps of the last generate() call
 };
 
@@ -244,7 +293,9 @@ PYBIND11_MODULE(_pagoda, m) {
   m.doc() = "Pagoda's engine, for the pagoda package (vLLM's offline API)";
   py::class_<Engine>(m, "Engine")
       .def(py::init<const std::vector<std::string>&>(), py::arg("args"))
-      .def("generate", &Engine::generate, py::arg("bodies"), py::arg("progress") = py::none())
+      .def("generate", &Engine::generate, py::arg("bodies"), py::arg("progress") = py::none(), py::arg("chat") = false,
+           py::arg("chat_template") = "")
+      .def("apply_chat_template", &Engine::apply_chat_template, py::arg("body"), py::arg("chat_template") = "")
       .def("encode", &Engine::encode, py::arg("text"), py::arg("add_special_tokens") = true)
       .def("decode", &Engine::decode, py::arg("ids"), py::arg("skip_special_tokens") = true)
       .def_property_readonly("vocab_size", &Engine::vocab_size)

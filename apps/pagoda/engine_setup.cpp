@@ -1,14 +1,42 @@
 #include "apps/pagoda/engine_setup.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "apps/pagoda/ranks.h"
+#include "backends/cpu/cpu_backend.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "runner/group_executor.h"
 
 namespace pagoda::app {
+
+Status register_backends() {
+  static const Status registered = [] {
+    const char* isa_env = std::getenv("PAGODA_CPU_ISA");
+    Result<cpu::CpuIsa> isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
+    if (!isa.ok()) return Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message());
+    cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
+    return Status::ok_status();
+  }();
+  return registered;
+}
+
+server::ModelContext model_context(const ModelFlags& model, const EngineSetup& setup, int64_t default_max_tokens) {
+  server::ModelContext ctx;
+  const std::string& path = model.model;
+  std::string name = std::filesystem::path(path).filename().string();
+  ctx.served_model_names = {path};
+  if (!name.empty() && name != path) ctx.served_model_names.push_back(name);
+  const EngineConfig& ec = setup.core->config();
+  ctx.max_model_len = ec.scheduler.max_model_len;
+  ctx.tokenizer = setup.tokenizer.get();
+  ctx.limits.max_logprobs = ec.max_logprobs;
+  ctx.defaults = setup.generation_defaults;
+  ctx.default_max_tokens = default_max_tokens;
+  return ctx;
+}
 
 Result<GenerationDefaults> load_generation_defaults(const std::string& setting, const std::string& model_path) {
   namespace fs = std::filesystem;

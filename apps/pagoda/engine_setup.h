@@ -8,6 +8,7 @@
 #include "apps/pagoda/engine_flags.h"
 #include "apps/pagoda/model_loading.h"
 #include "engine/engine_core.h"
+#include "server/openai_protocol.h"
 
 namespace pagoda::app {
 
@@ -32,6 +33,16 @@ struct EngineSetup {
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
                                 const std::function<Status(const Tokenizer&)>& before_weights = {},
                                 RankGroup* group = nullptr);
+
+// Registers the backends this build has, once per process (later calls return the first call's
+// status): the CPU backend, with the kernel table PAGODA_CPU_ISA=avxvnni|avx2|scalar forces if set
+// (for tests and comparisons).
+Status register_backends();
+
+// What the request parser needs to know about the model, as the server has it: a request's
+// optional "model" may name the model path or its file name. Reads setup.core (call it before
+// the core is moved away); the chat template fields are left empty.
+server::ModelContext model_context(const ModelFlags& model, const EngineSetup& setup, int64_t default_max_tokens);
 
 // --generation-config: "auto" reads MODEL/generation_config.json when the model is a folder
 // holding one (nothing otherwise), "vllm" gives no defaults, anything else is a folder that

@@ -34,23 +34,6 @@ void write_out(const std::string& s) {
   std::fflush(stdout);
 }
 
-// What the request parser needs to know about the model, as the server has it; a request's
-// optional "model" may name the model path or its file name.
-server::ModelContext model_context(const GenerateFlags& f, const EngineSetup& setup) {
-  server::ModelContext ctx;
-  const std::string& path = f.model.model;
-  std::string name = std::filesystem::path(path).filename().string();
-  ctx.served_model_names = {path};
-  if (!name.empty() && name != path) ctx.served_model_names.push_back(name);
-  const EngineConfig& ec = setup.core->config();
-  ctx.max_model_len = ec.scheduler.max_model_len;
-  ctx.tokenizer = setup.tokenizer.get();
-  ctx.limits.max_logprobs = ec.max_logprobs;
-  ctx.defaults = setup.generation_defaults;
-  ctx.default_max_tokens = f.max_tokens;
-  return ctx;
-}
-
 Result<ParsedRequest> parse(const std::string& body, const server::ModelContext& ctx,
                             server::IgnoredFieldNames& ignored, const std::string& where) {
   server::ApiResult<ParsedRequest> parsed = server::parse_completion_request(body, ctx);
@@ -78,7 +61,7 @@ std::string prompt_body(const GenerateFlags& f) {
 // One prompt, streamed as it is generated.
 int generate_one(const GenerateFlags& f, EngineSetup& setup) {
   server::IgnoredFieldNames ignored;
-  auto parsed = parse(prompt_body(f), model_context(f, setup), ignored, "--prompt: ");
+  auto parsed = parse(prompt_body(f), model_context(f.model, setup, f.max_tokens), ignored, "--prompt: ");
   if (!parsed.ok()) return fail(parsed.status());
   GenerateRequest& r = parsed->prompts.at(0);
   EngineCore& core = *setup.core;
@@ -170,7 +153,7 @@ void progress_bar(size_t done, size_t total) {
 int generate_file(const GenerateFlags& f, EngineSetup& setup) {
   std::ifstream in(f.input_file);
   if (!in) return fail(not_found(f.input_file + ": cannot open"));
-  const server::ModelContext ctx = model_context(f, setup);
+  const server::ModelContext ctx = model_context(f.model, setup, f.max_tokens);
   server::IgnoredFieldNames ignored;
   std::vector<ParsedRequest> lines;
   std::vector<size_t> first_prompt;  // per line: its first request's index in the batch

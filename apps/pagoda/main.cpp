@@ -7,7 +7,7 @@
 #include <string>
 
 #include "apps/pagoda/commands.h"
-#include "backends/cpu/cpu_backend.h"
+#include "apps/pagoda/engine_setup.h"
 
 namespace pagoda::app {
 namespace {
@@ -65,11 +65,7 @@ int print_help_section(CLI::App& cmd, const std::string& value) {
 }
 
 int main_impl(int argc, char** argv) {
-  // PAGODA_CPU_ISA=avxvnni|avx2|scalar forces a lower kernel table (testing, comparison); read once here.
-  const char* isa_env = std::getenv("PAGODA_CPU_ISA");
-  auto isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
-  if (!isa.ok()) return fail(Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message()));
-  cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
+  if (Status st = register_backends(); !st.ok()) return fail(st);
 
   CLI::App app{"Pagoda: an LLM inference and serving engine"};
   app.set_version_flag("--version", PAGODA_VERSION, "print the version and exit");

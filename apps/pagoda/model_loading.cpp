@@ -8,9 +8,11 @@
 #include "apps/pagoda/engine_flags.h"
 #include "backends/cpu/cpu_thread_pool.h"
 #include "base/log.h"
+#include "base/mapped_file.h"
 #include "base/memory_info.h"
 #include "loader/config_parsers.h"
 #include "loader/gguf_file.h"
+#include "tokenizer/chat_template.h"
 
 namespace pagoda::app {
 
@@ -255,6 +257,43 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
 
 Result<LoadedModel> load_model_shard(const ModelFlags& flags, const TensorParallel& tp, const PipelineParallel& pp) {
   return load(flags, /*with_tokenizer=*/false, {}, tp, pp);
+}
+
+Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, const ModelFlags& flags,
+                                              const Tokenizer& tok) {
+  namespace fs = std::filesystem;
+  ChatTemplateSource out;
+  auto token_text = [&](std::optional<TokenId> id) { return id ? tok.token_text(*id) : std::string(); };
+  out.bos = token_text(tok.bos_id());
+  out.eos = token_text(tok.eos_id());
+  if (!chat_template.empty()) {
+    if (fs::is_regular_file(chat_template)) {
+      PAGODA_ASSIGN_OR_RETURN(out.text, read_file(chat_template));
+    } else if (chat_template.find("{{") != std::string::npos || chat_template.find("{%") != std::string::npos) {
+      out.text = chat_template;
+    } else {
+      return not_found("--chat-template '" + chat_template + "' is neither a file nor a template");
+    }
+    return out;
+  }
+  const std::string& path = flags.tokenizer.empty() ? flags.model : flags.tokenizer;
+  if (fs::is_directory(path)) {
+    const std::string config = (fs::path(path) / "tokenizer_config.json").string();
+    if (!fs::exists(config)) return out;
+    auto hf = load_chat_template_from_hf_config(config);
+    if (!hf.ok()) {
+      if (hf.status().code() == StatusCode::kNotFound) return out;
+      return hf.status();
+    }
+    out.text = hf->chat_template;
+    if (!hf->bos_token.empty()) out.bos = hf->bos_token;
+    if (!hf->eos_token.empty()) out.eos = hf->eos_token;
+  } else if (fs::is_regular_file(path) && starts_with_gguf_magic(path)) {
+    PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
+    auto text = gguf->get_string("tokenizer.chat_template");
+    if (text.ok()) out.text = *text;
+  }
+  return out;
 }
 
 }  // namespace pagoda::app

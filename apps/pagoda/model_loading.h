@@ -63,6 +63,18 @@ Result<LoadedModel> load_model_and_tokenizer(const ModelFlags& flags,
                                              const std::function<Status(const Tokenizer&)>& before_weights = {},
                                              const TensorParallel& tp = {}, const PipelineParallel& pp = {});
 
+// A chat template and the bos_token / eos_token texts it is rendered with.
+struct ChatTemplateSource {
+  std::string text;  // empty: the model has none
+  std::string bos, eos;
+};
+
+// `chat_template` (vLLM's --chat-template: a file, or the template text itself) when not empty,
+// else the template in the tokenizer's files: a GGUF's tokenizer.chat_template, or an HF
+// directory's tokenizer_config.json (whose bos_token / eos_token then win over the vocabulary's).
+Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, const ModelFlags& flags,
+                                              const Tokenizer& tok);
+
 // A worker rank's shard: the same without the tokenizer (rank 0 loads and checks it; a worker
 // detokenizes nothing), so `tokenizer` is null.
 Result<LoadedModel> load_model_shard(const ModelFlags& flags, const TensorParallel& tp, const PipelineParallel& pp);

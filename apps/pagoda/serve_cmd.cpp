@@ -21,8 +21,6 @@
 #include "apps/pagoda/engine_setup.h"
 #include "apps/pagoda/ranks.h"
 #include "base/log.h"
-#include "base/mapped_file.h"
-#include "loader/gguf_file.h"
 #include "server/openai_server.h"
 
 namespace pagoda::app {
@@ -94,49 +92,6 @@ void raise_fd_limit() {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-}
-
-struct ChatTemplateSource {
-  std::string text;
-  std::string bos, eos;
-};
-
-// --chat-template (a file or inline text), else the template in the tokenizer's files: a GGUF's
-// tokenizer.chat_template, or an HF directory's tokenizer_config.json. Empty text = none.
-Result<ChatTemplateSource> find_chat_template(const ServeFlags& f, const Tokenizer& tok) {
-  namespace fs = std::filesystem;
-  ChatTemplateSource out;
-  auto token_text = [&](std::optional<TokenId> id) { return id ? tok.token_text(*id) : std::string(); };
-  out.bos = token_text(tok.bos_id());
-  out.eos = token_text(tok.eos_id());
-  if (!f.chat_template.empty()) {
-    if (fs::is_regular_file(f.chat_template)) {
-      PAGODA_ASSIGN_OR_RETURN(out.text, read_file(f.chat_template));
-    } else if (f.chat_template.find("{{") != std::string::npos || f.chat_template.find("{%") != std::string::npos) {
-      out.text = f.chat_template;
-    } else {
-      return not_found("--chat-template '" + f.chat_template + "' is neither a file nor a template");
-    }
-    return out;
-  }
-  const std::string& path = f.model.tokenizer.empty() ? f.model.model : f.model.tokenizer;
-  if (fs::is_directory(path)) {
-    const std::string config = (fs::path(path) / "tokenizer_config.json").string();
-    if (!fs::exists(config)) return out;
-    auto hf = load_chat_template_from_hf_config(config);
-    if (!hf.ok()) {
-      if (hf.status().code() == StatusCode::kNotFound) return out;
-      return hf.status();
-    }
-    out.text = hf->chat_template;
-    if (!hf->bos_token.empty()) out.bos = hf->bos_token;
-    if (!hf->eos_token.empty()) out.eos = hf->eos_token;
-  } else if (fs::is_regular_file(path) && starts_with_gguf_magic(path)) {
-    PAGODA_ASSIGN_OR_RETURN(auto gguf, GgufFile::open(path));
-    auto text = gguf->get_string("tokenizer.chat_template");
-    if (text.ok()) out.text = *text;
-  }
-  return out;
 }
 
 // --fault-injection: "throw-at-step:N" makes step N throw; "stall-at-step:N" makes it hang;
@@ -268,7 +223,7 @@ int run_serve(ServeFlags f) {
   auto setup = make_engine(
       f.model, f.engine,
       [&](const Tokenizer& tokenizer) -> Status {
-    PAGODA_ASSIGN_OR_RETURN(ChatTemplateSource chat, find_chat_template(f, tokenizer));
+    PAGODA_ASSIGN_OR_RETURN(ChatTemplateSource chat, find_chat_template(f.chat_template, f.model, tokenizer));
     if (chat.text.empty()) {
       log_line(LogLevel::kWarning, "serve",
                "the model has no chat template: /v1/chat/completions will answer 400 (use --chat-template)");

@@ -187,11 +187,53 @@ class Tokenizer:
     def decode(self, token_ids, skip_special_tokens=True):
         return self._engine.decode(list(token_ids), skip_special_tokens)
 
+    def apply_chat_template(self, conversation, tools=None, chat_template=None, add_generation_prompt=False,
+                            continue_final_message=False, tokenize=True, **kwargs):
+        """Hugging Face's apply_chat_template: the conversation rendered with the model's chat template
+        (or ``chat_template``, a file or the template text), as token ids or, with tokenize=False,
+        the text. Keywords left over (``enable_thinking``) are the template's variables."""
+        for name in ("return_tensors", "return_dict", "documents"):
+            if kwargs.get(name):
+                raise ValueError(f"apply_chat_template: {name} is not supported by pagoda")
+            kwargs.pop(name, None)
+        for name in ("padding", "truncation", "max_length"):
+            kwargs.pop(name, None)  # only apply to batches of tensors, which are refused above
+        body = _chat_body({}, conversation, tools, add_generation_prompt, continue_final_message, kwargs)
+        text, ids = self._engine.apply_chat_template(json.dumps(body), chat_template or "")
+        return ids if tokenize else text
+
     def __call__(self, text, add_special_tokens=True):
         return {"input_ids": self.encode(text, add_special_tokens)}
 
     def __len__(self):
         return self.vocab_size
+
+
+def _one_each(sampling_params, count, what):
+    """One SamplingParams per prompt: the default, one for all, or a list of as many."""
+    if sampling_params is None:
+        sampling_params = SamplingParams()
+    if isinstance(sampling_params, SamplingParams):
+        return [sampling_params] * count
+    sampling_params = list(sampling_params)
+    if len(sampling_params) != count:
+        raise ValueError(f"{count} {what} but {len(sampling_params)} sampling_params")
+    return sampling_params
+
+
+def _chat_body(body, conversation, tools, add_generation_prompt, continue_final_message, template_kwargs):
+    """A chat completions body: the server's parser checks it (roles, content, tools, the template's
+    variables) as it checks /v1/chat/completions."""
+    if not isinstance(conversation, (list, tuple)) or not all(isinstance(m, dict) for m in conversation):
+        raise ValueError("a conversation is a list of messages, each a dict with 'role' and 'content'")
+    body["messages"] = list(conversation)
+    body["add_generation_prompt"] = bool(add_generation_prompt)
+    body["continue_final_message"] = bool(continue_final_message)
+    if tools:
+        body["tools"] = list(tools)
+    if template_kwargs:
+        body["chat_template_kwargs"] = dict(template_kwargs)
+    return body
 
 
 class _Progress:
@@ -238,13 +280,7 @@ class LLM:
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         prompts = list(prompts)
-        if sampling_params is None:
-            sampling_params = SamplingParams()
-        if isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params] * len(prompts)
-        sampling_params = list(sampling_params)
-        if len(sampling_params) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling_params")
+        sampling_params = _one_each(sampling_params, len(prompts), "prompts")
         bodies, texts = [], []
         for prompt, params in zip(prompts, sampling_params):
             if not isinstance(params, SamplingParams):
@@ -261,15 +297,49 @@ class LLM:
             else:
                 raise ValueError("a prompt is a string, {'prompt': str} or {'prompt_token_ids': [int, ...]}")
             bodies.append(json.dumps(body))
+        results = self._run(bodies, use_tqdm)
+        for d, text in zip(results, texts):
+            d["prompt"] = text  # None for token ids, as vLLM
+        return self._outputs(results)
+
+    def chat(self, messages, sampling_params=None, use_tqdm=True, lora_request=None, chat_template=None,
+             chat_template_content_format="auto", add_generation_prompt=True, continue_final_message=False,
+             tools=None, chat_template_kwargs=None, mm_processor_kwargs=None):
+        """messages: one conversation (a list of {"role": ..., "content": ...}) or a list of them.
+        Each is rendered with the model's chat template (or ``chat_template``, a file or the text)
+        and generated from as generate() does; RequestOutput.prompt is the rendered text."""
+        if lora_request is not None:
+            raise ValueError("chat(): lora_request is not supported by pagoda")
+        if chat_template_content_format not in ("auto", "string", "openai"):
+            raise ValueError(f"chat_template_content_format must be auto, string or openai, "
+                             f"got {chat_template_content_format!r}")
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise ValueError("chat() needs a conversation (a list of messages) or a list of conversations")
+        conversations = [messages] if isinstance(messages[0], dict) else list(messages)
+        sampling_params = _one_each(sampling_params, len(conversations), "conversations")
+        bodies = []
+        for conversation, params in zip(conversations, sampling_params):
+            if not isinstance(params, SamplingParams):
+                raise TypeError("sampling_params must be SamplingParams")
+            body = params._body()
+            if "logprobs" in body:  # chat's form of the same request
+                body["top_logprobs"] = body.pop("logprobs")
+                body["logprobs"] = True
+            bodies.append(json.dumps(_chat_body(body, conversation, tools, add_generation_prompt,
+                                                continue_final_message, chat_template_kwargs)))
+        return self._outputs(self._run(bodies, use_tqdm, chat=True, chat_template=chat_template or ""))
+
+    def _run(self, bodies, use_tqdm, **kwargs):
         progress = _Progress(len(bodies)) if use_tqdm and bodies else None
         try:
-            results = self._engine.generate(bodies, progress)
+            return self._engine.generate(bodies, progress, **kwargs)
         finally:
             if progress is not None:
                 progress.close()
+
+    def _outputs(self, results):
         outputs = []
-        for d, text in zip(results, texts):
-            d["prompt"] = text  # None for token ids, as vLLM
+        for d in results:
             outputs.append(RequestOutput(str(self._next_id), d))
             self._next_id += 1
         return outputs

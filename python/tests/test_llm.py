@@ -198,6 +198,113 @@ class LLMTest(unittest.TestCase):
         self.assertGreaterEqual(self.llm._engine.last_steps, 400)  # the same call runs to its end
 
 
+# A template in the style of the ones models ship: the template writes BOS itself.
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if enable_thinking is defined and enable_thinking %}(thinking)\n{% endif %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+class ChatTest(unittest.TestCase):
+    """llm.chat and the tokenizer's apply_chat_template. stories260K has no chat template of its own
+    (llama2.c's export has none), so the tests pass one, as vLLM's users do with chat_template=."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.llm = LLM(model=STORIES, max_model_len=512)
+        cls.tok = cls.llm.get_tokenizer()
+
+    def test_chat_renders_the_template_and_generates_from_it(self):
+        messages = [{"role": "system", "content": "Tell a story."}, {"role": "user", "content": "Once upon a time"}]
+        greedy = SamplingParams(temperature=0, max_tokens=24)
+        out = self.llm.chat(messages, greedy, chat_template=TEMPLATE, use_tqdm=False)
+        self.assertEqual(len(out), 1)
+        # The rendering, written out by hand: the template's text, with llama's BOS text.
+        want_text = "<s>system: Tell a story.\nuser: Once upon a time\nassistant:"
+        self.assertEqual(out[0].prompt, want_text)
+        ids = out[0].prompt_token_ids
+        bos = self.tok.bos_token_id
+        self.assertEqual(ids[0], bos)  # "<s>" written by the template is the control token
+        self.assertEqual(ids.count(bos), 1)  # and the tokenizer did not add another
+        self.assertEqual(self.tok.decode(ids, skip_special_tokens=True), want_text[len("<s>"):])
+        # The tokenizer's apply_chat_template gives the same text and ids (HF's defaults: ids, no
+        # generation prompt).
+        self.assertEqual(self.tok.apply_chat_template(messages, chat_template=TEMPLATE, add_generation_prompt=True,
+                                                      tokenize=False), want_text)
+        self.assertEqual(self.tok.apply_chat_template(messages, chat_template=TEMPLATE, add_generation_prompt=True),
+                         ids)
+        self.assertEqual(self.tok.apply_chat_template(messages, chat_template=TEMPLATE, tokenize=False),
+                         want_text[:-len("assistant:")])
+        # What chat generates is what generate() does from the same ids.
+        plain = self.llm.generate({"prompt_token_ids": ids}, greedy, use_tqdm=False)[0]
+        self.assertEqual(out[0].outputs[0].token_ids, plain.outputs[0].token_ids)
+        self.assertEqual(out[0].outputs[0].text, plain.outputs[0].text)
+        self.assertGreater(len(plain.outputs[0].token_ids), 0)
+
+    def test_a_batch_of_conversations_in_order_with_per_conversation_params(self):
+        conversations = [[{"role": "user", "content": c}] for c in ("Lily", "Tim had a dog", "The sun")]
+        params = [SamplingParams(temperature=0, max_tokens=k) for k in (3, 5, 7)]
+        out = self.llm.chat(conversations, params, chat_template=TEMPLATE, use_tqdm=False)
+        self.assertEqual([o.prompt for o in out], [f"<s>user: {c[0]['content']}\nassistant:" for c in conversations])
+        self.assertEqual([len(o.outputs[0].token_ids) for o in out], [3, 5, 7])
+        self.assertEqual(len({o.request_id for o in out}), 3)
+        # Alone, the second conversation gives the same greedy tokens.
+        alone = self.llm.chat(conversations[1], params[1], chat_template=TEMPLATE, use_tqdm=False)[0]
+        self.assertEqual(alone.outputs[0].token_ids, out[1].outputs[0].token_ids)
+
+    def test_chat_with_n_and_logprobs(self):
+        messages = [{"role": "user", "content": "Hi"}]
+        out = self.llm.chat(messages, SamplingParams(n=2, seed=7, max_tokens=6, logprobs=2), chat_template=TEMPLATE,
+                            use_tqdm=False)[0]
+        self.assertEqual([c.index for c in out.outputs], [0, 1])
+        for c in out.outputs:
+            self.assertEqual(len(c.logprobs), len(c.token_ids))
+            for token, position in zip(c.token_ids, c.logprobs):
+                self.assertIn(token, position)
+                self.assertLessEqual(len(position), 3)  # the sampled token and the top 2
+            self.assertAlmostEqual(c.cumulative_logprob, sum(p[t].logprob for t, p in zip(c.token_ids, c.logprobs)),
+                                   places=4)
+
+    def test_template_variables_and_template_files(self):
+        messages = [{"role": "user", "content": "Hi"}]
+        thinking = self.tok.apply_chat_template(messages, chat_template=TEMPLATE, tokenize=False, enable_thinking=True)
+        self.assertEqual(thinking, "<s>user: Hi\n(thinking)\n")
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+            f.write("{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
+        try:
+            self.assertEqual(self.tok.apply_chat_template(messages, chat_template=f.name, tokenize=False), "[Hi]")
+            out = self.llm.chat(messages, SamplingParams(max_tokens=2), chat_template=f.name, use_tqdm=False)[0]
+            self.assertEqual(out.prompt, "[Hi]")
+        finally:
+            os.unlink(f.name)
+
+    def test_chat_errors_raise_value_error(self):
+        messages = [{"role": "user", "content": "Hi"}]
+        with self.assertRaisesRegex(ValueError, "no chat template"):
+            self.llm.chat(messages, use_tqdm=False)
+        with self.assertRaisesRegex(ValueError, "no chat template"):
+            self.tok.apply_chat_template(messages)
+        with self.assertRaisesRegex(ValueError, "chat template 1:"):
+            self.llm.chat(messages, chat_template="{% for %}", use_tqdm=False)
+        with self.assertRaisesRegex(ValueError, "neither a file nor a template"):
+            self.llm.chat(messages, chat_template="/no/such/template.jinja", use_tqdm=False)
+        with self.assertRaisesRegex(ValueError, "role"):
+            self.llm.chat([{"role": "wizard", "content": "Hi"}], chat_template=TEMPLATE, use_tqdm=False)
+        with self.assertRaisesRegex(ValueError, "continue_final_message"):
+            self.llm.chat(messages, chat_template=TEMPLATE, continue_final_message=True, use_tqdm=False)
+        with self.assertRaisesRegex(ValueError, "continue_final_message"):
+            self.tok.apply_chat_template(messages, chat_template=TEMPLATE, continue_final_message=True)
+        with self.assertRaisesRegex(ValueError, "function calling"):
+            self.llm.chat(messages, chat_template=TEMPLATE, use_tqdm=False,
+                          tools=[{"type": "function", "function": {"name": "f"}}])
+        with self.assertRaisesRegex(ValueError, "context_length|maximum context length|max_model_len"):
+            self.llm.chat([{"role": "user", "content": "word " * 600}], chat_template=TEMPLATE, use_tqdm=False)
+        # The engine serves on after every refusal.
+        out = self.llm.chat(messages, SamplingParams(temperature=0, max_tokens=4), chat_template=TEMPLATE,
+                            use_tqdm=False)
+        self.assertEqual(len(out[0].outputs[0].token_ids), 4)
+
+
 class LifetimeTest(unittest.TestCase):
     def test_a_collected_llm_frees_its_memory(self):
         gc.collect()

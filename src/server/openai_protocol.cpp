@@ -974,6 +974,18 @@ ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelCo
   return guarded([&] { return parse_chat(body, model); });
 }
 
+ApiResult<ChatPrompt> render_chat_messages(std::string_view body_text, const ModelContext& model) {
+  return guarded([&]() -> ApiResult<ChatPrompt> {
+    PAGODA_CHECK(model.tokenizer != nullptr);
+    ApiResult<json> parsed = parse_body(body_text, model.limits);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    PAGODA_RETURN_IF_API_ERROR(refuse_unsupported(std::get<json>(parsed)));
+    ChatPrompt prompt;
+    PAGODA_RETURN_IF_API_ERROR(render_chat(std::get<json>(parsed), model, prompt));
+    return prompt;
+  });
+}
+
 // ---- ResponseBuilder ------------------------------------------------------------------------------
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id,

@@ -127,6 +127,11 @@ ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const M
 // tool_choice other than "none" are refused.
 ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelContext& model);
 
+// What parse_chat_request makes of a body's messages, add_generation_prompt and
+// chat_template_kwargs (the rendered text and its ids), reading nothing else and checking no
+// length: the Python tokenizer's apply_chat_template.
+ApiResult<ChatPrompt> render_chat_messages(std::string_view body, const ModelContext& model);
+
 // The ignored-field names a caller has not warned about yet: each name is logged once per
 // process (vLLM warns about fields it ignores), and at most kMaxNames are remembered, so a client
 // inventing names cannot grow memory or flood the log. Thread-safe.
