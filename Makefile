@@ -6,6 +6,9 @@
 #   make fuzz [FUZZ_SECONDS=60]            build the libFuzzer targets (clang) and run each that long
 #                                          (`make test` runs each for TEST_FUZZ_SECONDS=30)
 #   make soak [DURATION=600]               the soak test with its loss ledger (tests/soak/soak.mjs)
+#   make install [PREFIX=/usr/local]      build, then install the binary, the Python module, the C++
+#                                          engine (find_package(Pagoda)) and the systemd unit
+#   make deb                               build, then the Debian package in build/release/packages
 #   make build | make clean
 JOBS ?= 2
 empty :=
@@ -18,8 +21,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 CMAKE_FLAGS ?=
 PAGODA := $(BUILD_DIR)/apps/pagoda/pagoda
+PREFIX ?= /usr/local
 
-.PHONY: all setup build run test test-asan test-tsan fuzz test-fuzz soak npm-deps clean
+.PHONY: all setup build run test test-asan test-tsan fuzz test-fuzz soak npm-deps install deb clean
 
 all: build
 
@@ -125,6 +129,15 @@ soak: build
 # npm packages of the client-side server tests, from the committed package-lock.json.
 npm-deps: setup
 	@[ -d tests/server/node_modules/openai ] || (cd tests/server && npm ci --no-audit --no-fund)
+
+# DESTDIR=/some/root stages the files there instead (as packagers do).
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# packaging/CMakeLists.txt says what the package holds; docs/deployment.md how to run it.
+deb: build
+	cd $(BUILD_DIR) && cpack -G DEB -B packages
+	@ls $(BUILD_DIR)/packages/*.deb
 
 clean:
 	rm -rf build

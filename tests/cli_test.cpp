@@ -791,6 +791,15 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
   }
 }
 
+// An empty model (the service's PAGODA_MODEL left unset) is named as such, not "no such file".
+TEST(Cli, AnEmptyModelIsRefusedAsMissing) {
+  for (const char* command : {"generate --model '' --prompt hi", "serve --model '' --port 0"}) {
+    RunResult r = run_pagoda(command);
+    EXPECT_EQ(r.exit_code, 1) << command;
+    EXPECT_NE(r.err.find("pagoda: error: no model given"), std::string::npos) << command << ": " << r.err;
+  }
+}
+
 TEST(Cli, CorruptModelFileNamesFileAndProblem) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   std::string path = pagoda::testing::make_temp_dir() + "/truncated-stories.gguf";

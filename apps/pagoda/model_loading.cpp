@@ -80,6 +80,9 @@ std::string checkpoint_method(const std::string& flag) {
 }  // namespace
 
 Status ModelFlags::check() const {
+  if (model.empty()) {
+    return invalid_argument("no model given: pass a GGUF file, a Hugging Face directory or a built-in config name");
+  }
   if (quantization == "fp8" || quantization == "fbgemm_fp8" || quantization == "modelopt") {
     return unimplemented("--quantization " + quantization +
                          ": fp8 weights are not a CPU type (supported: int8 and int4 codes as w8a8 / w4a8, awq, "
