@@ -3,8 +3,9 @@
 //
 // An Engine is built from `pagoda generate`'s own flags (the Python keywords turned into them by
 // the package), so that the Python API, the CLI and the server accept, default and refuse the
-// same settings. Requests arrive as completions bodies (JSON) and go through the server's
-// request parser, for the same reason. While the engine runs, the GIL is released; the progress
+// same settings. Requests arrive as completions or chat completions bodies (JSON) and go through
+// the server's request parsers, for the same reason; chat templates are found as `pagoda serve`
+// finds them. While the engine runs, the GIL is released; the progress
 // callback and a check for signals (Ctrl-C) take it back once a step.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>

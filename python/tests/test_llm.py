@@ -305,6 +305,40 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(len(out[0].outputs[0].token_ids), 4)
 
 
+class ModelChatTemplateTest(unittest.TestCase):
+    """The model's own chat template, found as `pagoda serve` finds it: here Qwen3's, from its real
+    tokenizer_config.json, on a Qwen3-0.6B-shaped model with random weights (its text is noise; the
+    prompts are the point). The expected renderings are Qwen3's documented chat format."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tokenizer_dir = os.path.join(_data_dir(), "tokenizers", "qwen3")
+        cls.llm = LLM(model="qwen3-0.6b", load_format="dummy", dtype="q4_0", tokenizer=cls.tokenizer_dir,
+                      max_model_len=256)
+        cls.tok = cls.llm.get_tokenizer()
+
+    def test_the_models_template_renders_qwen3s_format(self):
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        header = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        self.assertEqual(self.tok.apply_chat_template(messages, tokenize=False), header)
+        want = header + "<|im_start|>assistant\n"
+        self.assertEqual(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), want)
+        no_thinking = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                   enable_thinking=False)
+        self.assertEqual(no_thinking, want + "<think>\n\n</think>\n\n")
+        out = self.llm.chat(messages, SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)[0]
+        self.assertEqual(out.prompt, want)
+        # <|im_start|> and <|im_end|> written by the template are single control tokens.
+        im_start = self.tok.encode("<|im_start|>", add_special_tokens=False)
+        self.assertEqual(len(im_start), 1)
+        self.assertEqual(out.prompt_token_ids.count(im_start[0]), 3)
+        self.assertEqual(out.prompt_token_ids, self.tok.encode(want, add_special_tokens=False))
+        self.assertEqual(len(out.outputs[0].token_ids), 3)
+        thinking_off = self.llm.chat(messages, SamplingParams(max_tokens=1), use_tqdm=False,
+                                     chat_template_kwargs={"enable_thinking": False})[0]
+        self.assertEqual(thinking_off.prompt, no_thinking)
+
+
 class LifetimeTest(unittest.TestCase):
     def test_a_collected_llm_frees_its_memory(self):
         gc.collect()
