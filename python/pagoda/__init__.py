@@ -191,7 +191,8 @@ class Tokenizer:
                             continue_final_message=False, tokenize=True, **kwargs):
         """Hugging Face's apply_chat_template: the conversation rendered with the model's chat template
         (or ``chat_template``, a file or the template text), as token ids or, with tokenize=False,
-        the text. Keywords left over (``enable_thinking``) are the template's variables."""
+        the text. Keywords left over are the template's variables, of which only ``enable_thinking``
+        is read (Qwen3's; as the server reads chat_template_kwargs)."""
         for name in ("return_tensors", "return_dict", "documents"):
             if kwargs.get(name):
                 raise ValueError(f"apply_chat_template: {name} is not supported by pagoda")
