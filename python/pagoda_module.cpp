@@ -12,8 +12,6 @@
 #include <pybind11/stl.h>
 
 #include <CLI/CLI.hpp>
-#include <cmath>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>

@@ -13,7 +13,6 @@ message the server would give in its 400.
 
 import json
 import math
-import sys
 
 from . import _pagoda
 
@@ -86,7 +85,8 @@ class SamplingParams:
                 "top_k": self.top_k, "min_p": self.min_p, "ignore_eos": self.ignore_eos,
                 "max_tokens": self.max_tokens, "min_tokens": self.min_tokens,
                 "skip_special_tokens": self.skip_special_tokens,
-                "include_stop_str_in_output": self.include_stop_str_in_output}
+                "include_stop_str_in_output": self.include_stop_str_in_output,
+                "spaces_between_special_tokens": self.spaces_between_special_tokens}
         if self.seed is not None:
             body["seed"] = self.seed
         if self.stop is not None:

@@ -155,6 +155,8 @@ class LLMTest(unittest.TestCase):
             self.llm.generate(["hi", {"prompt_token_ids": [10 ** 6]}], SamplingParams(), use_tqdm=False)
         with self.assertRaises(ValueError):
             SamplingParams(guided_decoding={"json": {}})
+        with self.assertRaisesRegex(ValueError, "spaces_between_special_tokens"):  # refused, not dropped
+            self.llm.generate("hi", SamplingParams(spaces_between_special_tokens=False), use_tqdm=False)
         with self.assertRaises(TypeError):
             SamplingParams(no_such_field=1)
         with self.assertRaisesRegex(ValueError, "nonexistent"):
