@@ -28,6 +28,9 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
   if (bytes >= kMmapThreshold) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    // Transparent huge pages where the system allows them on request: a buffer filled at load
+    // (packed weights) then takes one page fault per 2 MiB instead of one per 4 KiB.
+    ::madvise(p, bytes, MADV_HUGEPAGE);
     data_ = std::unique_ptr<void, Free>(p, Free{bytes});
     return;
   }

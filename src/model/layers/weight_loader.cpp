@@ -43,6 +43,8 @@ std::string WeightLoader::slice_context(const std::string& name) const {
 Result<Tensor> slice_dense(const Tensor& t, const Slice& slice, Buffer* storage, const std::string& context) {
   const IndexRange r = slice.range;
   if (slice.dim == Slice::Dim::kWhole) return t;
+  // Every column (no tensor parallelism): the tensor itself, not a copy of it.
+  if (slice.dim == Slice::Dim::kCols && r.begin == 0 && r.end == t.row_len()) return t;
   if (slice.dim == Slice::Dim::kRows) {  // whole rows: a view
     PAGODA_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= t.num_rows());
     Tensor view(const_cast<uint8_t*>(t.row(r.begin)), t.dtype, {r.size(), t.row_len()});
@@ -68,6 +70,7 @@ Result<Tensor> slice_dense(const Tensor& t, const Slice& slice, Buffer* storage,
 Result<IntCodes> slice_int_codes(IntCodes c, const Slice& slice, const std::string& context) {
   const IndexRange r = slice.range;
   if (slice.dim == Slice::Dim::kWhole) return c;
+  if (slice.dim == Slice::Dim::kCols && r.begin == 0 && r.end == c.k) return c;  // every column
   if (c.group_size <= 0) c.group_size = c.k;  // one scale per output channel
   const int64_t groups = c.groups();
   const int64_t row_bytes = c.bits == 8 ? c.k : c.k / 2;
