@@ -1,5 +1,5 @@
 # pagoda_add_library(NAME SOURCES ... DEPS ...): one static library per source folder.
-# Includes are rooted at src/ (and the repository root for backends/), so code writes
+# Includes are rooted at src/ (and the repository root for apps/), so code writes
 # #include "base/status.h".
 function(pagoda_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})

@@ -19,8 +19,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_features.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_features.h"
 #include "determinism_check.h"
 
 namespace pagoda {

@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "apps/pagoda/model_loading.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "engine/llm.h"
-#include "runner/worker.h"
+#include "worker/worker.h"
 #include "support/engine_core.h"
 #include "support/test_data.h"
 

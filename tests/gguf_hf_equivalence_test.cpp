@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "loader/gguf_writer.h"
 #include "loader/safetensors_writer.h"
 #include "model/model.h"

@@ -8,7 +8,7 @@
 
 #include "apps/pagoda/engine_setup.h"
 #include "engine/llm.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "support/test_data.h"
 
 namespace pagoda {

@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_features.h"
-#include "backends/cpu/kernels/reference/reference_kernels.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/scalar/reference_kernels.h"
 #include "loader/gguf_writer.h"
 #include "loader/model_source.h"
 #include "loader/quant_mix.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "apps/pagoda/commands.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "loader/gguf_file.h"
 #include "loader/model_source.h"
 #include "model/kv_cache.h"

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "engine/llm.h"
-#include "spec/draft_model_proposer.h"
+#include "speculative/draft_model_proposer.h"
 #include "support/engine_core.h"
 #include "support/test_data.h"
 

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_thread_pool.h"
-#include "backend/send_queue.h"
-#include "backends/shm/shm_communicator.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_thread_pool.h"
+#include "comm/send_queue.h"
+#include "comm/shm/shm_communicator.h"
 #include "loader/model_source.h"
 #include "model/layers/weight_loader.h"
 #include "model/model.h"

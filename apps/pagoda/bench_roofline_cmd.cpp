@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "apps/pagoda/commands.h"
-#include "backends/cpu/cpu_thread_pool.h"
-#include "backends/cpu/machine_limits.h"
+#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/machine_limits.h"
 #include "loader/model_source.h"
 #include "tensor/dtype.h"
 

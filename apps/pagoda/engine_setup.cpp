@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/pagoda/ranks.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
-#include "runner/group_executor.h"
+#include "executor/group_executor.h"
 
 namespace pagoda::app {
 

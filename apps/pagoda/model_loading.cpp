@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "apps/pagoda/engine_flags.h"
-#include "backends/cpu/cpu_thread_pool.h"
+#include "backend/cpu/cpu_thread_pool.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "base/memory_info.h"

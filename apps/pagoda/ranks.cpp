@@ -13,11 +13,11 @@
 #include <cstring>
 #include <thread>
 
-#include "backends/cpu/cpu_thread_pool.h"
-#include "backends/mpi/mpi_communicator.h"
-#include "backends/shm/shm_communicator.h"
+#include "backend/cpu/cpu_thread_pool.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/shm/shm_communicator.h"
 #include "base/log.h"
-#include "runner/group_executor.h"
+#include "executor/group_executor.h"
 
 namespace pagoda::app {
 namespace {

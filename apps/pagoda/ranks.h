@@ -3,12 +3,12 @@
 // N = D x P x T ranks in all. Rank r is in replica r / (P x T); within it, local rank
 // j = r % (P x T) is tensor-parallel rank j % T of pipeline stage j / T (vLLM's order).
 //  - mp (one host, the default outside mpirun): this process forks N - 1 worker ranks before it
-//    starts any thread; the ranks talk through shared memory (backends/shm), and each is pinned
+//    starts any thread; the ranks talk through shared memory (src/comm/shm), and each is pinned
 //    to its own share of the CPUs (--cpu-affinity or VLLM_CPU_OMP_THREADS_BIND, else the allowed
 //    cores split evenly). A worker ends when rank 0 stops it, exits or dies (it is killed with
 //    its parent).
 //  - mpi (the default under mpirun, `mpirun -np N pagoda serve M -tp N`, across hosts with a
-//    hostfile): the job's ranks over MPI (backends/mpi); mpirun places and binds them.
+//    hostfile): the job's ranks over MPI (src/comm/mpi); mpirun places and binds them.
 // Rank 0 runs the command (server, every replica's scheduler, and replica 0's first shard,
 // apps/pagoda/engine_setup.h); every other rank loads its shard and runs the steps rank 0 sends
 // (run_group_worker, or run_pipeline_worker with a pipeline). Communicators: replica 0's ranks
@@ -27,8 +27,8 @@
 
 #include "apps/pagoda/engine_flags.h"
 #include "apps/pagoda/model_loading.h"
-#include "backend/communicator.h"
-#include "backend/send_queue.h"
+#include "comm/communicator.h"
+#include "comm/send_queue.h"
 #include "engine/engine_types.h"
 #include "base/status.h"
 #include "model/tensor_parallel.h"

@@ -2,7 +2,7 @@
 //
 // This is the seam between the model (which knows the math of an architecture) and a backend
 // (which knows how to do each op fast on its hardware). Every entry has a scalar reference in
-// backends/cpu/kernels/reference; fast variants must match it. Activations are f32; weight
+// backend/cpu/scalar; fast variants must match it. Activations are f32; weight
 // matrices stay in their stored DType (in a backend's packed layout where the table has
 // pack_matmul_weight) and the kernel converts on the fly. All pointers are
 // borrowed; kernels allocate nothing the caller sees (pack_matmul_weight fills the Buffer it is

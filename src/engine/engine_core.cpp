@@ -10,9 +10,9 @@
 #include "base/memory_info.h"
 #include "engine/request_validation.h"
 #include "kv/kv_cache_manager.h"
-#include "runner/group_executor.h"
-#include "spec/draft_model_proposer.h"
-#include "spec/ngram_proposer.h"
+#include "executor/group_executor.h"
+#include "speculative/draft_model_proposer.h"
+#include "speculative/ngram_proposer.h"
 
 namespace pagoda {
 

@@ -24,9 +24,9 @@
 #include "engine/output_processor.h"
 #include "engine/request_validation.h"
 #include "metrics/engine_metrics.h"
-#include "runner/executor.h"
-#include "sched/scheduler.h"
-#include "spec/proposer.h"
+#include "executor/executor.h"
+#include "scheduler/scheduler.h"
+#include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {

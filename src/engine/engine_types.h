@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "backend/communicator.h"
+#include "comm/communicator.h"
 #include "backend/kernels.h"
 #include "base/types.h"
 #include "sample/sampler.h"
-#include "sched/request.h"
-#include "sched/scheduler.h"
-#include "sched/scheduler_output.h"
+#include "scheduler/request.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_output.h"
 
 namespace pagoda {
 
@@ -50,13 +50,13 @@ struct EngineConfig {
   int64_t max_logprobs = SamplingParams::kMaxLogprobs;  // most logprobs / prompt_logprobs a request may ask for
   SpeculativeConfig speculative;
   // Tests: the in-process executor passes every step through its byte encoding, as the
-  // multi-process executors do (runner/step_message.h).
+  // multi-process executors do (worker/step_message.h).
   bool serialize_steps = false;
   // Tests: the in-process executor lets the engine keep this many steps in flight, as a pipeline
   // of that many stages does (each step still runs when it is submitted).
   int steps_in_flight = 1;
   // Tensor and pipeline parallelism: the ranks the model is split over, this process being rank
-  // 0 (runner/group_executor.h). Set by the launcher (apps/pagoda/ranks.h), not a flag.
+  // 0 (executor/group_executor.h). Set by the launcher (apps/pagoda/ranks.h), not a flag.
   ParallelGroup parallel_group;
   // Data parallelism: the engines of this host that share its memory (the replicas here), each
   // taking its share of the automatic KV-cache budgets (--gpu-memory-utilization, the default).

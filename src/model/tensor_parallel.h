@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/communicator.h"
+#include "comm/communicator.h"
 #include "base/status.h"
 #include "loader/model_config.h"
 

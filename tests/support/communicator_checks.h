@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/communicator.h"
+#include "comm/communicator.h"
 
 namespace pagoda::testing {
 

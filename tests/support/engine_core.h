@@ -10,7 +10,7 @@
 #include <string>
 
 #include "apps/pagoda/model_loading.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "engine/engine_core.h"
 
 namespace pagoda::testing {

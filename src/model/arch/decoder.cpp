@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/send_queue.h"
+#include "comm/send_queue.h"
 #include "base/check.h"
 #include "model/layers/attention.h"
 #include "model/layers/rope_freqs.h"

@@ -1,0 +1,325 @@
+// Checks the AVX2 and AVX-512 paged attention against a float64 softmax attention written here, on
+// random caches: head sizes with odd tails, GQA group sizes (below 4: one query vector at a time;
+// 4 and up: query vectors across the lanes, 8 or 16 of them), block sizes around the 16-key tile,
+// prefill chunks, sliding windows, several sequences at once and threaded; that a query's result
+// is the same bits whatever else is in the batch, however its prefill is chunked, and whatever
+// the thread count; and that the two give the same bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/kernels.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernel_table_test_support.h"
+#include "backend/cpu/kv_rows.h"
+#include "backend/cpu/x86/x86_kernels.h"
+#include "base/thread_pool.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// A paged cache of random keys and values, with each sequence's blocks scattered (shuffled ids).
+// For a dtype other than f32, `view` is the cache in that dtype (stored by write_kv_row) and
+// key / value hold what it holds, read back as f32: the values the attention must use.
+struct Cache {
+  std::vector<float> key, value;
+  std::vector<uint8_t> typed_key, typed_value;
+  std::vector<float> key_scales, value_scales;
+  KvLayerView view;
+  std::vector<std::vector<BlockId>> tables;  // per sequence
+};
+
+void convert_cache(Cache& c, KvCacheDtype dtype) {
+  if (dtype == KvCacheDtype::kF32) return;
+  KvLayerView& v = c.view;
+  const int64_t rows = v.num_blocks * v.block_size * v.num_kv_heads;
+  c.typed_key.assign(static_cast<size_t>(rows * v.head_dim * kv_cache_elem_bytes(dtype)), 0);
+  c.typed_value.assign(c.typed_key.size(), 0);
+  c.key_scales.assign(static_cast<size_t>(rows), 0);
+  c.value_scales.assign(c.key_scales.size(), 0);
+  KvLayerView typed{c.typed_key.data(), c.typed_value.data(), v.num_blocks, v.block_size, v.num_kv_heads,
+                    v.head_dim, dtype, c.key_scales.data(), c.value_scales.data()};
+  for (int64_t slot = 0; slot < v.num_blocks * v.block_size; ++slot) {
+    for (int64_t h = 0; h < v.num_kv_heads; ++h) {
+      float* k = c.key.data() + (slot * v.num_kv_heads + h) * v.head_dim;
+      float* val = c.value.data() + (slot * v.num_kv_heads + h) * v.head_dim;
+      write_kv_row(typed, false, slot, h, k);
+      write_kv_row(typed, true, slot, h, val);
+      read_kv_row(typed, false, slot, h, k);
+      read_kv_row(typed, true, slot, h, val);
+    }
+  }
+  v = typed;
+}
+
+Cache make_cache(int64_t block_size, int64_t kv_heads, int64_t hd,
+                 const std::vector<int64_t>& context_lens, std::mt19937& rng) {
+  int64_t blocks = 0;
+  for (int64_t c : context_lens) blocks += (c + block_size - 1) / block_size;
+  blocks += 3;  // unused blocks in between
+  Cache c;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  c.key.resize(static_cast<size_t>(blocks * block_size * kv_heads * hd));
+  c.value.resize(c.key.size());
+  for (auto& v : c.key) v = dist(rng);
+  for (auto& v : c.value) v = dist(rng);
+  c.view = KvLayerView{c.key.data(), c.value.data(), blocks, block_size, kv_heads, hd};
+  std::vector<BlockId> ids(static_cast<size_t>(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  size_t next = 0;
+  for (int64_t len : context_lens) {
+    std::vector<BlockId> t;
+    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) t.push_back(ids[next++]);
+    c.tables.push_back(std::move(t));
+  }
+  return c;
+}
+
+// Float64 attention of one query vector (head h at position pos) over a cache.
+std::vector<double> expected(const float* qh, const Cache& c, const std::vector<BlockId>& table,
+                             int64_t pos, int64_t kvh, const AttentionParams& p) {
+  const int64_t hd = p.head_dim, bs = c.view.block_size;
+  const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  std::vector<double> s;
+  for (int64_t t = first; t <= pos; ++t) {
+    const int64_t slot = table[static_cast<size_t>(t / bs)] * bs + t % bs;
+    const float* k = c.key.data() + (slot * c.view.num_kv_heads + kvh) * hd;
+    double dot = 0;
+    for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * k[d];
+    s.push_back(dot * p.scale);
+  }
+  const double mx = *std::max_element(s.begin(), s.end());
+  double sum = 0;
+  for (double& v : s) sum += (v = std::exp(v - mx));
+  std::vector<double> o(static_cast<size_t>(hd), 0.0);
+  for (int64_t t = first; t <= pos; ++t) {
+    const int64_t slot = table[static_cast<size_t>(t / bs)] * bs + t % bs;
+    const float* v = c.value.data() + (slot * c.view.num_kv_heads + kvh) * hd;
+    for (int64_t d = 0; d < hd; ++d) o[d] += s[static_cast<size_t>(t - first)] / sum * v[d];
+  }
+  return o;
+}
+
+// A Kernels::paged_attention entry with its pool (paged_attention_avx2_pooled, ..._avx512_pooled).
+using PooledAttention = void (*)(const float*, const AttentionSeq*, int64_t, const KvLayerView&, const AttentionParams&,
+                                 float*, ThreadPool*);
+
+struct Case {
+  int64_t heads, kv_heads, hd, block_size, window;
+  std::vector<int64_t> context, query;  // per sequence
+};
+
+std::string describe(const Case& c) {
+  std::string s = "heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
+                  " hd=" + std::to_string(c.hd) + " block=" + std::to_string(c.block_size) +
+                  " window=" + std::to_string(c.window) + " seqs";
+  for (size_t i = 0; i < c.context.size(); ++i)
+    s += " " + std::to_string(c.query[i]) + "/" + std::to_string(c.context[i]);
+  return s;
+}
+
+void check_case(PooledAttention attention, const Case& cs, ThreadPool* pool, uint32_t seed,
+                KvCacheDtype dtype = KvCacheDtype::kF32) {
+  std::mt19937 rng(seed);
+  Cache c = make_cache(cs.block_size, cs.kv_heads, cs.hd, cs.context, rng);
+  convert_cache(c, dtype);
+  const AttentionParams p{cs.heads, cs.kv_heads, cs.hd,
+                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(cs.hd))), cs.window};
+  std::vector<AttentionSeq> seqs;
+  int64_t rows = 0;
+  for (size_t i = 0; i < cs.context.size(); ++i) {
+    seqs.push_back({rows, cs.query[i], cs.context[i], c.tables[i].data()});
+    rows += cs.query[i];
+  }
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> q(static_cast<size_t>(rows * cs.heads * cs.hd));
+  for (auto& v : q) v = dist(rng);
+  std::vector<float> out(q.size(), NAN);
+  attention(q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), c.view, p, out.data(), pool);
+  int failures = 0;
+  for (size_t s = 0; s < seqs.size() && failures < 5; ++s) {
+    for (int64_t j = 0; j < seqs[s].num_query; ++j) {
+      const int64_t row = seqs[s].query_start + j;
+      const int64_t pos = seqs[s].context_len - seqs[s].num_query + j;
+      for (int64_t h = 0; h < cs.heads; ++h) {
+        const float* qh = q.data() + (row * cs.heads + h) * cs.hd;
+        const std::vector<double> want =
+            expected(qh, c, c.tables[s], pos, h / (cs.heads / cs.kv_heads), p);
+        for (int64_t d = 0; d < cs.hd; ++d) {
+          const float got = out[static_cast<size_t>((row * cs.heads + h) * cs.hd + d)];
+          // Values are in [-1, 1] and the weights sum to 1: f32 error stays near 1e-6.
+          if (!(std::fabs(got - want[static_cast<size_t>(d)]) <= 2e-5)) {
+            ADD_FAILURE() << describe(cs) << " " << kv_cache_dtype_name(dtype) << ": seq " << s << " row " << j << " head " << h
+                          << " [" << d << "] = " << got << ", want " << want[static_cast<size_t>(d)];
+            if (++failures >= 5) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+void matches_float64_attention(PooledAttention attention) {
+  const std::vector<Case> cases = {
+      {1, 1, 8, 16, 0, {1}, {1}},                  // one key
+      {4, 4, 64, 16, 0, {37}, {1}},                // decode, MHA
+      {32, 4, 64, 16, 0, {100}, {100}},            // TinyLlama's GQA, whole prefill
+      {14, 2, 64, 16, 0, {70, 33}, {20, 1}},       // Qwen2.5-0.5B's group of 7, a chunk + a decode
+      {8, 2, 80, 1, 0, {19}, {19}},                // head_dim 80, one-token blocks
+      {6, 3, 12, 3, 0, {40}, {17}},                // head_dim with a tail, blocks of 3
+      {8, 8, 128, 32, 0, {130, 2, 65}, {1, 2, 65}},// several sequences
+      {8, 2, 64, 16, 7, {50}, {50}},               // sliding window inside a tile
+      {8, 2, 64, 16, 40, {90, 61}, {30, 1}},       // sliding window over several tiles
+      {4, 1, 16, 256, 0, {300}, {45}},             // large blocks, MQA
+      {96, 1, 8, 16, 0, {20}, {3}},                // group wider than one tile of heads
+      {12, 3, 12, 3, 5, {40, 9}, {17, 9}},         // lanes: head_dim tail, blocks of 3, window 5
+      {20, 5, 24, 1, 0, {33}, {1}},                // lanes: decode with 4 of 8 lanes used
+      {64, 4, 64, 16, 0, {45, 8}, {45, 3}},        // lanes: a group of 16, full 16 lanes
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) check_case(attention, c, nullptr, seed++);
+}
+
+// Caches of the other dtypes: the attention over the values they hold (converted to f32 per tile),
+// for the one-vector and the lane kernels, prefill and decode, a window, threaded.
+void reads_every_cache_dtype(PooledAttention attention) {
+  ThreadPool pool(3);
+  const std::vector<Case> cases = {
+      {4, 2, 64, 16, 0, {37, 5}, {1, 5}},      // group of 2, decode and a prefill
+      {32, 4, 64, 16, 0, {100}, {100}},        // lanes, whole prefill
+      {8, 2, 36, 3, 9, {40, 18}, {17, 1}},     // head_dim with a tail, blocks of 3, window 9
+  };
+  uint32_t seed = 300;
+  for (KvCacheDtype t : {KvCacheDtype::kF16, KvCacheDtype::kBF16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2,
+                         KvCacheDtype::kInt8}) {
+    for (const Case& c : cases) {
+      check_case(attention, c, nullptr, seed, t);
+      check_case(attention, c, &pool, seed++, t);
+    }
+  }
+}
+
+void matches_float64_attention_threaded(PooledAttention attention) {
+  ThreadPool pool(3);
+  check_case(attention, {32, 4, 64, 16, 0, {300, 77, 1}, {300, 1, 1}}, &pool, 50);
+  check_case(attention, {16, 16, 64, 8, 0, {64, 64, 64, 64}, {1, 1, 1, 1}}, &pool, 51);
+}
+
+// The probe sequence's output rows, computed inside a batch of other sequences (any order),
+// alone, chunked in two, with its last row as a decode step, and on several threads: all the
+// same bits. For a group of 8 (the lane kernel, full lanes), of 4 with a sliding window and a head
+// size with a tail (the lane kernel, half-full lanes in decode), and of 2 (one vector at a time).
+void result_does_not_depend_on_batch_chunking_or_threads(PooledAttention attention) {
+  struct Shape {
+    int64_t heads, kv_heads, hd, window;
+  };
+  for (const Shape& sh : {Shape{32, 4, 64, 0}, Shape{16, 4, 36, 20}, Shape{8, 4, 64, 0}}) {
+    SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) +
+                 " hd " + std::to_string(sh.hd) + " window " + std::to_string(sh.window));
+    std::mt19937 rng(9);
+    const int64_t bs = 16, ctx = 97;
+    Cache c = make_cache(bs, sh.kv_heads, sh.hd, {ctx, 50, 200}, rng);
+    const AttentionParams p{sh.heads, sh.kv_heads, sh.hd, 0.125f, sh.window};
+    const int64_t row_floats = sh.heads * sh.hd;
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<float> probe_q(static_cast<size_t>(ctx * row_floats));
+    for (auto& v : probe_q) v = dist(rng);
+
+    // Alone, whole prefill, calling thread.
+    std::vector<float> alone(probe_q.size());
+    AttentionSeq whole{0, ctx, ctx, c.tables[0].data()};
+    attention(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
+
+    // In chunks of 40, 56 and 1 rows (the last a decode step), 3 threads.
+    ThreadPool pool(3);
+    std::vector<float> chunked(probe_q.size());
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 40}, {40, ctx - 1}, {ctx - 1, ctx}}) {
+      AttentionSeq chunk{0, end - begin, end, c.tables[0].data()};
+      attention(probe_q.data() + begin * row_floats, &chunk, 1, c.view, p, chunked.data() + begin * row_floats,
+                &pool);
+    }
+    EXPECT_EQ(alone, chunked);
+
+    // Last in a batch after two other sequences (a decode and a prefill chunk), 2 threads.
+    std::vector<float> batch_q(static_cast<size_t>((1 + 30) * row_floats), 0.5f);
+    batch_q.insert(batch_q.end(), probe_q.begin(), probe_q.end());
+    std::vector<AttentionSeq> seqs = {{0, 1, 50, c.tables[1].data()},
+                                      {1, 30, 200, c.tables[2].data()},
+                                      {31, ctx, ctx, c.tables[0].data()}};
+    std::vector<float> batch_out(batch_q.size());
+    ThreadPool two(2);
+    attention(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch_out.begin() + 31 * row_floats));
+  }
+}
+
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64Attention, "avx2", "paged_attention") {
+  matches_float64_attention(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ReadsEveryCacheDtype, "avx2", "paged_attention") {
+  reads_every_cache_dtype(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, MatchesFloat64AttentionThreaded, "avx2", "paged_attention") {
+  matches_float64_attention_threaded(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, ResultDoesNotDependOnBatchChunkingOrThreads, "avx2", "paged_attention") {
+  result_does_not_depend_on_batch_chunking_or_threads(paged_attention_avx2_pooled);
+}
+
+// The avx512 table's entry (the avx512vnni and avx512bf16 tables install the same one).
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, MatchesFloat64Attention, "avx512", "paged_attention") {
+  matches_float64_attention(paged_attention_avx512_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, ReadsEveryCacheDtype, "avx512", "paged_attention") {
+  reads_every_cache_dtype(paged_attention_avx512_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, MatchesFloat64AttentionThreaded, "avx512", "paged_attention") {
+  matches_float64_attention_threaded(paged_attention_avx512_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, ResultDoesNotDependOnBatchChunkingOrThreads, "avx512",
+                         "paged_attention") {
+  result_does_not_depend_on_batch_chunking_or_threads(paged_attention_avx512_pooled);
+}
+
+// 16 lanes give the 8-lane kernel's bits: each lane runs the same operations (attention_lanes.h).
+// Groups of 4, 8 and 16 query heads (lanes a quarter, half and all full in decode), prefill
+// chunks, a window, head sizes with tails, every cache dtype, threaded.
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, SameBitsAsTheAvx2Kernel, "avx512", "paged_attention") {
+  struct Shape {
+    int64_t heads, kv_heads, hd, window;
+  };
+  uint32_t seed = 700;
+  ThreadPool pool(3);
+  for (const Shape& sh : {Shape{32, 4, 64, 0}, Shape{16, 4, 36, 20}, Shape{64, 4, 64, 0}, Shape{8, 2, 13, 0}}) {
+    for (KvCacheDtype dtype : {KvCacheDtype::kF32, KvCacheDtype::kF16, KvCacheDtype::kInt8}) {
+      SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + " hd " +
+                   std::to_string(sh.hd) + " window " + std::to_string(sh.window) + " " + std::string(kv_cache_dtype_name(dtype)));
+      std::mt19937 rng(seed++);
+      Cache c = make_cache(16, sh.kv_heads, sh.hd, {130, 41, 1}, rng);
+      convert_cache(c, dtype);
+      const AttentionParams p{sh.heads, sh.kv_heads, sh.hd, 0.125f, sh.window};
+      const std::vector<AttentionSeq> seqs = {
+          {0, 130, 130, c.tables[0].data()}, {130, 1, 41, c.tables[1].data()}, {131, 1, 1, c.tables[2].data()}};
+      std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+      std::vector<float> q(static_cast<size_t>(132 * sh.heads * sh.hd));
+      for (auto& v : q) v = dist(rng);
+      std::vector<float> avx2(q.size(), NAN), avx512(q.size(), NAN);
+      paged_attention_avx2_pooled(q.data(), seqs.data(), 3, c.view, p, avx2.data(), nullptr);
+      paged_attention_avx512_pooled(q.data(), seqs.data(), 3, c.view, p, avx512.data(), &pool);
+      int64_t differ = 0;
+      for (size_t i = 0; i < q.size(); ++i) differ += std::memcmp(&avx2[i], &avx512[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "of " << q.size() << " outputs";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::cpu

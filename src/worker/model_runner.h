@@ -1,0 +1,58 @@
+// ModelRunner: executes one SchedulerOutput: builds the flat ForwardBatch (tokens, positions,
+// slot mapping, block tables), runs the model once over every scheduled token of every request,
+// computes logits only for the rows that need them, and samples each request with its own
+// parameters and RNG; a request with speculative drafts gets logits for its last token and every
+// draft, and the RejectionSampler verifies them. Owns the model, the KV cache memory and the
+// samplers.
+// Engine thread only: not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "sample/rejection_sampler.h"
+#include "sample/sampler.h"
+#include "scheduler/scheduler_output.h"
+
+namespace pagoda {
+
+class ModelRunner {
+ public:
+  ModelRunner(std::unique_ptr<Model> model, KvCacheTensors kv);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const KvCacheTensors& kv_cache() const { return kv_; }
+
+  // Registers a request's sampling parameters (copied) and its RNG seed. `min_tokens_suppressed`
+  // are the ids masked while fewer than params.min_tokens tokens have been generated.
+  void add_request(RequestId id, const SamplingParams& params, uint64_t seed,
+                   std::vector<TokenId> min_tokens_suppressed);
+  void remove_request(RequestId id);
+
+  // One forward pass over the scheduled tokens, then sampling.
+  ModelRunnerOutput execute(const SchedulerOutput& scheduled);
+
+ private:
+  struct PerRequest {
+    SamplingParams params;
+    SamplerRng rng;
+    std::vector<TokenId> min_tokens_suppressed;
+  };
+
+  std::unique_ptr<Model> model_;
+  KvCacheTensors kv_;
+  Sampler sampler_;
+  RejectionSampler rejection_sampler_;
+  std::unordered_map<RequestId, PerRequest> requests_;
+
+  // Persistent input buffers (reused every step; the shape graph capture needs later).
+  ForwardBatchBuffers inputs_;
+  std::vector<int64_t> logit_rows_;
+  std::vector<float> logits_;
+};
+
+}  // namespace pagoda

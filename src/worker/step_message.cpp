@@ -1,0 +1,286 @@
+#include "worker/step_message.h"
+
+#include <utility>
+
+#include "base/check.h"
+#include "base/wire.h"
+
+namespace pagoda {
+namespace {
+
+// Leading bytes of each message kind: a message of the wrong kind fails at once.
+constexpr uint32_t kStepMagic = 0x50535431;    // "PST1"
+constexpr uint32_t kOutputMagic = 0x504f5531;  // "POU1"
+
+template <class T>
+void put_optional(ByteWriter& w, const std::optional<T>& v) {
+  w.put_bool(v.has_value());
+  if (v) w.put<T>(*v);
+}
+template <class T>
+std::optional<T> get_optional(ByteReader& r) {
+  if (!r.get_bool()) return std::nullopt;
+  return r.get<T>();
+}
+
+void put_params(ByteWriter& w, const SamplingParams& p) {
+  w.put<double>(p.temperature);
+  w.put<double>(p.top_p);
+  w.put<int64_t>(p.top_k);
+  w.put<double>(p.min_p);
+  w.put<int64_t>(p.n);
+  w.put<double>(p.presence_penalty);
+  w.put<double>(p.frequency_penalty);
+  w.put<double>(p.repetition_penalty);
+  w.put<uint64_t>(p.logit_bias.size());
+  for (const auto& [token, bias] : p.logit_bias) {
+    w.put<TokenId>(token);
+    w.put<float>(bias);
+  }
+  put_optional(w, p.seed);
+  w.put<int64_t>(p.max_tokens);
+  w.put<int64_t>(p.min_tokens);
+  w.put<uint64_t>(p.stop.size());
+  for (const std::string& s : p.stop) w.put_string(s);
+  w.put_vector(p.stop_token_ids);
+  w.put_bool(p.ignore_eos);
+  w.put_bool(p.include_stop_str_in_output);
+  put_optional(w, p.logprobs);
+  put_optional(w, p.prompt_logprobs);
+  w.put_bool(p.skip_special_tokens);
+}
+
+SamplingParams get_params(ByteReader& r) {
+  SamplingParams p;
+  p.temperature = r.get<double>();
+  p.top_p = r.get<double>();
+  p.top_k = r.get<int64_t>();
+  p.min_p = r.get<double>();
+  p.n = r.get<int64_t>();
+  p.presence_penalty = r.get<double>();
+  p.frequency_penalty = r.get<double>();
+  p.repetition_penalty = r.get<double>();
+  const uint64_t num_bias = r.get_count(sizeof(TokenId) + sizeof(float));
+  for (uint64_t i = 0; i < num_bias && r.ok(); ++i) {
+    const TokenId token = r.get<TokenId>();
+    p.logit_bias.emplace_back(token, r.get<float>());
+  }
+  p.seed = get_optional<uint64_t>(r);
+  p.max_tokens = r.get<int64_t>();
+  p.min_tokens = r.get<int64_t>();
+  const uint64_t num_stop = r.get_count(sizeof(uint64_t));
+  for (uint64_t i = 0; i < num_stop && r.ok(); ++i) p.stop.push_back(r.get_string());
+  p.stop_token_ids = r.get_vector<TokenId>();
+  p.ignore_eos = r.get_bool();
+  p.include_stop_str_in_output = r.get_bool();
+  p.logprobs = get_optional<int64_t>(r);
+  p.prompt_logprobs = get_optional<int64_t>(r);
+  p.skip_special_tokens = r.get_bool();
+  return p;
+}
+
+void put_sampled(ByteWriter& w, const SampledOutput& s) {
+  w.put<RequestId>(s.request_id);
+  w.put<TokenId>(s.token);
+  w.put<float>(s.logprob);
+  w.put<uint64_t>(s.top_logprobs.size());
+  for (const TokenLogprobEntry& e : s.top_logprobs) {
+    w.put<TokenId>(e.token);
+    w.put<float>(e.logprob);
+  }
+}
+
+SampledOutput get_sampled(ByteReader& r) {
+  SampledOutput s;
+  s.request_id = r.get<RequestId>();
+  s.token = r.get<TokenId>();
+  s.logprob = r.get<float>();
+  const uint64_t n = r.get_count(sizeof(TokenId) + sizeof(float));
+  for (uint64_t i = 0; i < n && r.ok(); ++i) {
+    TokenLogprobEntry e;
+    e.token = r.get<TokenId>();
+    e.logprob = r.get<float>();
+    s.top_logprobs.push_back(e);
+  }
+  return s;
+}
+
+// The smallest encodings of the repeated items, which bound a count against the bytes left.
+constexpr uint64_t kMinSampledBytes = sizeof(RequestId) + sizeof(TokenId) + sizeof(float) + sizeof(uint64_t);
+constexpr uint64_t kMinScheduledBytes = sizeof(RequestId) + 8 + 1 + 8 + 8 + 8 + 8 + 1;
+constexpr uint64_t kMinNewRequestBytes = sizeof(RequestId) + 8 + 8 + 8;
+
+}  // namespace
+
+std::vector<uint8_t> serialize_step(const StepMessage& m) {
+  ByteWriter w;
+  w.put<uint32_t>(kStepMagic);
+  w.put<uint64_t>(m.step);
+  w.put<uint64_t>(m.new_requests.size());
+  for (const NewRequestData& n : m.new_requests) {
+    w.put<RequestId>(n.request_id);
+    w.put_vector(n.prompt_tokens);
+    put_params(w, n.params);
+    w.put<uint64_t>(n.seed);
+    w.put_vector(n.min_tokens_suppressed);
+  }
+  w.put<uint64_t>(m.scheduled.size());
+  for (const ScheduledRequestData& s : m.scheduled) {
+    w.put<RequestId>(s.request_id);
+    w.put_vector(s.new_output_tokens);
+    w.put_bool(s.reset_blocks);
+    w.put_vector(s.new_block_ids);
+    w.put<int64_t>(s.num_computed_tokens);
+    w.put<int64_t>(s.num_scheduled_tokens);
+    w.put_vector(s.draft_tokens);
+    w.put_bool(s.sample);
+  }
+  w.put_vector(m.preempted);
+  w.put_vector(m.finished);
+  return w.take();
+}
+
+Result<StepMessage> deserialize_step(std::span<const uint8_t> bytes) {
+  ByteReader r(bytes);
+  StepMessage m;
+  if (r.get<uint32_t>() != kStepMagic) r.fail("not a step message (wrong magic)");
+  m.step = r.get<uint64_t>();
+  const uint64_t num_new = r.get_count(kMinNewRequestBytes);
+  for (uint64_t i = 0; i < num_new && r.ok(); ++i) {
+    NewRequestData n;
+    n.request_id = r.get<RequestId>();
+    n.prompt_tokens = r.get_vector<TokenId>();
+    n.params = get_params(r);
+    n.seed = r.get<uint64_t>();
+    n.min_tokens_suppressed = r.get_vector<TokenId>();
+    m.new_requests.push_back(std::move(n));
+  }
+  const uint64_t num_scheduled = r.get_count(kMinScheduledBytes);
+  for (uint64_t i = 0; i < num_scheduled && r.ok(); ++i) {
+    ScheduledRequestData s;
+    s.request_id = r.get<RequestId>();
+    s.new_output_tokens = r.get_vector<TokenId>();
+    s.reset_blocks = r.get_bool();
+    s.new_block_ids = r.get_vector<BlockId>();
+    s.num_computed_tokens = r.get<int64_t>();
+    s.num_scheduled_tokens = r.get<int64_t>();
+    s.draft_tokens = r.get_vector<TokenId>();
+    s.sample = r.get_bool();
+    m.scheduled.push_back(std::move(s));
+  }
+  m.preempted = r.get_vector<RequestId>();
+  m.finished = r.get_vector<RequestId>();
+  PAGODA_RETURN_IF_ERROR(r.finish("step message"));
+  return m;
+}
+
+std::vector<uint8_t> serialize_output(const ModelRunnerOutput& o) {
+  ByteWriter w;
+  w.put<uint32_t>(kOutputMagic);
+  w.put<uint64_t>(o.sampled.size());
+  for (const SampledOutput& s : o.sampled) put_sampled(w, s);
+  w.put<uint64_t>(o.spec.size());
+  for (const SpecDecodeCounts& c : o.spec) {
+    w.put<RequestId>(c.request_id);
+    w.put<int64_t>(c.num_draft_tokens);
+    w.put<int64_t>(c.num_accepted);
+  }
+  w.put<uint64_t>(o.prompt_logprobs.size());
+  for (const PromptLogprobsOutput& p : o.prompt_logprobs) {
+    w.put<RequestId>(p.request_id);
+    w.put<int64_t>(p.first_index);
+    w.put<uint64_t>(p.entries.size());
+    for (const SampledOutput& s : p.entries) put_sampled(w, s);
+  }
+  return w.take();
+}
+
+Result<ModelRunnerOutput> deserialize_output(std::span<const uint8_t> bytes) {
+  ByteReader r(bytes);
+  ModelRunnerOutput o;
+  if (r.get<uint32_t>() != kOutputMagic) r.fail("not a step output (wrong magic)");
+  const uint64_t num_sampled = r.get_count(kMinSampledBytes);
+  for (uint64_t i = 0; i < num_sampled && r.ok(); ++i) o.sampled.push_back(get_sampled(r));
+  const uint64_t num_spec = r.get_count(sizeof(RequestId) + 16);
+  for (uint64_t i = 0; i < num_spec && r.ok(); ++i) {
+    SpecDecodeCounts c;
+    c.request_id = r.get<RequestId>();
+    c.num_draft_tokens = r.get<int64_t>();
+    c.num_accepted = r.get<int64_t>();
+    o.spec.push_back(c);
+  }
+  const uint64_t num_prompt = r.get_count(sizeof(RequestId) + 16);
+  for (uint64_t i = 0; i < num_prompt && r.ok(); ++i) {
+    PromptLogprobsOutput p;
+    p.request_id = r.get<RequestId>();
+    p.first_index = r.get<int64_t>();
+    const uint64_t n = r.get_count(kMinSampledBytes);
+    for (uint64_t j = 0; j < n && r.ok(); ++j) p.entries.push_back(get_sampled(r));
+    o.prompt_logprobs.push_back(std::move(p));
+  }
+  PAGODA_RETURN_IF_ERROR(r.finish("step output"));
+  return o;
+}
+
+void StepEncoder::add_request(NewRequestData request) {
+  const RequestId id = request.request_id;
+  PAGODA_CHECK(!pending_.count(id) && !sent_.count(id));
+  pending_.emplace(id, std::move(request));
+}
+
+void StepEncoder::remove_request(RequestId id) {
+  if (pending_.erase(id)) return;
+  if (sent_.erase(id)) finished_.push_back(id);
+}
+
+void StepEncoder::preempt(std::span<const RequestId> ids) {
+  for (RequestId id : ids) {
+    auto it = sent_.find(id);
+    if (it == sent_.end()) continue;  // preempted before the workers saw it: nothing to undo
+    it->second.blocks_valid = false;
+    it->second.num_blocks = 0;
+    preempted_.push_back(id);
+  }
+}
+
+StepMessage StepEncoder::encode(const SchedulerOutput& scheduled) {
+  StepMessage m;
+  m.step = ++step_;
+  m.finished = std::move(finished_);
+  finished_.clear();
+  preempt(scheduled.preempted);
+  m.preempted = std::move(preempted_);
+  preempted_.clear();
+  for (const ScheduledSeq& seq : scheduled.seqs) {
+    auto it = sent_.find(seq.request_id);
+    if (it == sent_.end()) {
+      auto p = pending_.find(seq.request_id);
+      PAGODA_CHECK(p != pending_.end());
+      p->second.prompt_tokens.assign(seq.prompt_tokens.begin(), seq.prompt_tokens.end());
+      m.new_requests.push_back(std::move(p->second));
+      pending_.erase(p);
+      it = sent_.emplace(seq.request_id, Sent{0, 0, false}).first;
+    }
+    Sent& sent = it->second;
+    ScheduledRequestData d;
+    d.request_id = seq.request_id;
+    PAGODA_CHECK(seq.output_tokens.size() >= sent.num_output_tokens);
+    d.new_output_tokens.assign(seq.output_tokens.begin() + static_cast<ptrdiff_t>(sent.num_output_tokens),
+                               seq.output_tokens.end());
+    sent.num_output_tokens = seq.output_tokens.size();
+    // Block tables only grow between preemptions (kv/kv_cache_manager.h).
+    d.reset_blocks = !sent.blocks_valid;
+    PAGODA_CHECK(seq.block_table.size() >= sent.num_blocks);
+    d.new_block_ids.assign(seq.block_table.begin() + static_cast<ptrdiff_t>(sent.num_blocks), seq.block_table.end());
+    sent.num_blocks = seq.block_table.size();
+    sent.blocks_valid = true;
+    d.num_computed_tokens = seq.num_computed_tokens;
+    d.num_scheduled_tokens = static_cast<int64_t>(seq.tokens.size());
+    d.draft_tokens.assign(seq.draft_tokens.begin(), seq.draft_tokens.end());
+    d.sample = seq.sample;
+    m.scheduled.push_back(std::move(d));
+  }
+  return m;
+}
+
+}  // namespace pagoda
