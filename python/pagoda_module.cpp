@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/pagoda/engine_setup.h"
+#include "launch/cli_flags.h"
+#include "launch/engine_setup.h"
 #include "engine/llm.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/chat_template.h"
@@ -68,8 +69,8 @@ class Engine {
   explicit Engine(const std::vector<std::string>& args) {
     if (Status st = app::register_backends(); !st.ok()) raise(st);
     CLI::App app("pagoda (Python)");
-    model_.add_to(app, true);
-    engine_.add_to(app);
+    app::add_model_flags(app, model_, true);
+    app::add_engine_flags(app, engine_);
     app.add_option("--max-tokens", default_max_tokens_);
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a vector backwards
     try {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <memory>
 
-#include "apps/pagoda/model_loading.h"
+#include "launch/model_loading.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/llm.h"
 #include "worker/worker.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/pagoda/engine_setup.h"
+#include "launch/engine_setup.h"
 #include "engine/llm.h"
 #include "backend/cpu/cpu_backend.h"
 #include "support/test_data.h"

@@ -11,8 +11,8 @@
 #include "apps/pagoda/bench/prompt_file.h"
 #include "apps/pagoda/bench/serve_stats.h"
 #include "apps/pagoda/commands.h"
-#include "apps/pagoda/engine_setup.h"
-#include "apps/pagoda/ranks.h"
+#include "launch/engine_setup.h"
+#include "launch/ranks.h"
 #include "engine/llm.h"
 
 namespace pagoda::app {

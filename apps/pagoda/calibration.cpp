@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "apps/pagoda/model_loading.h"
+#include "launch/model_loading.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 

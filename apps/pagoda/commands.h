@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/pagoda/engine_flags.h"
-#include "apps/pagoda/model_loading.h"
+#include "launch/cli_flags.h"
+#include "launch/engine_flags.h"
+#include "launch/model_loading.h"
 
 namespace pagoda::app {
 

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/pagoda/commands.h"
-#include "apps/pagoda/engine_setup.h"
-#include "apps/pagoda/ranks.h"
+#include "launch/engine_setup.h"
+#include "launch/ranks.h"
 #include "base/log.h"
 #include "engine/llm.h"
 #include "server/openai_protocol.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "apps/pagoda/commands.h"
-#include "apps/pagoda/engine_setup.h"
+#include "launch/engine_setup.h"
 
 namespace pagoda::app {
 namespace {
@@ -77,8 +77,8 @@ int main_impl(int argc, char** argv) {
       "generate",
       "generate text: one --prompt (only the text on stdout, a summary line on stderr), or an "
       "--input-file of JSONL requests (one JSON result per line)");
-  gen.model.add_to(*generate_cmd, /*weights=*/true);
-  gen.engine.add_to(*generate_cmd);
+  add_model_flags(*generate_cmd, gen.model, true);
+  add_engine_flags(*generate_cmd, gen.engine);
   generate_cmd->add_option("--prompt,-p", gen.prompt, "the prompt text (may be empty: BOS only)");
   generate_cmd->add_option("--input-file", gen.input_file,
                            "JSONL file, one request per line: {\"prompt\": ..., OpenAI sampling fields}");
@@ -99,14 +99,14 @@ int main_impl(int argc, char** argv) {
   std::string tok_prompt;
   bool tok_no_special = false;
   CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a prompt as a JSON array");
-  tok_model.add_to(*tokenize_cmd, /*weights=*/false);
+  add_model_flags(*tokenize_cmd, tok_model, false);
   tokenize_cmd->add_option("--prompt,-p", tok_prompt, "the text to tokenize");
   tokenize_cmd->add_flag("--no-add-special", tok_no_special, "leave out BOS/EOS");
 
   PerplexityFlags ppl;
   CLI::App* ppl_cmd = app.add_subcommand(
       "perplexity", "perplexity of the model on a text, and KL divergence from a saved base run, as llama-perplexity");
-  ppl.model.add_to(*ppl_cmd, /*weights=*/true);
+  add_model_flags(*ppl_cmd, ppl.model, true);
   ppl_cmd->add_option("--text-file,-f", ppl.text_file, "the text to score")->required();
   ppl_cmd->add_option("--ctx,-c", ppl.ctx, "tokens per chunk; each chunk's second half is scored")->capture_default_str();
   ppl_cmd->add_option("--chunks", ppl.chunks, "score at most this many chunks (0: every whole chunk)")->capture_default_str();
@@ -163,8 +163,8 @@ int main_impl(int argc, char** argv) {
   BenchThroughputFlags thr;
   thr.model.byte_tokenizer_fallback = true;
   CLI::App* thr_cmd = bench_cmd->add_subcommand("throughput", "offline throughput on random prompts");
-  thr.model.add_to(*thr_cmd, /*weights=*/true);
-  thr.engine.add_to(*thr_cmd);
+  add_model_flags(*thr_cmd, thr.model, true);
+  add_engine_flags(*thr_cmd, thr.engine);
   thr_cmd->add_option("--input-len", thr.input_len, "prompt tokens per request")->capture_default_str();
   thr_cmd->add_option("--output-len", thr.output_len, "output tokens per request")->capture_default_str();
   thr_cmd->add_option("--num-prompts", thr.num_prompts, "requests")->capture_default_str();
@@ -184,8 +184,8 @@ int main_impl(int argc, char** argv) {
   BenchLatencyFlags lat;
   lat.model.byte_tokenizer_fallback = true;
   CLI::App* lat_cmd = bench_cmd->add_subcommand("latency", "end-to-end latency of one batch, prefill and decode apart");
-  lat.model.add_to(*lat_cmd, /*weights=*/true);
-  lat.engine.add_to(*lat_cmd);
+  add_model_flags(*lat_cmd, lat.model, true);
+  add_engine_flags(*lat_cmd, lat.engine);
   lat_cmd->add_option("--batch-size", lat.batch_size, "requests in the batch")->capture_default_str();
   lat_cmd->add_option("--input-len", lat.input_len, "prompt tokens per request")->capture_default_str();
   lat_cmd->add_option("--output-len", lat.output_len, "output tokens per request")->capture_default_str();

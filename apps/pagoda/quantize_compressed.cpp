@@ -33,7 +33,7 @@
 
 #include "apps/pagoda/calibration.h"
 #include "apps/pagoda/commands.h"
-#include "apps/pagoda/model_loading.h"
+#include "launch/model_loading.h"
 #include "loader/quant_mix.h"
 #include "loader/safetensors_writer.h"
 #include "model/kv_cache.h"

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "apps/pagoda/commands.h"
-#include "apps/pagoda/engine_setup.h"
-#include "apps/pagoda/ranks.h"
+#include "launch/engine_setup.h"
+#include "launch/ranks.h"
 #include "base/log.h"
 #include "server/openai_server.h"
 
@@ -27,8 +27,8 @@ namespace pagoda::app {
 
 void ServeFlags::add_to(CLI::App& cmd) {
   cmd.add_option("model_tag", positional_model, "the model (same as --model)");
-  model.add_to(cmd, /*weights=*/true);
-  engine.add_to(cmd);
+  add_model_flags(cmd, model, true);
+  add_engine_flags(cmd, engine);
   // Frontend: everything below.
   const std::size_t first_frontend = cmd.get_options().size();
   cmd.add_option("--host", host, "address to listen on")->capture_default_str();

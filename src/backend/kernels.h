@@ -13,24 +13,10 @@
 #include <string_view>
 
 #include "base/types.h"
+#include "tensor/kv_cache_dtype.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
-
-// The element type of the paged KV cache (--kv-cache-dtype; vLLM's names in kv_cache_dtype_name):
-// f32, f16, bf16, the two fp8 formats of tensor/fp8.h, or int8 with one f32 scale per token and
-// head (element = scale * code; scale = max |x| / 127 over the head's row, codes rounded to
-// nearest even).
-enum class KvCacheDtype : uint8_t { kF32, kF16, kBF16, kFp8E4M3, kFp8E5M2, kInt8 };
-
-constexpr std::string_view kv_cache_dtype_name(KvCacheDtype t) {
-  constexpr std::string_view kNames[] = {"float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8"};
-  return kNames[static_cast<int>(t)];
-}
-
-constexpr int64_t kv_cache_elem_bytes(KvCacheDtype t) {
-  return t == KvCacheDtype::kF32 ? 4 : (t == KvCacheDtype::kF16 || t == KvCacheDtype::kBF16) ? 2 : 1;
-}
 
 // The paged KV cache of one layer, as the backend lays it out: key and value caches of shape
 // [num_blocks, block_size, num_kv_heads, head_dim] of `dtype`. Token slot s lives at block

@@ -7,25 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "backend/kernels.h"
 #include "base/types.h"
+#include "executor/parallel_group.h"
 #include "sample/sampler.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
+#include "tensor/kv_cache_dtype.h"
 
 namespace pagoda {
-
-class SendQueue;
-
-// A parallel engine's ranks as rank 0 sees them (everything must outlive the engine).
-struct ParallelGroup {
-  Communicator* world = nullptr;  // every rank; nullptr: one process
-  int pipeline_stages = 1;
-  SendQueue* sender = nullptr;    // pipeline_stages > 1: rank 0's queue of sends on `world`
-  int output_rank = 0;            // pipeline_stages > 1: the last stage's first rank
-};
 
 // --speculative-config (vLLM's JSON object): which proposer drafts tokens for the target to
 // verify, and its limits. method "" = no speculation.

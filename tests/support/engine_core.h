@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/pagoda/model_loading.h"
+#include "launch/model_loading.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine_core.h"
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "apps/pagoda/engine_setup.h"
+#include "launch/engine_setup.h"
 #include "engine/llm.h"
 
 int main(int argc, char** argv) {

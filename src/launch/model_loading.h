@@ -12,10 +12,6 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
-namespace CLI {
-class App;
-}
-
 namespace pagoda::app {
 
 // Flags shared by every subcommand that loads a model (named as vLLM names them).
@@ -35,7 +31,6 @@ struct ModelFlags {
   // are random ids; only the output text, which nobody reads, suffers).
   bool byte_tokenizer_fallback = false;
 
-  void add_to(CLI::App& app, bool weights);
   // Fails on a value Pagoda does not support (yet), before anything is read.
   Status check() const;
   // Logs a warning for each accepted flag that has no effect here but might be expected to

@@ -1,11 +1,10 @@
-#include "apps/pagoda/model_loading.h"
+#include "launch/model_loading.h"
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <utility>
 
-#include "apps/pagoda/engine_flags.h"
+#include "launch/engine_flags.h"
 #include "backend/cpu/cpu_thread_pool.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
@@ -15,56 +14,6 @@
 #include "tokenizer/chat_template.h"
 
 namespace pagoda::app {
-
-void ModelFlags::add_to(CLI::App& app, bool weights) {
-  app.add_option("--model,-m", model,
-                 "a GGUF file, a Hugging Face directory, or a built-in config name "
-                 "(demo-random, llama-110m, tinyllama-1.1b, qwen2.5-0.5b, ...)")
-      ->capture_default_str()
-      ->group(kModelConfig);
-  app.add_option("--tokenizer", tokenizer, "tokenizer to use instead of the model's own (GGUF or HF directory)")
-      ->group(kModelConfig);
-  app.add_option("--tokenizer-mode", tokenizer_mode,
-                 "auto, slow or hf (all the same here: Pagoda's tokenizers reproduce the reference ones "
-                 "exactly); mistral and custom not yet")
-      ->capture_default_str()
-      ->group(kModelConfig);
-  app.add_flag("--trust-remote-code", trust_remote_code,
-               "accepted, no effect: Pagoda never runs code from a model folder")
-      ->group(kModelConfig);
-  app.add_option("--revision", revision, "accepted, no effect: nothing is downloaded; the model is read as given")
-      ->group(kModelConfig);
-  app.add_option("--code-revision", code_revision, "accepted, no effect: no code is ever fetched or run")
-      ->group(kModelConfig);
-  app.add_option("--tokenizer-revision", tokenizer_revision,
-                 "accepted, no effect: nothing is downloaded; the tokenizer is read as given")
-      ->group(kModelConfig);
-  if (!weights) return;
-  app.add_option("--load-format", load_format, "auto, gguf, safetensors, or dummy (random weights)")
-      ->capture_default_str()
-      ->group(kLoadConfig);
-  app.add_option("--download-dir", download_dir, "accepted, no effect: nothing is downloaded")->group(kLoadConfig);
-  app.add_option("--dtype", dtype,
-                 "matmul weight type: auto, float32 (float, f32), float16 (half, f16), bfloat16 (bf16), "
-                 "or a GGUF block type: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k. Files: float "
-                 "weights converted at load, auto keeps them as stored; "
-                 "dummy weights: generated in it, auto = bf16 above 200M parameters, else f32")
-      ->capture_default_str()
-      ->group(kModelConfig);
-  app.add_option("--quantization,-q", quantization,
-                 "none; gguf for a GGUF file; a checkpoint's method (detected from config.json without the "
-                 "flag): awq (AutoAWQ GEMM), gptq (4/8-bit, act-order), compressed-tensors (int8 W8A8, "
-                 "pack-quantized W4A16/W8A16); applied to float weights at load: w8a8 (int8 per channel, int8 "
-                 "activations per token), w4a8 (int4 in groups of 128, int8 activations), or a llama-quantize "
-                 "file type with its mix of tensor types: q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, "
-                 "q4_k_m, q5_k_m; fp8 is not a CPU type")
-      ->group(kModelConfig);
-  app.add_option("--weights-seed", weights_seed, "seed of dummy weights")->capture_default_str()->group(kLoadConfig);
-  app.add_option("--backend", backend, "compute backend")->capture_default_str()->group(kPagodaGroup);
-  app.add_option("--threads", threads, "CPU backend threads (default: one per physical core)")
-      ->check(CLI::Range(1, 4096))
-      ->group(kPagodaGroup);
-}
 
 namespace {
 

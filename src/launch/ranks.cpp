@@ -1,4 +1,4 @@
-#include "apps/pagoda/ranks.h"
+#include "launch/ranks.h"
 
 #include <sched.h>
 #include <signal.h>

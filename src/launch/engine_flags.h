@@ -12,10 +12,6 @@
 #include "base/status.h"
 #include "engine/engine_core.h"
 
-namespace CLI {
-class App;
-}
-
 namespace pagoda::app {
 
 // A --kv-cache-dtype value (vLLM's names, plus float32 and int8): nullopt for any other.
@@ -27,16 +23,6 @@ std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& name);
 // Pagoda does not run (draft_model, eagle, mtp, ...) or a field it does not know. Ranges are
 // checked by EngineCore::create.
 Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
-
-// vLLM's help groups (`pagoda serve --help=CacheConfig`).
-inline constexpr const char* kModelConfig = "ModelConfig";
-inline constexpr const char* kLoadConfig = "LoadConfig";
-inline constexpr const char* kCacheConfig = "CacheConfig";
-inline constexpr const char* kParallelConfig = "ParallelConfig";
-inline constexpr const char* kSchedulerConfig = "SchedulerConfig";
-inline constexpr const char* kSpeculativeConfig = "SpeculativeConfig";
-inline constexpr const char* kFrontend = "Frontend";
-inline constexpr const char* kPagodaGroup = "Pagoda";  // ours, with no vLLM counterpart
 
 struct EngineFlags {
   // CacheConfig
@@ -71,15 +57,11 @@ struct EngineFlags {
   // Pagoda's
   std::string log_level = "info";
 
-  void add_to(CLI::App& app);
   // The engine configuration; fails on a value Pagoda does not support (yet).
   Result<EngineConfig> to_config() const;
   // Fails, naming `command`, when the flags ask for data-parallel replicas (only the server has them).
   Status check_one_replica(const std::string& command) const;
 };
 
-// vLLM writes -tp / -pp / -dp / -sc as single-dash long options, which CLI11 cannot parse:
-// rewrites them (and -tp=N) to --tensor-parallel-size and friends before parsing.
-std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv);
 
 }  // namespace pagoda::app

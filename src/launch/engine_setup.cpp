@@ -1,10 +1,10 @@
-#include "apps/pagoda/engine_setup.h"
+#include "launch/engine_setup.h"
 
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "apps/pagoda/ranks.h"
+#include "launch/ranks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/log.h"
 #include "base/mapped_file.h"

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/pagoda/engine_flags.h"
-#include "apps/pagoda/model_loading.h"
+#include "launch/engine_flags.h"
+#include "launch/model_loading.h"
 #include "comm/communicator.h"
 #include "comm/send_queue.h"
 #include "engine/engine_types.h"

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "apps/pagoda/engine_flags.h"
-#include "apps/pagoda/model_loading.h"
+#include "launch/engine_flags.h"
+#include "launch/model_loading.h"
 #include "engine/engine_core.h"
 #include "server/openai_protocol.h"
 

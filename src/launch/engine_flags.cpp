@@ -1,6 +1,5 @@
-#include "apps/pagoda/engine_flags.h"
+#include "launch/engine_flags.h"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
@@ -86,109 +85,6 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   }
   if (c.num_speculative_tokens == 0) return bad("needs num_speculative_tokens");
   return c;
-}
-
-void EngineFlags::add_to(CLI::App& app) {
-  app.add_option("--block-size", block_size, "tokens per KV cache block (1..256)")
-      ->capture_default_str()
-      ->group(kCacheConfig);
-  app.add_option("--kv-cache-memory-bytes,--kv-cache-memory", kv_cache_memory,
-                 "KV cache size in bytes, e.g. 4GiB or 4294967296; overrides --gpu-memory-utilization "
-                 "(default: a quarter of the available memory, capped at what --max-num-seqs full-length "
-                 "sequences need)")
-      ->group(kCacheConfig);
-  app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
-                 "fraction (0, 1] of the machine's memory the engine may use for weights + activations + KV "
-                 "cache; the KV cache gets what is left (the CPU's memory stands in for the GPU's)")
-      ->group(kCacheConfig);
-  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
-               "automatic prefix caching (on by default; --no-enable-prefix-caching turns it off)")
-      ->group(kCacheConfig);
-  app.add_option("--swap-space", swap_space,
-                 "accepted, no effect: there is no GPU memory to swap out of; preempted requests recompute")
-      ->capture_default_str()
-      ->group(kCacheConfig);
-  app.add_option("--kv-cache-dtype", kv_cache_dtype,
-                 "KV cache element type: auto (float32, the model's compute type), float32, bfloat16, float16, "
-                 "fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2, int8 (a scale per token and head); 2-4x the tokens in "
-                 "the same memory")
-      ->capture_default_str()
-      ->group(kCacheConfig);
-
-  app.add_option("--max-num-seqs", max_num_seqs, "most sequences in one step")
-      ->capture_default_str()
-      ->group(kSchedulerConfig);
-  app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")
-      ->capture_default_str()
-      ->group(kSchedulerConfig);
-  app.add_option("--long-prefill-token-threshold", long_prefill_token_threshold,
-                 "most tokens one request may take in a step (0 = no cap)")
-      ->capture_default_str()
-      ->group(kSchedulerConfig);
-  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", enable_chunked_prefill,
-               "split long prompts across steps (on by default; off: a prompt runs whole in one step, which "
-               "needs --max-num-batched-tokens >= --max-model-len)")
-      ->group(kSchedulerConfig);
-  app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority (lower first)")
-      ->capture_default_str()
-      ->group(kSchedulerConfig);
-
-  app.add_option("--speculative-config", speculative_config,
-                 "speculative decoding, vLLM's JSON object: {\"method\": \"ngram\", \"num_speculative_tokens\": k, "
-                 "\"prompt_lookup_max\": n, \"prompt_lookup_min\": m, \"disable_by_batch_size\": b}, or with a draft "
-                 "model of the same vocabulary {\"model\": PATH, \"num_speculative_tokens\": k}")
-      ->group(kSpeculativeConfig);
-
-  app.add_option("--max-model-len", max_model_len,
-                 "longest prompt + output in tokens (default: the model's context length)")
-      ->group(kModelConfig);
-  app.add_option("--seed", seed, "seed for requests that bring none of their own")
-      ->capture_default_str()
-      ->group(kModelConfig);
-  app.add_option("--max-logprobs", max_logprobs, "most logprobs / top_logprobs / prompt_logprobs a request may ask for")
-      ->capture_default_str()
-      ->group(kModelConfig);
-  app.add_option("--generation-config", generation_config,
-                 "request defaults: auto (the model folder's generation_config.json), vllm (the engine's own), "
-                 "or a folder holding a generation_config.json")
-      ->capture_default_str()
-      ->group(kModelConfig);
-  app.add_flag("--enforce-eager", enforce_eager, "accepted, no effect: the CPU backend captures no graphs")
-      ->group(kModelConfig);
-  app.add_option("--max-seq-len-to-capture", max_seq_len_to_capture,
-                 "accepted, no effect: the CPU backend captures no graphs")
-      ->group(kModelConfig);
-
-  app.add_option("--tensor-parallel-size", tensor_parallel_size,
-                 "tensor-parallel ranks (-tp): the model's heads, MLP and vocabulary split across processes")
-      ->capture_default_str()
-      ->group(kParallelConfig);
-  app.add_option("--distributed-executor-backend", distributed_executor_backend,
-                 "how the ranks start: mp (forked on this host, shared memory) or mpi (the ranks of mpirun); "
-                 "default: mpi under mpirun, else mp")
-      ->group(kParallelConfig);
-  app.add_option("--cpu-affinity", cpu_affinity,
-                 "the ranks' CPUs, one list per rank: 0-3|4-7 (default: VLLM_CPU_OMP_THREADS_BIND, else the "
-                 "allowed cores split evenly)")
-      ->group(kParallelConfig);
-  app.add_option("--pipeline-parallel-size", pipeline_parallel_size,
-                 "pipeline stages (-pp): the layers split across processes, several steps in flight; "
-                 "tensor x pipeline ranks in all")
-      ->capture_default_str()
-      ->group(kParallelConfig);
-  app.add_option("--data-parallel-size", data_parallel_size,
-                 "data-parallel replicas (-dp) behind the one API server, each of tensor x pipeline ranks; "
-                 "requests go to the least loaded (pagoda serve)")
-      ->capture_default_str()
-      ->group(kParallelConfig);
-  app.add_option("--distributed-timeout-seconds", distributed_timeout_seconds,
-                 "seconds a rank may leave the others waiting during a step before the engine fails (a hung rank)")
-      ->capture_default_str()
-      ->group(kParallelConfig);
-
-  app.add_option("--log-level", log_level, "debug, info, warning, error or critical")
-      ->capture_default_str()
-      ->group(kPagodaGroup);
 }
 
 namespace {
@@ -282,26 +178,6 @@ Status EngineFlags::check_one_replica(const std::string& command) const {
   if (data_parallel_size == 1) return Status::ok_status();
   return invalid_argument("--data-parallel-size " + std::to_string(data_parallel_size) + ": " + command +
                           " runs one engine; data-parallel replicas serve behind `pagoda serve`");
-}
-
-std::vector<std::string> rewrite_vllm_short_options(int argc, char** argv) {
-  static const std::pair<const char*, const char*> kLong[] = {
-      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"},
-      {"-sc", "--speculative-config"}};
-  std::vector<std::string> out;
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
-    for (const auto& [short_name, long_name] : kLong) {
-      const std::string s = short_name;
-      if (arg == s) {
-        arg = long_name;
-      } else if (arg.rfind(s + "=", 0) == 0) {
-        arg = std::string(long_name) + arg.substr(s.size());
-      }
-    }
-    out.push_back(std::move(arg));
-  }
-  return out;
 }
 
 }  // namespace pagoda::app
