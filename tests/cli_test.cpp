@@ -290,6 +290,25 @@ TEST(Cli, SpeculativeConfigKeepsTheGoldenText) {
   }
 }
 
+// The draft model runs in the worker of every tensor-parallel rank (each holds the whole draft
+// and drafts alike): the golden text, and the drafts all accepted (the draft is the model).
+TEST(Cli, TensorParallelRanksEachRunTheDraftModel) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  const std::string draft = R"({"model": ")" + model + R"(", "num_speculative_tokens": 3})";
+  RunResult r = run_pagoda(greedy_256_args(model) + " -tp 2 -v --speculative-config '" + draft + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, golden_text(txt));
+  EXPECT_NE(r.err.find("Speculative decoding: draft model " + model), std::string::npos) << r.err;
+  // 255 tokens after the first: k = 3 drafts a step, each accepted, so about a quarter as many steps.
+  EXPECT_NE(r.err.find("speculative decoding: "), std::string::npos) << r.err;
+  const size_t at = r.err.find("speculative decoding: ");
+  long long accepted = -1, drafted = -1;
+  ASSERT_EQ(std::sscanf(r.err.c_str() + at, "speculative decoding: %lld of %lld", &accepted, &drafted), 2) << r.err;
+  EXPECT_GT(drafted, 150) << r.err;
+  EXPECT_EQ(accepted, drafted) << r.err;
+}
+
 TEST(Cli, DtypeConvertsFileWeights) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");

@@ -175,10 +175,15 @@ class WorkerTest : public ::testing::Test {
     auto loaded = app::load_model_and_tokenizer(flags);
     EXPECT_TRUE(loaded.ok()) << loaded.status().message();
     if (!loaded.ok()) return nullptr;
-    auto kv = KvCacheTensors::allocate(loaded->model->config(), 16, 4, KvCacheDtype::kF32);
-    EXPECT_TRUE(kv.ok());
-    if (!kv.ok()) return nullptr;
-    return std::make_unique<Worker>(std::make_unique<ModelRunner>(std::move(loaded->model), std::move(*kv)));
+    auto w = std::make_unique<Worker>(std::move(loaded->model));
+    WorkerInit init;
+    init.num_blocks = 16;
+    init.block_size = 4;
+    init.max_model_len = 512;
+    init.max_num_batched_tokens = 512;
+    const Status started = w->initialize(init);
+    EXPECT_TRUE(started.ok()) << started.message();
+    return started.ok() ? std::move(w) : nullptr;
   }
 
   // A valid first step: request 1, a 6-token prompt in blocks 3 and 5, all computed and sampled.

@@ -1058,6 +1058,42 @@ TEST(Server, DataParallelReplicasShareTheLoadAndKeepTheGoldenText) {
   EXPECT_NE(server.log().find("(2 engines: running "), std::string::npos) << server.log();
 }
 
+// Speculative decoding with a draft model in every data-parallel replica: the draft runs in each
+// replica's worker, next to its model (replica 1's on its own forked rank), so both replicas
+// draft and verify, and every answer is still the golden greedy text.
+TEST(Server, DataParallelReplicasEachRunTheirDraftModel) {
+  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
+  const std::string draft = R"({"model": ")" + model_path + R"(", "num_speculative_tokens": 3})";
+  ServerProcess server(PAGODA_BINARY, stories_args(model_path, {"--data-parallel-size", "2", "--speculative-config", draft}),
+                       std::chrono::seconds(180));
+  ASSERT_NE(server.port(), 0) << server.log();
+  constexpr int kRequests = 4;
+  std::vector<json> answers(kRequests);
+  std::vector<int> statuses(kRequests, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      answers[static_cast<size_t>(i)] =
+          post(server.port(), "/v1/completions", {{"prompt", {1}}, {"max_tokens", 256}, {"temperature", 0}},
+               &statuses[static_cast<size_t>(i)]);
+    });
+  }
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(statuses[static_cast<size_t>(i)], 200) << answers[static_cast<size_t>(i)].dump();
+    EXPECT_EQ(answers[static_cast<size_t>(i)]["choices"][0]["text"], golden_text()) << i;
+  }
+  const std::string m = testing::http_request(server.port(), "GET", "/metrics").body;
+  for (const char* engine : {"0", "1"}) {
+    const std::string labels = std::string("{model_name=\"stories\",engine=\"") + engine + "\"}";
+    EXPECT_GT(metric(m, "vllm:generation_tokens_total" + labels), 0) << m;
+    // The draft is the model itself: greedy drafts are all accepted.
+    const double drafted = metric(m, "vllm:spec_decode_num_draft_tokens_total" + labels);
+    EXPECT_GT(drafted, 0) << engine << "\n" << m;
+    EXPECT_EQ(metric(m, "vllm:spec_decode_num_accepted_tokens_total" + labels), drafted) << engine;
+  }
+}
+
 // The same under mpirun (two MPI ranks, one replica each: rank 0 drives replica 1 over a
 // communicator of its own, MPI_Comm_create_group): served, golden, both replicas used.
 // `pagoda` under `mpirun -np 2` over TCP loopback, as ServerProcess starts binaries: a script in a

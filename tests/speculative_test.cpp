@@ -237,7 +237,8 @@ std::unique_ptr<EngineCore> with_draft(const std::string& path, const EngineConf
 }
 
 const DraftModelProposer& draft_of(LLM& llm) {
-  return dynamic_cast<const DraftModelProposer&>(*llm.core().proposer());
+  return dynamic_cast<const DraftModelProposer&>(
+      *dynamic_cast<const LocalExecutor&>(llm.core().executor()).worker().proposer());
 }
 
 // A q4_0 copy of the model disagrees with it now and then: greedy output is plain decoding's,

@@ -86,6 +86,10 @@ int generate_one(const GenerateFlags& f, EngineSetup& setup) {
                static_cast<long long>(last.prompt_tokens), static_cast<long long>(last.completion_tokens),
                prefill > 0 ? last.prompt_tokens / prefill : 0.0,
                decode > 0 && last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0);
+  if (const SpecDecodeStats& spec = core.spec_stats(); f.verbose && spec.num_drafts > 0) {
+    std::fprintf(stderr, "speculative decoding: %lld of %lld draft tokens accepted\n",
+                 static_cast<long long>(spec.num_accepted_tokens), static_cast<long long>(spec.num_draft_tokens));
+  }
   return 0;
 }
 
@@ -194,7 +198,10 @@ int run_generate(const GenerateFlags& f) {
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
-  if (f.verbose) std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
+  if (f.verbose) {
+    std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
+    if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
+  }
   return f.input_file.empty() ? generate_one(f, *setup) : generate_file(f, *setup);
 }
 

@@ -26,7 +26,6 @@
 #include "metrics/engine_metrics.h"
 #include "executor/executor.h"
 #include "scheduler/scheduler.h"
-#include "speculative/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -42,11 +41,17 @@ struct SpecDecodeStats {
 
 class EngineCore {
  public:
-  // Sizes the KV cache and builds the scheduler and runner. Fails on bad limits or when not
+  // Checks the configuration against the executor's model (EngineConfig::validate), sizes the KV
+  // cache from what the workers hold and need (engine/kv_cache_sizing.h), has every worker
+  // allocate it (Executor::initialize) and builds the scheduler. Fails on bad limits or when not
   // even one full-length sequence fits in the KV cache memory. With config.speculative.method
-  // "draft_model", `draft_model` is the draft (same vocabulary size, a context at least
+  // "draft_model", the workers hold the draft (same vocabulary size, a context at least
   // --max-model-len long, or the error names the problem); its KV cache comes out of the same
   // memory, with 9 blocks for every 8 of the target's (room for drafts beyond the tokens).
+  static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<Executor> executor,
+                                                    std::shared_ptr<const Tokenizer> tokenizer,
+                                                    const EngineConfig& config);
+  // The same in one process: a LocalExecutor over a Worker of `model` (and `draft_model`).
   static Result<std::unique_ptr<EngineCore>> create(std::unique_ptr<Model> model,
                                                     std::shared_ptr<const Tokenizer> tokenizer,
                                                     const EngineConfig& config,
@@ -54,8 +59,7 @@ class EngineCore {
 
   // Another data-parallel replica of `like` (an engine created above): its configuration, KV cache
   // size and tokenizer, with its own scheduler, running its steps on `executor` (whose workers
-  // hold the model and a KV cache of like.num_blocks() blocks). Fails for a draft model (it runs
-  // in this process, next to the scheduler: one per replica is not supported).
+  // hold the model, and the draft model when there is one), started as like's were.
   static Result<std::unique_ptr<EngineCore>> create_replica(const EngineCore& like, std::unique_ptr<Executor> executor);
 
   // Checks a request without adding it (thread-safe: reads only immutable state): tokenizes if
@@ -86,19 +90,22 @@ class EngineCore {
     metrics_engine_ = engine;
   }
 
-  // Requests to run, or steps in flight whose output is still to be taken.
-  bool has_unfinished() const { return scheduler_->has_unfinished() || !in_flight_.empty(); }
+  // Requests to run, steps in flight whose output is still to be taken, or ended requests the
+  // workers are still to hear of (the next step, even of nothing, tells them).
+  bool has_unfinished() const {
+    return scheduler_->has_unfinished() || !in_flight_.empty() || executor_->has_notices();
+  }
   // Steps submitted whose output step() has not taken yet.
   int64_t num_steps_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
   SchedulerStats stats() const { return scheduler_->stats(); }
   const SpecDecodeStats& spec_stats() const { return spec_stats_; }
   const ModelConfig& model_config() const { return executor_->config(); }
   const EngineConfig& config() const { return config_; }
-  int64_t num_blocks() const { return num_blocks_; }
+  int64_t num_blocks() const { return init_.num_blocks; }
   // The target's KV cache (the draft model's, when there is one, comes on top).
-  int64_t kv_cache_bytes() const { return num_blocks_ * bytes_per_block_; }
-  // The speculative proposer (null when speculation is off); for tests.
-  Proposer* proposer() const { return proposer_.get(); }
+  int64_t kv_cache_bytes() const { return init_.num_blocks * memory_.block_bytes; }
+  // The executor (its workers hold the model, the KV cache and the proposer); for tests.
+  const Executor& executor() const { return *executor_; }
   // "KV cache: N blocks of B tokens (X bytes each), up to T tokens at once; sized by ..."
   std::string kv_cache_summary() const;
   // "Speculative decoding: ngram, up to K draft tokens per step, ..." (or "draft model PATH,
@@ -127,10 +134,9 @@ class EngineCore {
   OutputChunk finish_chunk(RequestId seq_id, Sequence& s, FinishReason reason, TokenId stop_token);
 
   void record_finished(const OutputChunk& last);
+  // With nothing left to run, tells the workers of the requests that ended since the last step.
+  void tell_workers_if_idle();
   void record_step(int64_t scheduled_tokens);
-  // Drafts for every decoding request's next step (speculative decoding), unless the batch is
-  // larger than disable_by_batch_size.
-  void propose_drafts();
 
   EngineConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -138,12 +144,12 @@ class EngineCore {
   int metrics_engine_ = 0;                           // this core's engine index in metrics_
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<Proposer> proposer_;  // set when config.speculative.method is not ""
   SpecDecodeStats spec_stats_;
-  int64_t num_blocks_ = 0;
-  int64_t bytes_per_block_ = 0;
-  std::string kv_sizing_;  // how the KV cache size was chosen, for kv_cache_summary()
-  std::string draft_kv_;   // the draft model's KV cache, for kv_cache_summary() ("" = none)
+  WorkerInit init_;              // what every worker was started with (the KV cache, the proposer)
+  WorkerMemory memory_;          // what a worker holds and needs
+  int64_t f32_block_bytes_ = 0;  // a float32 block's bytes, for kv_cache_summary()
+  std::string kv_sizing_;        // how the KV cache size was chosen, for kv_cache_summary()
+  std::string speculation_;      // the workers' proposer, for speculative_summary()
   RequestId next_seq_id_ = 1;
   uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, Sequence> seqs_;                 // by scheduler id

@@ -8,26 +8,15 @@
 #include <vector>
 
 #include "base/types.h"
-#include "executor/parallel_group.h"
+#include "base/status.h"
 #include "sample/sampler.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
+#include "speculative/speculative_config.h"
 #include "tensor/kv_cache_dtype.h"
 
 namespace pagoda {
-
-// --speculative-config (vLLM's JSON object): which proposer drafts tokens for the target to
-// verify, and its limits. method "" = no speculation.
-struct SpeculativeConfig {
-  std::string method;                   // "", "ngram" or "draft_model"
-  int64_t num_speculative_tokens = 0;   // k: drafts per step, 1..128
-  int64_t prompt_lookup_min = 0;        // ngram: 0 = vLLM's defaults (both 5; one set: the other
-  int64_t prompt_lookup_max = 0;        //   copies it)
-  int64_t disable_by_batch_size = 0;    // > 0: no drafts in a step that runs more requests than this
-  std::string model;                    // draft_model: the draft's path (loaded by the caller)
-  std::string quantization;             // draft_model: the draft's --quantization ("" = none)
-};
 
 struct EngineConfig {
   SchedulerConfig scheduler;            // max_model_len 0 = the model's context length
@@ -45,12 +34,16 @@ struct EngineConfig {
   // Tests: the in-process executor lets the engine keep this many steps in flight, as a pipeline
   // of that many stages does (each step still runs when it is submitted).
   int steps_in_flight = 1;
-  // Tensor and pipeline parallelism: the ranks the model is split over, this process being rank
-  // 0 (executor/group_executor.h). Set by the launcher (apps/pagoda/ranks.h), not a flag.
-  ParallelGroup parallel_group;
   // Data parallelism: the engines of this host that share its memory (the replicas here), each
   // taking its share of the automatic KV-cache budgets (--gpu-memory-utilization, the default).
   int replicas_on_host = 1;
+
+  // The one check of an engine's configuration: fails naming the flag of the first bad or
+  // contradictory setting, and fills in vLLM's defaults (ngram's lookup lengths). Without a
+  // model (the flags, before anything loads) it checks what needs none; with the model it runs
+  // (and the draft model, null unless speculative.method is draft_model) it also fills in what is
+  // left to the model (max_model_len 0 = its context length) and checks against it.
+  Status validate(const ModelConfig* model = nullptr, const ModelConfig* draft = nullptr);
 };
 
 // Request defaults from a model folder's generation_config.json (vLLM's --generation-config

@@ -10,7 +10,7 @@
 namespace pagoda {
 namespace {
 
-constexpr uint8_t kKvCache = 'K', kStep = 'S', kStop = 'Q', kOutput = 'O';
+constexpr uint8_t kStart = 'K', kStep = 'S', kStop = 'Q', kOutput = 'O';
 // The largest message a rank accepts from another (a step's or an output's bytes).
 constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 
@@ -23,17 +23,14 @@ std::string text_of(const uint8_t* record) {
   return std::string(text, strnlen(text, kTextBytes));
 }
 
-// Rank 0's start of a group's engine: the KV cache's size to every rank, then every rank's
-// agreement that it allocated its own.
-Status announce_kv_cache(Communicator& comm, int64_t num_blocks, int64_t block_size, KvCacheDtype dtype) {
-  ByteWriter w;
-  w.put<uint8_t>(kKvCache);
-  w.put<int64_t>(num_blocks);
-  w.put<int64_t>(block_size);
-  w.put<uint8_t>(static_cast<uint8_t>(dtype));
-  std::vector<uint8_t> bytes = w.take();
+// Rank 0's start of a group's engine: the workers' start to every rank, then `mine` (rank 0's own
+// worker's start, when it has one) and every rank's agreement that it started.
+Status announce_start(Communicator& comm, const WorkerInit& init, Worker* mine) {
+  std::vector<uint8_t> bytes = serialize_init(init);
+  bytes.insert(bytes.begin(), kStart);
   PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
-  return agree_to_start(comm, Status::ok_status(), 0, "the KV cache");
+  const Status started = mine != nullptr ? mine->initialize(init) : Status::ok_status();
+  return agree_to_start(comm, started, 0, "the workers' start");
 }
 
 }  // namespace
@@ -70,10 +67,14 @@ Status agree_to_start(Communicator& comm, const Status& mine, uint64_t fingerpri
   return Status::ok_status();
 }
 
-Result<std::unique_ptr<GroupExecutor>> GroupExecutor::create(Communicator& comm, std::unique_ptr<ModelRunner> runner) {
-  const KvCacheTensors& kv = runner->kv_cache();
-  PAGODA_RETURN_IF_ERROR(announce_kv_cache(comm, kv.num_blocks(), kv.block_size(), kv.dtype()));
-  return std::unique_ptr<GroupExecutor>(new GroupExecutor(comm, std::move(runner)));
+Status GroupExecutor::initialize(const WorkerInit& init) {
+  Status st = announce_start(comm_, init, worker_.get());
+  if (!st.ok()) failed_ = true;
+  return st;
+}
+
+std::string GroupExecutor::proposer_description() const {
+  return worker_->proposer() != nullptr ? worker_->proposer()->describe() : "";
 }
 
 Status stop_group(Communicator& comm) {
@@ -95,30 +96,26 @@ Result<ModelRunnerOutput> GroupExecutor::execute_step(const StepMessage& message
   }
   // The other ranks run the same message; the forward pass's collectives fail if one of them
   // cannot (Model::forward throws, and the engine fails the step).
-  Result<ModelRunnerOutput> out = worker_.execute(message);
+  Result<ModelRunnerOutput> out = worker_->execute(message);
   if (!out.ok()) failed_ = true;
   return out;
 }
 
 namespace {
 
-// A worker rank's start: rank 0's first message (the KV cache's size, or stop), this shard's KV
-// cache, every rank's agreement. Null (and OK) when rank 0 stopped the group first.
-Result<std::unique_ptr<Worker>> start_worker(Communicator& comm, std::unique_ptr<Model> shard) {
+// A worker rank's start: rank 0's first message (the workers' start, or stop), `worker`'s start,
+// every rank's agreement. Null (and OK) when rank 0 stopped the group first.
+Result<std::unique_ptr<Worker>> start_worker(Communicator& comm, std::unique_ptr<Worker> worker) {
   std::vector<uint8_t> bytes;
   PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
-  ByteReader r(bytes);
-  const uint8_t kind = r.get<uint8_t>();
-  if (kind == kStop) return std::unique_ptr<Worker>();  // rank 0 stopped before its first step
-  const int64_t num_blocks = r.get<int64_t>(), block_size = r.get<int64_t>();
-  const uint8_t dtype = r.get<uint8_t>();
-  if (!r.ok() || kind != kKvCache || dtype > static_cast<uint8_t>(KvCacheDtype::kInt8)) {
-    return data_loss("rank " + std::to_string(comm.rank()) + ": rank 0's first message is not the KV cache's size");
+  if (!bytes.empty() && bytes[0] == kStop) return std::unique_ptr<Worker>();  // rank 0 stopped before its first step
+  if (bytes.empty() || bytes[0] != kStart) {
+    return data_loss("rank " + std::to_string(comm.rank()) + ": rank 0's first message is not the workers' start");
   }
-  Result<KvCacheTensors> kv =
-      KvCacheTensors::allocate(shard->shard_config(), num_blocks, block_size, static_cast<KvCacheDtype>(dtype));
-  PAGODA_RETURN_IF_ERROR(agree_to_start(comm, kv.status(), 0, "the KV cache"));
-  return std::make_unique<Worker>(std::make_unique<ModelRunner>(std::move(shard), std::move(*kv)));
+  Result<WorkerInit> init = deserialize_init(std::span<const uint8_t>(bytes).subspan(1));
+  const Status started = init.ok() ? worker->initialize(*init) : init.status();
+  PAGODA_RETURN_IF_ERROR(agree_to_start(comm, started, 0, "the workers' start"));
+  return worker;
 }
 
 // Runs one step on `worker`: the output, or the error naming this rank (a refused message, or a
@@ -133,10 +130,9 @@ Result<ModelRunnerOutput> run_step(Communicator& comm, Worker& worker, const Ste
 
 }  // namespace
 
-Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
-  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Worker> started, start_worker(comm, std::move(shard)));
+Status run_group_worker(Communicator& comm, std::unique_ptr<Worker> worker) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Worker> started, start_worker(comm, std::move(worker)));
   if (!started) return Status::ok_status();
-  Worker& worker = *started;
   std::vector<uint8_t> bytes;
   while (true) {
     PAGODA_RETURN_IF_ERROR(broadcast_bytes(comm, bytes, 0));
@@ -147,12 +143,12 @@ Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard) {
                        std::to_string(bytes[0]) + " from rank 0");
     }
     PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(std::span<const uint8_t>(bytes).subspan(1)));
-    PAGODA_RETURN_IF_ERROR(run_step(comm, worker, message).status());
+    PAGODA_RETURN_IF_ERROR(run_step(comm, *started, message).status());
   }
 }
 
-Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_ptr<Model> shard, bool sends_output) {
-  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Worker> started, start_worker(world, std::move(shard)));
+Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_ptr<Worker> worker, bool sends_output) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Worker> started, start_worker(world, std::move(worker)));
   if (!started) return Status::ok_status();
   const std::string me = "rank " + std::to_string(world.rank());
   while (true) {
@@ -170,25 +166,41 @@ Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_p
   }
 }
 
-Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(Communicator& world, SendQueue& sender, int stages,
-                                                                   int output_rank, std::unique_ptr<ModelRunner> runner) {
-  const KvCacheTensors& kv = runner->kv_cache();
-  PAGODA_RETURN_IF_ERROR(announce_kv_cache(world, kv.num_blocks(), kv.block_size(), kv.dtype()));
-  const ModelConfig config = runner->config();
-  return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(world, sender, stages, output_rank, config,
-                                                                std::make_unique<Worker>(std::move(runner))));
+std::unique_ptr<PipelineExecutor> PipelineExecutor::create(Communicator& world, SendQueue& sender, int stages,
+                                                           int output_rank, std::unique_ptr<Worker> worker) {
+  const ModelConfig config = worker->config();
+  return std::unique_ptr<PipelineExecutor>(
+      new PipelineExecutor(world, sender, stages, output_rank, config, std::move(worker)));
 }
 
-Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create_remote(Communicator& link, SendQueue& sender,
-                                                                          int stages, int output_rank,
-                                                                          const ModelConfig& config, int64_t num_blocks,
-                                                                          int64_t block_size, KvCacheDtype dtype) {
-  PAGODA_RETURN_IF_ERROR(announce_kv_cache(link, num_blocks, block_size, dtype));
+std::unique_ptr<PipelineExecutor> PipelineExecutor::create_remote(Communicator& link, SendQueue& sender, int stages,
+                                                                  int output_rank, const ModelConfig& config) {
   return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(link, sender, stages, output_rank, config, nullptr));
+}
+
+Result<WorkerMemory> PipelineExecutor::memory(int64_t block_size, KvCacheDtype dtype, int64_t max_num_batched_tokens,
+                                              int64_t max_num_seqs) const {
+  if (!worker_) return unimplemented("a replica whose workers run elsewhere is sized as the replica it copies");
+  return worker_->memory(block_size, dtype, max_num_batched_tokens, max_num_seqs);
+}
+
+Status PipelineExecutor::initialize(const WorkerInit& init) {
+  started_ = true;
+  Status st = announce_start(world_, init, worker_.get());
+  if (!st.ok()) failed_ = true;
+  return st;
+}
+
+std::string PipelineExecutor::proposer_description() const {
+  return worker_ && worker_->proposer() != nullptr ? worker_->proposer()->describe() : "";
 }
 
 PipelineExecutor::~PipelineExecutor() {
   if (failed_) return;  // a group that failed has nobody left to tell
+  if (!started_) {      // the ranks still wait for their start, which comes by broadcast
+    (void)stop_group(world_);
+    return;
+  }
   for (int r = 1; r < world_.size(); ++r) (void)sender_.post(r, {kStop}, /*with_size=*/true);
   (void)sender_.flush();
 }

@@ -6,12 +6,13 @@
 // output is the step's.
 //
 // On the wire (broadcast_bytes from rank 0), one kind byte then the body:
-//   'K' the KV cache: num_blocks, block_size, dtype (sent once, before any step);
+//   'K' the workers' start (worker/step_message.h's WorkerInit: the KV cache to allocate, how to
+//       draft), sent once, before any step;
 //   'S' a step: serialize_step's bytes;
 //   'Q' stop: rank 0 is shutting down.
 //
 // Starting a group, every rank calls agree_to_start with its own outcome (the shard it loaded,
-// the KV cache it allocated) and a fingerprint of what it loaded: a rank that failed, or loaded
+// then its start: the KV cache it allocated, its proposer) and a fingerprint of what it loaded: a rank that failed, or loaded
 // another model or configuration, fails every rank's start, naming it.
 #pragma once
 
@@ -37,22 +38,27 @@ uint64_t fingerprint_of(const std::string& text);
 
 class GroupExecutor final : public Executor {
  public:
-  // Rank 0: sends the group the KV cache's size (that of `runner`'s cache), waits for every rank
-  // to allocate its own, and takes over `runner` (rank 0's shard).
-  static Result<std::unique_ptr<GroupExecutor>> create(Communicator& comm, std::unique_ptr<ModelRunner> runner);
+  // Rank 0, taking over its own worker (rank 0's shard); the other ranks wait for initialize().
+  GroupExecutor(Communicator& comm, std::unique_ptr<Worker> worker) : comm_(comm), worker_(std::move(worker)) {}
   // Tells the other ranks to stop (when the group still works).
   ~GroupExecutor() override;
 
-  const ModelConfig& config() const override { return worker_.config(); }
+  const ModelConfig& config() const override { return worker_->config(); }
+  const ModelConfig* draft_config() const override { return worker_->draft_config(); }
+  Result<WorkerMemory> memory(int64_t block_size, KvCacheDtype dtype, int64_t max_num_batched_tokens,
+                              int64_t max_num_seqs) const override {
+    return worker_->memory(block_size, dtype, max_num_batched_tokens, max_num_seqs);
+  }
+  // Sends every rank the start, starts rank 0's worker, and waits for every rank's.
+  Status initialize(const WorkerInit& init) override;
+  std::string proposer_description() const override;
 
  protected:
   Result<ModelRunnerOutput> execute_step(const StepMessage& message) override;
 
  private:
-  GroupExecutor(Communicator& comm, std::unique_ptr<ModelRunner> runner) : comm_(comm), worker_(std::move(runner)) {}
-
   Communicator& comm_;
-  Worker worker_;
+  std::unique_ptr<Worker> worker_;
   bool failed_ = false;
 };
 
@@ -72,20 +78,23 @@ class GroupExecutor final : public Executor {
 class PipelineExecutor final : public Executor {
  public:
   // Rank 0 of `world` (every stage's ranks), whose SendQueue is `sender`; `output_rank` sends the
-  // outputs; `runner`: stage 0's shard (created with the same sender).
-  static Result<std::unique_ptr<PipelineExecutor>> create(Communicator& world, SendQueue& sender, int stages,
-                                                          int output_rank, std::unique_ptr<ModelRunner> runner);
-  // Rank 0 of `link`, driving the replica on its other ranks: sends them the KV cache's size
-  // (num_blocks of block_size tokens in `dtype`) and waits for every one to allocate its own.
-  // `config`: the whole model's.
-  static Result<std::unique_ptr<PipelineExecutor>> create_remote(Communicator& link, SendQueue& sender, int stages,
-                                                                 int output_rank, const ModelConfig& config,
-                                                                 int64_t num_blocks, int64_t block_size,
-                                                                 KvCacheDtype dtype);
+  // outputs; `worker`: stage 0's shard (created with the same sender).
+  static std::unique_ptr<PipelineExecutor> create(Communicator& world, SendQueue& sender, int stages, int output_rank,
+                                                  std::unique_ptr<Worker> worker);
+  // Rank 0 of `link`, driving the replica on its other ranks. `config`: the whole model's.
+  static std::unique_ptr<PipelineExecutor> create_remote(Communicator& link, SendQueue& sender, int stages,
+                                                         int output_rank, const ModelConfig& config);
   // Tells the other ranks to stop (when the group still works).
   ~PipelineExecutor() override;
 
   const ModelConfig& config() const override { return config_; }
+  const ModelConfig* draft_config() const override { return worker_ ? worker_->draft_config() : nullptr; }
+  // A remote replica has no worker here: unimplemented (it is sized as the replica it copies).
+  Result<WorkerMemory> memory(int64_t block_size, KvCacheDtype dtype, int64_t max_num_batched_tokens,
+                              int64_t max_num_seqs) const override;
+  // Sends every rank the start (stage 0's worker here too, when it runs here) and waits for all.
+  Status initialize(const WorkerInit& init) override;
+  std::string proposer_description() const override;
   int max_in_flight() const override { return stages_; }
 
  protected:
@@ -109,6 +118,7 @@ class PipelineExecutor final : public Executor {
   int output_rank_;
   ModelConfig config_;
   std::unique_ptr<Worker> worker_;  // stage 0's shard; null for a remote replica
+  bool started_ = false;            // initialize() has sent the start
   bool failed_ = false;
 };
 
@@ -116,14 +126,14 @@ class PipelineExecutor final : public Executor {
 // tells the other ranks, waiting for their first message, to stop.
 Status stop_group(Communicator& comm);
 
-// Every rank but 0: waits for the KV cache's size, allocates this shard's, then runs each step
-// rank 0 sends on its Worker until rank 0 says stop (OK) or the group fails (the error). `shard`
-// is this rank's model (create_model with the group).
-Status run_group_worker(Communicator& comm, std::unique_ptr<Model> shard);
+// Every rank but 0: waits for the start, starts `worker` (this rank's shard, create_model with the
+// group, and its draft model if any), then runs each step rank 0 sends on it until rank 0 says
+// stop (OK) or the group fails (the error).
+Status run_group_worker(Communicator& comm, std::unique_ptr<Worker> worker);
 
 // Every rank but 0 of a pipeline: as run_group_worker, with the steps from rank 0's SendQueue;
 // `sends_output`: this rank (the last stage's first) sends each step's output to rank 0.
 // `sender`: this rank's SendQueue, which its shard's forward pass sends through as well.
-Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_ptr<Model> shard, bool sends_output);
+Status run_pipeline_worker(Communicator& world, SendQueue& sender, std::unique_ptr<Worker> worker, bool sends_output);
 
 }  // namespace pagoda

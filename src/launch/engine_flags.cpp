@@ -132,7 +132,6 @@ Result<EngineConfig> EngineFlags::to_config() const {
     return invalid_argument("--log-level must be debug, info, warning, error or critical, got '" + log_level + "'");
   }
   if (!(swap_space >= 0)) return invalid_argument("--swap-space must be >= 0");
-  if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (generation_config.empty()) return invalid_argument("--generation-config must be auto, vllm or a folder");
 
   EngineConfig c;
@@ -144,9 +143,8 @@ Result<EngineConfig> EngineFlags::to_config() const {
     c.kv_cache_memory = *bytes;
   }
   if (gpu_memory_utilization) {
-    if (!(*gpu_memory_utilization > 0 && *gpu_memory_utilization <= 1)) {
-      return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(*gpu_memory_utilization));
-    }
+    // Not 0: that means "not set" in the config.
+    if (*gpu_memory_utilization == 0) return invalid_argument("--gpu-memory-utilization must be in (0, 1], got 0");
     c.gpu_memory_utilization = *gpu_memory_utilization;
   }
   c.scheduler.max_num_seqs = max_num_seqs;
@@ -164,12 +162,10 @@ Result<EngineConfig> EngineFlags::to_config() const {
   c.enable_prefix_caching = enable_prefix_caching;
   if (!speculative_config.empty()) {
     PAGODA_ASSIGN_OR_RETURN(c.speculative, parse_speculative_config(speculative_config));
-    if (c.speculative.method == "draft_model" && data_parallel_size > 1) {
-      return not_yet("--speculative-config", "draft_model with --data-parallel-size > 1", "ngram there");
-    }
   }
   c.seed = seed;
   c.max_logprobs = max_logprobs;
+  PAGODA_RETURN_IF_ERROR(c.validate());  // what needs no model, before anything loads
   return c;
 }
 

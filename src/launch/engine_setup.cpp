@@ -86,16 +86,6 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& setting, 
 
 namespace {
 
-// The draft model's flags: the model's, for another path (vLLM: the draft loads as the target
-// does, so dummy weights stay dummy), with the draft's own vocabulary.
-ModelFlags draft_flags(const ModelFlags& model, const SpeculativeConfig& spec) {
-  ModelFlags d = model;
-  d.model = spec.model;
-  d.tokenizer.clear();
-  d.quantization = spec.quantization;
-  return d;
-}
-
 // A draft must tokenize as the model does: the same tokens under the same ids. A draft without a
 // vocabulary of its own (a built-in config, a GGUF file without one) borrows --tokenizer when the
 // model was given one; EngineCore::create still compares the vocabulary sizes.
@@ -125,6 +115,15 @@ Status check_draft_vocabulary(const ModelFlags& model, ModelFlags* draft, const 
 
 }  // namespace
 
+std::unique_ptr<Executor> make_executor(const EngineConfig& config, RankGroup* group, std::unique_ptr<Worker> worker) {
+  const ParallelGroup g = group != nullptr ? group->parallel_group() : ParallelGroup{};
+  if (g.world != nullptr && g.pipeline_stages > 1) {
+    return PipelineExecutor::create(*g.world, *g.sender, g.pipeline_stages, g.output_rank, std::move(worker));
+  }
+  if (g.world != nullptr && g.world->size() > 1) return std::make_unique<GroupExecutor>(*g.world, std::move(worker));
+  return std::make_unique<LocalExecutor>(std::move(worker), config.serialize_steps, config.steps_in_flight);
+}
+
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,
                                 const std::function<Status(const Tokenizer&)>& before_weights, RankGroup* group) {
   PAGODA_ASSIGN_OR_RETURN(EngineConfig config, engine.to_config());
@@ -147,41 +146,38 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
         return has_draft ? check_draft_vocabulary(model, &draft, tokenizer) : Status::ok_status();
       },
       group != nullptr ? group->tp() : TensorParallel{}, group != nullptr ? group->pp() : PipelineParallel{});
+  // Speculating with a draft model: every rank holds the whole draft, next to its shard.
+  std::unique_ptr<Model> draft_model;
+  if (loaded.ok() && has_draft) {
+    Result<std::unique_ptr<Model>> d = load_draft_model(draft);
+    if (d.ok()) draft_model = std::move(*d);
+    else loaded = d.status();
+  }
   if (group != nullptr) {
     // Every rank's shard loaded alike, or every rank stops here.
     const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
     const Status agreed = group->agree(loaded.status(), what);
     if (loaded.ok() && !agreed.ok()) return agreed;
-    config.parallel_group = group->parallel_group();
     config.replicas_on_host = group->replicas_on_host();
   }
   if (!loaded.ok()) return loaded.status();
   if (loaded->backend != nullptr) setup.kernels = loaded->backend->description();
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));
-  std::unique_ptr<Model> draft_model;
-  if (has_draft) {
-    Result<LoadedModel> d = load_model_and_tokenizer(draft);
-    if (!d.ok()) {
-      return Status(d.status().code(), "--speculative-config: draft model " + draft.model + ": " + d.status().message());
-    }
-    draft_model = std::move(d->model);
-  }
-  PAGODA_ASSIGN_OR_RETURN(setup.core, EngineCore::create(std::move(loaded->model), setup.tokenizer, config,
-                                                         std::move(draft_model)));
-  // Data parallelism: the other replicas' engines, each driving its ranks from here, with replica
-  // 0's KV cache size.
+  auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft_model));
+  PAGODA_ASSIGN_OR_RETURN(setup.core,
+                          EngineCore::create(make_executor(config, group, std::move(worker)), setup.tokenizer, config));
+  // Data parallelism: the other replicas' engines, each driving its ranks from here, started as
+  // replica 0's.
   for (int d = 1; group != nullptr && d < group->data_parallel_size(); ++d) {
     const RankGroup::RemoteReplica r = group->remote_replica(d);
-    Result<std::unique_ptr<PipelineExecutor>> executor =
-        PipelineExecutor::create_remote(*r.link, *r.sender, r.stages, r.output_rank, setup.core->model_config(),
-                                        setup.core->num_blocks(), config.block_size, config.kv_cache_dtype);
-    if (!executor.ok()) {
-      return Status(executor.status().code(), "data-parallel replica " + std::to_string(d) + ": " +
-                                                  executor.status().message());
-    }
     group->driving(d);
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, EngineCore::create_replica(*setup.core, std::move(*executor)));
-    setup.replicas.push_back(std::move(core));
+    Result<std::unique_ptr<EngineCore>> core = EngineCore::create_replica(
+        *setup.core,
+        PipelineExecutor::create_remote(*r.link, *r.sender, r.stages, r.output_rank, setup.core->model_config()));
+    if (!core.ok()) {
+      return Status(core.status().code(), "data-parallel replica " + std::to_string(d) + ": " + core.status().message());
+    }
+    setup.replicas.push_back(std::move(*core));
   }
   if (group != nullptr) group->running();
   return setup;

@@ -34,6 +34,10 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
                                 const std::function<Status(const Tokenizer&)>& before_weights = {},
                                 RankGroup* group = nullptr);
 
+// The executor of an engine whose rank 0 worker is `worker`: a LocalExecutor with one rank, else
+// the group's (GroupExecutor for tensor parallelism, PipelineExecutor with stages).
+std::unique_ptr<Executor> make_executor(const EngineConfig& config, RankGroup* group, std::unique_ptr<Worker> worker);
+
 // Registers the backends this build has, once per process (later calls return the first call's
 // status): the CPU backend, with the kernel table PAGODA_CPU_ISA=avxvnni|avx2|scalar forces if set
 // (for tests and comparisons).

@@ -248,4 +248,20 @@ Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, 
   return out;
 }
 
+ModelFlags draft_flags(const ModelFlags& model, const SpeculativeConfig& spec) {
+  ModelFlags d = model;
+  d.model = spec.model;
+  d.tokenizer.clear();
+  d.quantization = spec.quantization;
+  return d;
+}
+
+Result<std::unique_ptr<Model>> load_draft_model(const ModelFlags& draft) {
+  Result<LoadedModel> d = load_model_shard(draft, {}, {});
+  if (!d.ok()) {
+    return Status(d.status().code(), "--speculative-config: draft model " + draft.model + ": " + d.status().message());
+  }
+  return std::move(d->model);
+}
+
 }  // namespace pagoda::app

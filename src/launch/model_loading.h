@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "loader/model_source.h"
 #include "model/model.h"
+#include "speculative/speculative_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::app {
@@ -69,6 +70,12 @@ struct ChatTemplateSource {
 // directory's tokenizer_config.json (whose bos_token / eos_token then win over the vocabulary's).
 Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, const ModelFlags& flags,
                                               const Tokenizer& tok);
+
+// The draft model's flags (speculative decoding): the model's, for another path (vLLM: the draft
+// loads as the target does, so dummy weights stay dummy), with the draft's own vocabulary.
+ModelFlags draft_flags(const ModelFlags& model, const SpeculativeConfig& spec);
+// Loads the draft model (its whole weights, on every rank); the error names it.
+Result<std::unique_ptr<Model>> load_draft_model(const ModelFlags& draft);
 
 // A worker rank's shard: the same without the tokenizer (rank 0 loads and checks it; a worker
 // detokenizes nothing), so `tokenizer` is null.

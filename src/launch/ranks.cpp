@@ -66,13 +66,22 @@ Place place_of(int rank, int tp, int pp) {
                             at.stage > 0 ? at.rank - tp_size : -1, at.stage < pp_size - 1 ? at.rank + tp_size : -1,
                             sender.get(), partition};
   Result<LoadedModel> loaded = load_model_shard(model, tp, pp);
+  // Speculating with a draft model: every rank holds the whole draft, next to its shard.
+  Result<EngineConfig> config = engine.to_config();
+  std::unique_ptr<Model> draft;
+  if (loaded.ok() && config.ok() && config->speculative.uses_draft_model()) {
+    Result<std::unique_ptr<Model>> d = load_draft_model(draft_flags(model, config->speculative));
+    if (d.ok()) draft = std::move(*d);
+    else loaded = d.status();
+  }
   const std::string what = loaded.ok() ? rank_fingerprint_text(model, engine, loaded->model->config()) : "";
   // A failed start is rank 0's to report (it names the rank); a failure after it, this rank's.
   Status st = agree_to_start(steps, loaded.status(), fingerprint_of(what), what);
   if (st.ok()) {
     const bool sends_output = at.rank == first + (pp_size - 1) * tp_size;
-    st = sender ? run_pipeline_worker(steps, *sender, std::move(loaded->model), sends_output)
-                : run_group_worker(steps, std::move(loaded->model));
+    auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft));
+    st = sender ? run_pipeline_worker(steps, *sender, std::move(worker), sends_output)
+                : run_group_worker(steps, std::move(worker));
     if (!st.ok()) log_line(LogLevel::kError, "ranks", me + ": " + st.message());
   }
   std::fflush(nullptr);
@@ -170,7 +179,8 @@ std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& en
          std::to_string(engine.tensor_parallel_size) + ", pipeline parallel " +
          std::to_string(engine.pipeline_parallel_size) + ", data parallel " +
          std::to_string(engine.data_parallel_size) + layers + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +
-         std::to_string(engine.block_size) + ", max model len " + std::to_string(engine.max_model_len);
+         std::to_string(engine.block_size) + ", max model len " + std::to_string(engine.max_model_len) +
+         ", speculative config " + (engine.speculative_config.empty() ? "none" : engine.speculative_config);
 }
 
 Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, const EngineFlags& engine) {

@@ -30,6 +30,7 @@
 #include "comm/communicator.h"
 #include "comm/send_queue.h"
 #include "engine/engine_types.h"
+#include "executor/parallel_group.h"
 #include "base/status.h"
 #include "model/tensor_parallel.h"
 

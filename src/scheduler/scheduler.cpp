@@ -251,6 +251,8 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
       finish(r, u.finish_reason);
     }
   }
+  // The next step's drafts, for the decoding requests still running.
+  for (const DraftTokens& d : produced.drafts) set_draft_tokens(d.request_id, d.tokens);
   // A request with more positions computed than tokens would never be scheduled again.
   for (const ScheduledSeq& seq : scheduled.seqs) {
     const Request* r = find(seq.request_id);

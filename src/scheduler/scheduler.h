@@ -75,7 +75,8 @@ class Scheduler {
   // while it is running and decoding (every token but the last computed), else dropped.
   void set_draft_tokens(RequestId id, std::vector<TokenId> drafts);
 
-  // Applies the runner's sampled tokens: gives back the KV positions of rejected drafts, appends
+  // Applies the runner's sampled tokens: gives back the KV positions of rejected drafts, takes
+  // the next step's drafts (set_draft_tokens, after the tokens), appends
   // the tokens one by one, checking stop ids / max_tokens / max_model_len after each (tokens
   // after the one that ends a request are dropped), frees finished requests. Returns one update
   // per request that got tokens or finished.

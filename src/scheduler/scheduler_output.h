@@ -69,6 +69,15 @@ struct SpecDecodeCounts {
   bool operator==(const SpecDecodeCounts&) const = default;
 };
 
+// A request's drafts for its next step (speculative decoding), proposed by the worker after this
+// step's tokens were sampled.
+struct DraftTokens {
+  RequestId request_id = 0;
+  std::vector<TokenId> tokens;
+
+  bool operator==(const DraftTokens&) const = default;
+};
+
 struct ModelRunnerOutput {
   // The tokens emitted, ScheduledSeq by ScheduledSeq in order, for those with sample == true:
   // one each, or for a request with drafts 1 + its num_accepted (the accepted drafts, then the
@@ -76,6 +85,7 @@ struct ModelRunnerOutput {
   std::vector<SampledOutput> sampled;
   std::vector<SpecDecodeCounts> spec;  // one per ScheduledSeq with drafts, same order
   std::vector<PromptLogprobsOutput> prompt_logprobs;
+  std::vector<DraftTokens> drafts;     // the next step's drafts, for decoding requests that have some
 
   bool operator==(const ModelRunnerOutput&) const = default;
 };

@@ -4,8 +4,7 @@
 
 namespace pagoda {
 
-ModelRunner::ModelRunner(std::unique_ptr<Model> model, KvCacheTensors kv)
-    : model_(std::move(model)), kv_(std::move(kv)) {}
+ModelRunner::ModelRunner(std::unique_ptr<Model> model) : model_(std::move(model)) {}
 
 void ModelRunner::add_request(RequestId id, const SamplingParams& params, uint64_t seed,
                               std::vector<TokenId> min_tokens_suppressed) {

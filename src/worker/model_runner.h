@@ -2,8 +2,8 @@
 // slot mapping, block tables), runs the model once over every scheduled token of every request,
 // computes logits only for the rows that need them, and samples each request with its own
 // parameters and RNG; a request with speculative drafts gets logits for its last token and every
-// draft, and the RejectionSampler verifies them. Owns the model, the KV cache memory and the
-// samplers.
+// draft, and the RejectionSampler verifies them. Owns the model, the KV cache memory (from
+// initialize_kv_cache, before the first step) and the samplers.
 // Engine thread only: not thread-safe.
 #pragma once
 
@@ -22,10 +22,13 @@ namespace pagoda {
 
 class ModelRunner {
  public:
-  ModelRunner(std::unique_ptr<Model> model, KvCacheTensors kv);
+  explicit ModelRunner(std::unique_ptr<Model> model);
 
   const ModelConfig& config() const { return model_->config(); }
+  const Model& model() const { return *model_; }
   const KvCacheTensors& kv_cache() const { return kv_; }
+  // Takes the KV cache memory (once, before the first step).
+  void initialize_kv_cache(KvCacheTensors kv) { kv_ = std::move(kv); }
 
   // Registers a request's sampling parameters (copied) and its RNG seed. `min_tokens_suppressed`
   // are the ids masked while fewer than params.min_tokens tokens have been generated.

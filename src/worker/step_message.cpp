@@ -9,8 +9,9 @@ namespace pagoda {
 namespace {
 
 // Leading bytes of each message kind: a message of the wrong kind fails at once.
-constexpr uint32_t kStepMagic = 0x50535431;    // "PST1"
-constexpr uint32_t kOutputMagic = 0x504f5531;  // "POU1"
+constexpr uint32_t kStepMagic = 0x50535432;    // "PST2"
+constexpr uint32_t kOutputMagic = 0x504f5532;  // "POU2"
+constexpr uint32_t kInitMagic = 0x50494e31;    // "PIN1"
 
 template <class T>
 void put_optional(ByteWriter& w, const std::optional<T>& v) {
@@ -108,7 +109,7 @@ SampledOutput get_sampled(ByteReader& r) {
 // The smallest encodings of the repeated items, which bound a count against the bytes left.
 constexpr uint64_t kMinSampledBytes = sizeof(RequestId) + sizeof(TokenId) + sizeof(float) + sizeof(uint64_t);
 constexpr uint64_t kMinScheduledBytes = sizeof(RequestId) + 8 + 1 + 8 + 8 + 8 + 8 + 1;
-constexpr uint64_t kMinNewRequestBytes = sizeof(RequestId) + 8 + 8 + 8;
+constexpr uint64_t kMinNewRequestBytes = sizeof(RequestId) + 8 + 8 + 8 + 8;
 
 }  // namespace
 
@@ -123,6 +124,7 @@ std::vector<uint8_t> serialize_step(const StepMessage& m) {
     put_params(w, n.params);
     w.put<uint64_t>(n.seed);
     w.put_vector(n.min_tokens_suppressed);
+    w.put_string(n.cache_salt);
   }
   w.put<uint64_t>(m.scheduled.size());
   for (const ScheduledRequestData& s : m.scheduled) {
@@ -153,6 +155,7 @@ Result<StepMessage> deserialize_step(std::span<const uint8_t> bytes) {
     n.params = get_params(r);
     n.seed = r.get<uint64_t>();
     n.min_tokens_suppressed = r.get_vector<TokenId>();
+    n.cache_salt = r.get_string();
     m.new_requests.push_back(std::move(n));
   }
   const uint64_t num_scheduled = r.get_count(kMinScheduledBytes);
@@ -192,6 +195,11 @@ std::vector<uint8_t> serialize_output(const ModelRunnerOutput& o) {
     w.put<uint64_t>(p.entries.size());
     for (const SampledOutput& s : p.entries) put_sampled(w, s);
   }
+  w.put<uint64_t>(o.drafts.size());
+  for (const DraftTokens& d : o.drafts) {
+    w.put<RequestId>(d.request_id);
+    w.put_vector(d.tokens);
+  }
   return w.take();
 }
 
@@ -218,8 +226,63 @@ Result<ModelRunnerOutput> deserialize_output(std::span<const uint8_t> bytes) {
     for (uint64_t j = 0; j < n && r.ok(); ++j) p.entries.push_back(get_sampled(r));
     o.prompt_logprobs.push_back(std::move(p));
   }
+  const uint64_t num_drafts = r.get_count(sizeof(RequestId) + 8);
+  for (uint64_t i = 0; i < num_drafts && r.ok(); ++i) {
+    DraftTokens d;
+    d.request_id = r.get<RequestId>();
+    d.tokens = r.get_vector<TokenId>();
+    o.drafts.push_back(std::move(d));
+  }
   PAGODA_RETURN_IF_ERROR(r.finish("step output"));
   return o;
+}
+
+std::vector<uint8_t> serialize_init(const WorkerInit& init) {
+  ByteWriter w;
+  w.put<uint32_t>(kInitMagic);
+  w.put<int64_t>(init.num_blocks);
+  w.put<int64_t>(init.block_size);
+  w.put<uint8_t>(static_cast<uint8_t>(init.kv_cache_dtype));
+  const SpeculativeConfig& s = init.speculative;
+  w.put_string(s.method);
+  w.put<int64_t>(s.num_speculative_tokens);
+  w.put<int64_t>(s.prompt_lookup_min);
+  w.put<int64_t>(s.prompt_lookup_max);
+  w.put<int64_t>(s.disable_by_batch_size);
+  w.put_string(s.model);
+  w.put_string(s.quantization);
+  w.put<int64_t>(init.max_model_len);
+  w.put<int64_t>(init.max_num_batched_tokens);
+  w.put_bool(init.enable_prefix_caching);
+  return w.take();
+}
+
+Result<WorkerInit> deserialize_init(std::span<const uint8_t> bytes) {
+  ByteReader r(bytes);
+  WorkerInit init;
+  if (r.get<uint32_t>() != kInitMagic) r.fail("not a worker's start (wrong magic)");
+  init.num_blocks = r.get<int64_t>();
+  init.block_size = r.get<int64_t>();
+  const uint8_t dtype = r.get<uint8_t>();
+  if (dtype > static_cast<uint8_t>(KvCacheDtype::kInt8)) r.fail("an unknown KV cache dtype");
+  init.kv_cache_dtype = static_cast<KvCacheDtype>(dtype);
+  SpeculativeConfig& s = init.speculative;
+  s.method = r.get_string();
+  s.num_speculative_tokens = r.get<int64_t>();
+  s.prompt_lookup_min = r.get<int64_t>();
+  s.prompt_lookup_max = r.get<int64_t>();
+  s.disable_by_batch_size = r.get<int64_t>();
+  s.model = r.get_string();
+  s.quantization = r.get_string();
+  init.max_model_len = r.get<int64_t>();
+  init.max_num_batched_tokens = r.get<int64_t>();
+  init.enable_prefix_caching = r.get_bool();
+  PAGODA_RETURN_IF_ERROR(r.finish("worker start"));
+  if (init.num_blocks < 1 || init.block_size < 1 || init.max_model_len < 1) {
+    return data_loss("worker start: a KV cache of " + std::to_string(init.num_blocks) + " blocks of " +
+                     std::to_string(init.block_size) + " tokens for contexts of " + std::to_string(init.max_model_len));
+  }
+  return init;
 }
 
 void StepEncoder::add_request(NewRequestData request) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -24,8 +25,24 @@
 #include "base/types.h"
 #include "sample/sampler.h"
 #include "scheduler/scheduler_output.h"
+#include "speculative/speculative_config.h"
+#include "tensor/kv_cache_dtype.h"
 
 namespace pagoda {
+
+// What rank 0 tells every worker once, before the first step (vLLM's initialize_from_config): the
+// KV cache to allocate, and how to draft tokens for speculative decoding.
+struct WorkerInit {
+  int64_t num_blocks = 0;              // of the model's KV cache; the draft model's has 9 per 8 of them
+  int64_t block_size = 16;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
+  SpeculativeConfig speculative;       // validated (EngineConfig::validate)
+  int64_t max_model_len = 0;
+  int64_t max_num_batched_tokens = 0;
+  bool enable_prefix_caching = true;
+
+  bool operator==(const WorkerInit&) const = default;
+};
 
 // A request the workers have not seen: everything about it that does not change.
 struct NewRequestData {
@@ -34,6 +51,7 @@ struct NewRequestData {
   SamplingParams params;
   uint64_t seed = 0;                           // its generator's seed
   std::vector<TokenId> min_tokens_suppressed;  // masked while fewer than params.min_tokens are out
+  std::string cache_salt;                      // the draft model's prefix-cache isolation
 
   bool operator==(const NewRequestData&) const = default;
 };
@@ -70,6 +88,9 @@ Result<StepMessage> deserialize_step(std::span<const uint8_t> bytes);
 std::vector<uint8_t> serialize_output(const ModelRunnerOutput& output);
 Result<ModelRunnerOutput> deserialize_output(std::span<const uint8_t> bytes);
 
+std::vector<uint8_t> serialize_init(const WorkerInit& init);
+Result<WorkerInit> deserialize_init(std::span<const uint8_t> bytes);
+
 // Rank 0's side: turns each SchedulerOutput (views into the scheduler's requests) into the
 // StepMessage that brings the workers up to date, remembering what they have been sent.
 class StepEncoder {
@@ -86,6 +107,10 @@ class StepEncoder {
   // Requests preempted by a step that scheduled nothing (so has no message of its own): the
   // next message names them.
   void preempt(std::span<const RequestId> ids);
+
+  // Whether ended or preempted requests wait to be named in a message (an idle engine sends
+  // one with nothing scheduled, so that the workers let go of them).
+  bool has_notices() const { return !finished_.empty() || !preempted_.empty(); }
 
   // Requests added and not yet removed (for tests).
   size_t num_requests() const { return pending_.size() + sent_.size(); }

@@ -1,10 +1,13 @@
 #include "worker/worker.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_set>
 #include <utility>
 
 #include "base/check.h"
+#include "speculative/draft_model_proposer.h"
+#include "speculative/make_proposer.h"
 
 namespace pagoda {
 namespace {
@@ -19,9 +22,60 @@ int64_t bad_token(std::span<const TokenId> tokens, int64_t vocab) {
   return -1;
 }
 
+// The forward pass's working memory at the scheduler's limits: the model's per-token buffers
+// (x, h, q, attention out, k, v, gate, up; a sparse layer's router logits and, per routing slot,
+// the gathered row, the expert's gate, up and output rows and the slot's bookkeeping:
+// model/layers/workspace.h) for a full step, and one logit row per sequence.
+int64_t activation_bytes(const ModelConfig& c, int64_t max_num_batched_tokens, int64_t max_num_seqs) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  int64_t per_token = 2 * c.hidden_size + 2 * q + 2 * kv + 2 * c.max_intermediate_size();
+  if (c.num_experts > 0) {
+    per_token += c.num_experts + c.num_experts_per_tok * (2 * c.hidden_size + 2 * c.moe_intermediate_size + 2 + 2 + 1);
+  }
+  return static_cast<int64_t>(sizeof(float)) * (max_num_batched_tokens * per_token + max_num_seqs * c.vocab_size);
+}
+
 }  // namespace
 
-Worker::Worker(std::unique_ptr<ModelRunner> runner) : runner_(std::move(runner)) { PAGODA_CHECK(runner_ != nullptr); }
+Worker::Worker(std::unique_ptr<Model> model, std::unique_ptr<Model> draft)
+    : runner_(std::make_unique<ModelRunner>(std::move(model))), draft_(std::move(draft)) {}
+
+const ModelConfig* Worker::draft_config() const {
+  if (draft_) return &draft_->config();
+  const auto* d = dynamic_cast<const DraftModelProposer*>(proposer_.get());
+  return d != nullptr ? &d->model_config() : nullptr;
+}
+
+WorkerMemory Worker::memory(int64_t block_size, KvCacheDtype dtype, int64_t max_num_batched_tokens,
+                            int64_t max_num_seqs) const {
+  // What this process computes: under tensor parallelism its rank's KV heads.
+  const Model& model = runner_->model();
+  WorkerMemory m;
+  m.block_bytes = KvCacheTensors::bytes_per_block(model.shard_config(), block_size, dtype);
+  m.weight_bytes = model.weight_bytes();
+  m.activation_bytes = activation_bytes(model.shard_config(), max_num_batched_tokens, max_num_seqs);
+  if (draft_) {
+    m.draft_block_bytes = KvCacheTensors::bytes_per_block(draft_->config(), block_size, dtype);
+    m.weight_bytes += draft_->weight_bytes();
+    m.activation_bytes += activation_bytes(draft_->config(), max_num_batched_tokens, max_num_seqs);
+  }
+  return m;
+}
+
+Status Worker::initialize(const WorkerInit& init) {
+  if (initialized_) return internal_error("the worker was initialized already");
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(runner_->model().shard_config(), init.num_blocks,
+                                                                      init.block_size, init.kv_cache_dtype));
+  // A draft model's cache: 9 blocks for every 8 of the target's (its drafts run ahead of the
+  // target's tokens); a request it has no room for gets no drafts that step.
+  const ProposerLimits limits{init.max_model_len, init.max_num_batched_tokens, init.enable_prefix_caching};
+  PAGODA_ASSIGN_OR_RETURN(proposer_, make_proposer(init.speculative, limits, std::move(draft_), init.num_blocks * 9 / 8,
+                                                   init.block_size, init.kv_cache_dtype));
+  runner_->initialize_kv_cache(std::move(kv));
+  init_ = init;
+  initialized_ = true;
+  return Status::ok_status();
+}
 
 Status Worker::apply(const ScheduledRequestData& d, RequestState& r) const {
   const int64_t vocab = runner_->config().vocab_size;
@@ -67,6 +121,7 @@ Status Worker::apply(const ScheduledRequestData& d, RequestState& r) const {
 }
 
 Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
+  if (!initialized_) return internal_error("step message " + std::to_string(m.step) + " before the worker's start");
   if (m.step != last_step_ + 1) {
     return data_loss("step message " + std::to_string(m.step) + " after step " + std::to_string(last_step_));
   }
@@ -75,11 +130,13 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
   for (RequestId id : m.finished) {
     if (!requests_.erase(id)) return data_loss("finished " + id_text(id) + " is unknown");
     runner_->remove_request(id);
+    if (proposer_) proposer_->forget(id);
   }
   for (RequestId id : m.preempted) {
     auto it = requests_.find(id);
     if (it == requests_.end()) return data_loss("preempted " + id_text(id) + " is unknown");
     it->second.block_table.clear();
+    if (proposer_) proposer_->forget(id);
   }
   for (const NewRequestData& n : m.new_requests) {
     const std::string who = id_text(n.request_id);
@@ -94,6 +151,8 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     RequestState r;
     r.all_tokens = n.prompt_tokens;
     r.num_prompt_tokens = n.prompt_tokens.size();
+    r.max_tokens = n.params.max_tokens;
+    r.cache_salt = n.cache_salt;
     requests_.emplace(n.request_id, std::move(r));
     runner_->add_request(n.request_id, n.params, n.seed, n.min_tokens_suppressed);
   }
@@ -125,7 +184,50 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     scheduled.num_scheduled_tokens += d.num_scheduled_tokens;
     scheduled.seqs.push_back(seq);
   }
-  return runner_->execute(scheduled);
+  ModelRunnerOutput out = runner_->execute(scheduled);
+  if (proposer_) propose(scheduled, out);
+  return out;
+}
+
+void Worker::propose(const SchedulerOutput& scheduled, ModelRunnerOutput& out) {
+  const SpeculativeConfig& spec = init_.speculative;
+  const int64_t batch = static_cast<int64_t>(scheduled.seqs.size());
+  if (batch == 0 || (spec.disable_by_batch_size > 0 && batch > spec.disable_by_batch_size)) return;
+  // Each scheduled request as the target's KV leaves it after this step: its tokens with the
+  // ones just emitted, and the positions computed (less the rejected drafts). A request still in
+  // prefill is fed to a draft model too (max_drafts 0), so that it follows chunk by chunk.
+  std::vector<std::vector<TokenId>> tokens(scheduled.seqs.size());
+  std::vector<ProposalRequest> requests;
+  size_t next_sampled = 0;
+  for (size_t i = 0; i < scheduled.seqs.size(); ++i) {
+    const ScheduledSeq& seq = scheduled.seqs[i];
+    const RequestState& r = requests_.at(seq.request_id);
+    tokens[i] = r.all_tokens;
+    int64_t computed = seq.num_computed_tokens + static_cast<int64_t>(seq.tokens.size());
+    while (next_sampled < out.sampled.size() && out.sampled[next_sampled].request_id == seq.request_id) {
+      tokens[i].push_back(out.sampled[next_sampled++].token);
+    }
+    for (const SpecDecodeCounts& c : out.spec) {
+      if (c.request_id == seq.request_id) computed += c.num_accepted;
+    }
+    ProposalRequest p{seq.request_id, tokens[i], computed, 0, r.cache_salt};
+    const int64_t num_tokens = static_cast<int64_t>(tokens[i].size());
+    if (seq.sample && computed == num_tokens - 1) {
+      // Room left: positions up to max_model_len - 1, and no more tokens than max_tokens allows
+      // (a step emits the drafts it accepts plus one).
+      const int64_t num_output = num_tokens - static_cast<int64_t>(r.num_prompt_tokens);
+      p.max_drafts = std::max<int64_t>(0, std::min({spec.num_speculative_tokens, init_.max_model_len - num_tokens,
+                                                    r.max_tokens - num_output - 1}));
+    }
+    requests.push_back(p);
+  }
+  // Proposals depend on each request alone; a fixed order keeps the draft model's batches, and
+  // so its floating-point sums, the same from run to run.
+  std::sort(requests.begin(), requests.end(), [](const ProposalRequest& a, const ProposalRequest& b) { return a.id < b.id; });
+  std::vector<std::vector<TokenId>> drafts = proposer_->propose(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!drafts[i].empty()) out.drafts.push_back(DraftTokens{requests[i].id, std::move(drafts[i])});
+  }
 }
 
 }  // namespace pagoda
