@@ -97,7 +97,7 @@ class Engine {
     if (!setup.ok()) raise(setup.status());
     setup_ = std::move(*setup);
     ctx_ = app::model_context(model_, setup_, default_max_tokens_);
-    llm_ = std::make_unique<LLM>(std::move(setup_.core));
+    llm_ = std::make_unique<LLM>(std::move(setup_.engine));
   }
 
   // bodies: one completions body (JSON) per prompt, each a single prompt, or with `chat` one
@@ -106,7 +106,7 @@ class Engine {
   // each finished prompt (all its n sequences).
   py::list generate(const std::vector<std::string>& bodies, const py::object& progress, bool chat,
                     const std::string& chat_template) {
-    std::vector<GenerateRequest> requests;
+    std::vector<PreparedRequest> requests;  // checked by the parser, as the server checks them
     std::vector<server::ParsedRequest> parsed;
     std::optional<ChatTemplateHolder> call_template;
     const server::ModelContext ctx = chat ? chat_context(chat_template, call_template) : ctx_;
@@ -125,7 +125,7 @@ class Engine {
     Result<std::vector<RequestOutput>> results = [&] {
       py::gil_scoped_release release;
       return llm_->generate(
-          std::move(requests),
+          requests,
           [&](size_t done, size_t total) {
             if (progress.is_none() || pending) return;
             py::gil_scoped_acquire acquire;

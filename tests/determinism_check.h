@@ -28,14 +28,14 @@ inline constexpr const char* kDummyConfig = R"({"architectures": ["LlamaForCausa
 
 inline constexpr int64_t kVocab = 512;  // stories260K's; the dummy model uses its tokenizer
 
-inline std::unique_ptr<EngineCore> make_core(const app::ModelFlags& flags, const EngineConfig& config,
+inline std::unique_ptr<LLMEngine> make_core(const app::ModelFlags& flags, const EngineConfig& config,
                                              cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
   return testing::make_engine_core(flags, config, isa);
 }
 
 // An engine that speculates: with the n-gram proposer (draft_dtype empty), or with a draft model
 // loaded from `flags` with --dtype draft_dtype ("auto": the model itself as its own draft).
-inline std::unique_ptr<EngineCore> make_spec_core(const app::ModelFlags& flags, EngineConfig config,
+inline std::unique_ptr<LLMEngine> make_spec_core(const app::ModelFlags& flags, EngineConfig config,
                                                   const std::string& draft_dtype, cpu::CpuIsa isa) {
   if (draft_dtype.empty()) {
     config.speculative = SpeculativeConfig{"ngram", 3, 1, 3, 0, "", ""};
@@ -49,7 +49,7 @@ inline std::unique_ptr<EngineCore> make_spec_core(const app::ModelFlags& flags, 
   EXPECT_TRUE(target.ok() && draft.ok());
   if (!target.ok() || !draft.ok()) return nullptr;
   config.speculative = SpeculativeConfig{"draft_model", 3, 0, 0, 0, flags.model, ""};
-  auto core = EngineCore::create(std::move(target->model), std::move(target->tokenizer), config,
+  auto core = LLMEngine::create(std::move(target->model), std::move(target->tokenizer), config,
                                  std::move(draft->model));
   EXPECT_TRUE(core.ok()) << core.status().message();
   return core.ok() ? std::move(*core) : nullptr;

@@ -23,7 +23,7 @@ namespace {
 
 constexpr const char* kModel = "stories260K/stories260K.gguf";
 
-std::unique_ptr<EngineCore> make_core(const std::string& path, EngineConfig config) {
+std::unique_ptr<LLMEngine> make_core(const std::string& path, EngineConfig config) {
   app::ModelFlags flags;
   flags.model = path;
   return testing::make_engine_core(flags, config);
@@ -51,7 +51,7 @@ std::vector<GenerateRequest> requests_for(const std::vector<std::string>& prompt
 }
 
 // stories260K with one sequence running at a time: the others wait in the scheduler.
-std::unique_ptr<EngineCore> one_at_a_time_core(const std::string& path) {
+std::unique_ptr<LLMEngine> one_at_a_time_core(const std::string& path) {
   EngineConfig c;
   c.scheduler.max_num_seqs = 1;
   return make_core(path, c);
@@ -165,8 +165,11 @@ TEST(Engine, PrefixCacheComputesOnlyTheTail) {
   first.prompt = prefix + " and her dog.";
   second.prompt = prefix + ". One day, she saw a bird.";
   first.params = second.params = greedy(24);
-  ASSERT_TRUE(cached.core().prepare(first).ok());
-  ASSERT_TRUE(cached.core().prepare(second).ok());
+  for (GenerateRequest* r : {&first, &second}) {
+    auto prepared = cached.engine().prepare(*r);
+    ASSERT_TRUE(prepared.ok());
+    r->prompt_token_ids = prepared->prompt_token_ids;
+  }
   size_t common = 0;
   while (common < first.prompt_token_ids.size() && first.prompt_token_ids[common] == second.prompt_token_ids[common]) ++common;
   ASSERT_GE(common, 48u) << "the shared prefix must span 3 blocks";
@@ -220,7 +223,7 @@ TEST(Engine, QuantizedKvCacheKeepsPreemptionAndPrefixCachingExact) {
     tight.kv_cache_memory = 64 * block_bytes;
     auto core = make_core(model, tight);
     ASSERT_TRUE(core);
-    EXPECT_EQ(core->num_blocks(), 64);
+    EXPECT_EQ(core->core().num_blocks(), 64);
     LLM llm(std::move(core));
     auto rs = requests_for(stories_prompts(10), greedy(48));
     auto batched = llm.generate(rs);
@@ -391,24 +394,24 @@ TEST(Engine, GpuMemoryUtilizationGivesTheKvCacheWhatIsLeft) {
   EngineConfig c;
   c.scheduler.max_model_len = 256;
   c.gpu_memory_utilization = 0.02;
-  std::unique_ptr<EngineCore> low = make_core(model, c);
+  std::unique_ptr<LLMEngine> low = make_core(model, c);
   c.gpu_memory_utilization = 0.12;
-  std::unique_ptr<EngineCore> high = make_core(model, c);
+  std::unique_ptr<LLMEngine> high = make_core(model, c);
   ASSERT_TRUE(low && high);
-  const double block = static_cast<double>(high->kv_cache_bytes() / high->num_blocks());
-  EXPECT_NEAR(static_cast<double>(high->kv_cache_bytes() - low->kv_cache_bytes()), 0.1 * static_cast<double>(total),
+  const double block = static_cast<double>(high->core().kv_cache_bytes() / high->core().num_blocks());
+  EXPECT_NEAR(static_cast<double>(high->core().kv_cache_bytes() - low->core().kv_cache_bytes()), 0.1 * static_cast<double>(total),
               2 * block);
   // What is left for it is below the fraction of the machine (the weights took their share).
-  EXPECT_LT(static_cast<double>(low->kv_cache_bytes()), 0.02 * static_cast<double>(total));
-  EXPECT_NE(low->kv_cache_summary().find("sized by --gpu-memory-utilization 0.02"), std::string::npos)
-      << low->kv_cache_summary();
+  EXPECT_LT(static_cast<double>(low->core().kv_cache_bytes()), 0.02 * static_cast<double>(total));
+  EXPECT_NE(low->core().kv_cache_summary().find("sized by --gpu-memory-utilization 0.02"), std::string::npos)
+      << low->core().kv_cache_summary();
   cpu::register_cpu_backend();
   app::ModelFlags flags;
   flags.model = model;
   auto loaded = app::load_model_and_tokenizer(flags);
   ASSERT_TRUE(loaded.ok());
   c.gpu_memory_utilization = 1e-9;
-  auto refused = EngineCore::create(std::move(loaded->model), std::move(loaded->tokenizer), c);
+  auto refused = LLMEngine::create(std::move(loaded->model), std::move(loaded->tokenizer), c);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--gpu-memory-utilization 1e-09 leaves 0.00 GiB for the KV cache"),
             std::string::npos)
@@ -416,7 +419,7 @@ TEST(Engine, GpuMemoryUtilizationGivesTheKvCacheWhatIsLeft) {
   c.gpu_memory_utilization = 1.5;
   auto loaded2 = app::load_model_and_tokenizer(flags);
   ASSERT_TRUE(loaded2.ok());
-  auto out_of_range = EngineCore::create(std::move(loaded2->model), std::move(loaded2->tokenizer), c);
+  auto out_of_range = LLMEngine::create(std::move(loaded2->model), std::move(loaded2->tokenizer), c);
   EXPECT_FALSE(out_of_range.ok());
 }
 
@@ -497,7 +500,7 @@ TEST(Engine, CallbacksQueueBoundAbortAllAndMetrics) {
   PAGODA_TEST_FILE(model, kModel);
   auto core = one_at_a_time_core(model);
   ASSERT_TRUE(core);
-  auto m = metrics_for(*core);
+  auto m = metrics_for(core->core());
   EngineOptions options;
   options.max_queued_requests = 2;
   options.metrics = m;
@@ -646,7 +649,7 @@ TEST(Engine, FailedStepEndsEveryRequestWithAnError) {
   PAGODA_TEST_FILE(model, kModel);
   auto core = one_at_a_time_core(model);
   ASSERT_TRUE(core);
-  auto m = metrics_for(*core);
+  auto m = metrics_for(core->core());
   std::mutex mu;
   std::condition_variable cv;
   bool go = false;
@@ -710,14 +713,14 @@ TEST(Engine, DataParallelCoresTakeRequestsInTurnAndKeepOutputs) {
     ASSERT_TRUE(out.ok()) << out.status().message();
     for (const auto& o : *out) expected.push_back(o.outputs[0].token_ids);
   }
-  std::vector<std::unique_ptr<EngineCore>> cores;
+  std::vector<std::unique_ptr<LLMEngine>> cores;
   cores.push_back(one_at_a_time_core(model));
   cores.push_back(one_at_a_time_core(model));
   ASSERT_TRUE(cores[0] && cores[1]);
   metrics::CacheConfigInfo info;
-  info.block_size = cores[0]->config().block_size;
-  info.num_blocks = cores[0]->num_blocks();
-  auto m = std::make_shared<metrics::EngineMetrics>("stories", info, cores[0]->config().scheduler.max_model_len, 2);
+  info.block_size = cores[0]->core().config().block_size;
+  info.num_blocks = cores[0]->core().num_blocks();
+  auto m = std::make_shared<metrics::EngineMetrics>("stories", info, cores[0]->core().config().scheduler.max_model_len, 2);
   std::mutex mu;
   std::condition_variable cv;
   bool go = false;

@@ -135,9 +135,9 @@ TEST(Executor, TwoStepsInFlightGiveTheSameOutputs) {
   auto core = testing::make_engine_core(model, two);
   ASSERT_NE(core, nullptr);
   for (RequestId id = 1; id <= 4; ++id) {
-    GenerateRequest r = rs[static_cast<size_t>(id)];
-    ASSERT_TRUE(core->prepare(r).ok());
-    ASSERT_TRUE(core->add_request(id, r).ok());
+    auto r = core->prepare(rs[static_cast<size_t>(id)]);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(core->add_request(id, *r).ok());
   }
   EXPECT_TRUE(core->step().empty());  // the first step is submitted, nothing is collected
   EXPECT_EQ(core->num_steps_in_flight(), 1);
@@ -151,9 +151,9 @@ TEST(Executor, TwoStepsInFlightGiveTheSameOutputs) {
   EXPECT_GT(overlapped, 10);
   EXPECT_EQ(finished, 4);
   // An abort while the request's step is in flight: its output is dropped when it comes back.
-  GenerateRequest r = rs[0];
-  ASSERT_TRUE(core->prepare(r).ok());
-  ASSERT_TRUE(core->add_request(9, r).ok());
+  auto r = core->prepare(rs[0]);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(core->add_request(9, *r).ok());
   EXPECT_TRUE(core->step().empty());
   EXPECT_EQ(core->abort(9).size(), 1u);
   EXPECT_TRUE(core->has_unfinished());  // the step is still to be collected

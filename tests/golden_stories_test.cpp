@@ -38,7 +38,7 @@ TEST(GoldenStories260K, GreedyFromBosMatchesReference) {
   auto setup = app::make_engine(flags, app::EngineFlags{});
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   std::shared_ptr<const Tokenizer> tokenizer = setup->tokenizer;
-  LLM llm(std::move(setup->core));
+  LLM llm(std::move(setup->engine));
 
   GenerateRequest request;
   request.prompt = "";  // BOS alone

@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kModel = "stories260K/stories260K.gguf";
 
-std::unique_ptr<EngineCore> make_core(const std::string& path, const EngineConfig& config) {
+std::unique_ptr<LLMEngine> make_core(const std::string& path, const EngineConfig& config) {
   return testing::make_engine_core(path, config);
 }
 
@@ -214,7 +214,7 @@ std::unique_ptr<Model> load_draft(const std::string& path, const std::string& dt
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-Result<std::unique_ptr<EngineCore>> draft_core(const std::string& path, EngineConfig config,
+Result<std::unique_ptr<LLMEngine>> draft_core(const std::string& path, EngineConfig config,
                                                std::unique_ptr<Model> draft, int64_t k = 4) {
   cpu::register_cpu_backend({});
   auto loaded = app::load_model_and_tokenizer([&] {
@@ -226,10 +226,10 @@ Result<std::unique_ptr<EngineCore>> draft_core(const std::string& path, EngineCo
   config.speculative.method = "draft_model";
   config.speculative.model = "stories260K-draft";
   config.speculative.num_speculative_tokens = k;
-  return EngineCore::create(std::move(loaded->model), std::move(loaded->tokenizer), config, std::move(draft));
+  return LLMEngine::create(std::move(loaded->model), std::move(loaded->tokenizer), config, std::move(draft));
 }
 
-std::unique_ptr<EngineCore> with_draft(const std::string& path, const EngineConfig& config, const std::string& dtype,
+std::unique_ptr<LLMEngine> with_draft(const std::string& path, const EngineConfig& config, const std::string& dtype,
                                        int64_t k = 4) {
   auto core = draft_core(path, config, load_draft(path, dtype), k);
   EXPECT_TRUE(core.ok()) << core.status().message();
@@ -400,8 +400,9 @@ TEST(Speculative, DraftModelSamplingKeepsTheModelsDistribution) {
   };
   GenerateRequest probe;
   probe.prompt = prompt;
-  ASSERT_TRUE(plain.core().prepare(probe).ok());
-  const std::vector<TokenId> prompt_ids = probe.prompt_token_ids;
+  auto prepared = plain.engine().prepare(probe);
+  ASSERT_TRUE(prepared.ok());
+  const std::vector<TokenId> prompt_ids = prepared->prompt_token_ids;
   const std::vector<double> p1 = distribution(prompt_ids);
 
   constexpr int kTrials = 4000;
@@ -528,7 +529,7 @@ TEST(Speculative, RefusesBadConfigs) {
     c.speculative = spec;
     auto loaded = app::load_model_and_tokenizer(flags);
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-    auto core = EngineCore::create(std::move(loaded->model), std::move(loaded->tokenizer), c);
+    auto core = LLMEngine::create(std::move(loaded->model), std::move(loaded->tokenizer), c);
     ASSERT_FALSE(core.ok()) << words;
     EXPECT_NE(core.status().message().find(words), std::string::npos) << core.status().message();
   }

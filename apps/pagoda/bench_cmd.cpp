@@ -80,18 +80,20 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
-  std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
-  if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
+  std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->engine->core().kv_cache_summary().c_str());
+  if (const std::string spec = setup->engine->core().speculative_summary(); !spec.empty()) {
+    std::fprintf(stderr, "%s\n", spec.c_str());
+  }
   std::vector<GenerateRequest> requests;
   if (f.dataset_path.empty()) {
-    requests = random_requests(f.num_prompts, f.input_len, f.output_len, setup->core->model_config().vocab_size,
+    requests = random_requests(f.num_prompts, f.input_len, f.output_len, setup->engine->core().model_config().vocab_size,
                                f.dataset_seed, f.dataset_name, f.temperature);
   } else {
     auto loaded = file_requests(f);
     if (!loaded.ok()) return fail(loaded.status());
     requests = std::move(*loaded);
   }
-  LLM llm(std::move(setup->core));
+  LLM llm(std::move(setup->engine));
   const auto start = std::chrono::steady_clock::now();
   auto results = llm.generate(std::move(requests));
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -133,10 +135,12 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   if (!group.ok()) return fail(group.status());
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
-  std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
-  if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
-  const int64_t vocab = setup->core->model_config().vocab_size;
-  LLM llm(std::move(setup->core));
+  std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->engine->core().kv_cache_summary().c_str());
+  if (const std::string spec = setup->engine->core().speculative_summary(); !spec.empty()) {
+    std::fprintf(stderr, "%s\n", spec.c_str());
+  }
+  const int64_t vocab = setup->engine->core().model_config().vocab_size;
+  LLM llm(std::move(setup->engine));
   // Each iteration gets prompts of its own: repeating one would hit the prefix cache and
   // measure no prefill at all.
   std::vector<double> e2e, prefill, decode;

@@ -63,12 +63,10 @@ int generate_one(const GenerateFlags& f, EngineSetup& setup) {
   server::IgnoredFieldNames ignored;
   auto parsed = parse(prompt_body(f), model_context(f.model, setup, f.max_tokens), ignored, "--prompt: ");
   if (!parsed.ok()) return fail(parsed.status());
-  GenerateRequest& r = parsed->prompts.at(0);
-  EngineCore& core = *setup.core;
-  Status st = core.prepare(r);
-  if (!st.ok()) return fail(st);
+  const PreparedRequest& r = parsed->prompts.at(0);
+  LLMEngine& core = *setup.engine;
   const auto start = std::chrono::steady_clock::now();
-  st = core.add_request(1, r);
+  Status st = core.add_request(1, r);
   if (!st.ok()) return fail(st);
   OutputChunk last;
   while (core.has_unfinished()) {
@@ -86,7 +84,7 @@ int generate_one(const GenerateFlags& f, EngineSetup& setup) {
                static_cast<long long>(last.prompt_tokens), static_cast<long long>(last.completion_tokens),
                prefill > 0 ? last.prompt_tokens / prefill : 0.0,
                decode > 0 && last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0);
-  if (const SpecDecodeStats& spec = core.spec_stats(); f.verbose && spec.num_drafts > 0) {
+  if (const SpecDecodeStats& spec = core.core().spec_stats(); f.verbose && spec.num_drafts > 0) {
     std::fprintf(stderr, "speculative decoding: %lld of %lld draft tokens accepted\n",
                  static_cast<long long>(spec.num_accepted_tokens), static_cast<long long>(spec.num_draft_tokens));
   }
@@ -171,7 +169,7 @@ int generate_file(const GenerateFlags& f, EngineSetup& setup) {
     for (const GenerateRequest& g : parsed->prompts) requests.push_back(g);
     lines.push_back(std::move(*parsed));
   }
-  LLM llm(std::move(setup.core));
+  LLM llm(std::move(setup.engine));
   const bool show_progress = isatty(STDERR_FILENO);
   auto results = llm.generate(std::move(requests), [&](size_t done, size_t total) {
     if (show_progress || done == total) progress_bar(done, total);
@@ -199,8 +197,9 @@ int run_generate(const GenerateFlags& f) {
   auto setup = make_engine(f.model, f.engine, {}, group->get());
   if (!setup.ok()) return fail(setup.status());
   if (f.verbose) {
-    std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), setup->core->kv_cache_summary().c_str());
-    if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
+    const EngineCore& core = setup->engine->core();
+    std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), core.kv_cache_summary().c_str());
+    if (const std::string spec = core.speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
   }
   return f.input_file.empty() ? generate_one(f, *setup) : generate_file(f, *setup);
 }

@@ -238,24 +238,25 @@ int run_serve(ServeFlags f) {
       group->get());
   if (!setup.ok()) return fail(setup.status());
   log_line(LogLevel::kInfo, "serve", setup->kernels);
-  log_line(LogLevel::kInfo, "serve", setup->core->kv_cache_summary());
-  if (const std::string spec = setup->core->speculative_summary(); !spec.empty()) log_line(LogLevel::kInfo, "serve", spec);
+  const EngineCore& core = setup->engine->core();
+  log_line(LogLevel::kInfo, "serve", core.kv_cache_summary());
+  if (const std::string spec = core.speculative_summary(); !spec.empty()) log_line(LogLevel::kInfo, "serve", spec);
 
   served.served_model_names = f.served_model_names;
   if (served.served_model_names.empty()) served.served_model_names.push_back(default_served_name(f.model.model));
   served.root = f.model.model;
   served.tokenizer = setup->tokenizer;
   served.generation_defaults = setup->generation_defaults;
-  const EngineConfig& ec = setup->core->config();
+  const EngineConfig ec = core.config();
   metrics::CacheConfigInfo cache;
   cache.block_size = ec.block_size;
-  cache.num_blocks = setup->core->num_blocks();
+  cache.num_blocks = core.num_blocks();
   cache.enable_prefix_caching = ec.enable_prefix_caching;
   cache.cache_dtype = f.engine.kv_cache_dtype;
-  std::vector<std::unique_ptr<EngineCore>> cores;
-  cores.push_back(std::move(setup->core));
-  for (auto& replica : setup->replicas) cores.push_back(std::move(replica));
-  const int replicas = static_cast<int>(cores.size());
+  std::vector<std::unique_ptr<LLMEngine>> engines;
+  engines.push_back(std::move(setup->engine));
+  for (auto& replica : setup->replicas) engines.push_back(std::move(replica));
+  const int replicas = static_cast<int>(engines.size());
   if (replicas > 1) {
     log_line(LogLevel::kInfo, "serve",
              "data parallelism: " + std::to_string(replicas) +
@@ -268,7 +269,7 @@ int run_serve(ServeFlags f) {
   eo.max_queued_requests = f.max_queued_requests;
   eo.metrics = served.metrics;
   eo.before_step = std::move(*fault);
-  engine = std::make_unique<Engine>(std::move(cores), eo);
+  engine = std::make_unique<Engine>(std::move(engines), eo);
   served.engine = engine.get();
   const std::string name = served.served_model_names.front();
   (*server)->set_model(std::move(served));

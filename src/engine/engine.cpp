@@ -41,16 +41,16 @@ std::optional<OutputChunk> RequestStream::next(std::chrono::milliseconds timeout
   return c;
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core, EngineOptions options) : options_(std::move(options)) {
+Engine::Engine(std::unique_ptr<LLMEngine> engine, EngineOptions options) : options_(std::move(options)) {
   replicas_.push_back(std::make_unique<Replica>());
-  replicas_.back()->core = std::move(core);
+  replicas_.back()->engine = std::move(engine);
   start();
 }
 
-Engine::Engine(std::vector<std::unique_ptr<EngineCore>> cores, EngineOptions options) : options_(std::move(options)) {
-  for (auto& core : cores) {
+Engine::Engine(std::vector<std::unique_ptr<LLMEngine>> engines, EngineOptions options) : options_(std::move(options)) {
+  for (auto& engine : engines) {
     replicas_.push_back(std::make_unique<Replica>());
-    replicas_.back()->core = std::move(core);
+    replicas_.back()->engine = std::move(engine);
   }
   start();
 }
@@ -60,9 +60,9 @@ void Engine::start() {
   PAGODA_CHECK(!options_.metrics || options_.metrics->num_engines() >= num_replicas());
   for (size_t i = 0; i < replicas_.size(); ++i) {
     Replica& r = *replicas_[i];
-    PAGODA_CHECK(r.core != nullptr);
+    PAGODA_CHECK(r.engine != nullptr);
     r.index = static_cast<int>(i);
-    if (options_.metrics) r.core->set_metrics(options_.metrics, r.index);
+    if (options_.metrics) r.engine->set_metrics(options_.metrics, r.index);
     mark_progress(r);
   }
   for (auto& r : replicas_) r->thread = std::thread([this, replica = r.get()] { loop(*replica); });
@@ -78,6 +78,17 @@ Engine::~Engine() {
 }
 
 Result<RequestStream> Engine::submit(GenerateRequest request) {
+  // Every replica has the same model and limits: the first one checks for all (immutable state).
+  PAGODA_ASSIGN_OR_RETURN(PreparedRequest prepared, replicas_.front()->engine->prepare(std::move(request)));
+  return submit(std::move(prepared));
+}
+
+Result<RequestId> Engine::submit(GenerateRequest request, ChunkCallback on_chunk) {
+  PAGODA_ASSIGN_OR_RETURN(PreparedRequest prepared, replicas_.front()->engine->prepare(std::move(request)));
+  return enqueue(std::move(prepared), std::move(on_chunk));
+}
+
+Result<RequestStream> Engine::submit(PreparedRequest request) {
   auto state = std::make_shared<RequestStream::State>();
   state->open_sequences = request.params.n;
   auto on_chunk = [state](OutputChunk&& c) {
@@ -90,7 +101,7 @@ Result<RequestStream> Engine::submit(GenerateRequest request) {
   return RequestStream(this, id, std::move(state));
 }
 
-Result<RequestId> Engine::submit(GenerateRequest request, ChunkCallback on_chunk) {
+Result<RequestId> Engine::submit(PreparedRequest request, ChunkCallback on_chunk) {
   return enqueue(std::move(request), std::move(on_chunk));
 }
 
@@ -112,9 +123,7 @@ Engine::Replica& Engine::pick_replica() {
   return *best;
 }
 
-Result<RequestId> Engine::enqueue(GenerateRequest request, ChunkCallback on_chunk) {
-  // Every core has the same model and limits: the first one checks for all (immutable state).
-  PAGODA_RETURN_IF_ERROR(replicas_.front()->core->prepare(request));
+Result<RequestId> Engine::enqueue(PreparedRequest request, ChunkCallback on_chunk) {
   RequestId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -230,7 +239,7 @@ void Engine::deliver(std::vector<OutputChunk> chunks) {
 
 // Ends every request of core r, including those not yet added to it.
 void Engine::fail_all(Replica& r, FinishReason reason) {
-  std::deque<std::pair<RequestId, GenerateRequest>> never_added;
+  std::deque<std::pair<RequestId, PreparedRequest>> never_added;
   std::vector<RequestId> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -240,7 +249,7 @@ void Engine::fail_all(Replica& r, FinishReason reason) {
       if (sink.replica == r.index) ids.push_back(id);
     }
   }
-  for (RequestId id : ids) deliver(r.core->abort(id, reason));
+  for (RequestId id : ids) deliver(r.engine->abort(id, reason));
   std::vector<OutputChunk> unstarted;
   for (auto& [id, request] : never_added) {
     for (int64_t i = 0; i < request.params.n; ++i) {
@@ -300,16 +309,16 @@ void Engine::loop(Replica& r) {
 }
 
 void Engine::run_loop(Replica& r) {
-  EngineCore& core = *r.core;
+  LLMEngine& engine = *r.engine;
   for (;;) {
-    std::deque<std::pair<RequestId, GenerateRequest>> added;
+    std::deque<std::pair<RequestId, PreparedRequest>> added;
     std::vector<RequestId> aborted;
     bool all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Wake at least once a second so that health() sees an idle loop as alive.
       wake_.wait_for(lock, std::chrono::seconds(1), [&] {
-        return stop_ || r.abort_all || !r.pending.empty() || !r.aborts.empty() || core.has_unfinished();
+        return stop_ || r.abort_all || !r.pending.empty() || !r.aborts.empty() || engine.has_unfinished();
       });
       if (stop_) return;
       added.swap(r.pending);
@@ -321,7 +330,7 @@ void Engine::run_loop(Replica& r) {
     }
     mark_progress(r);
     for (auto& [id, request] : added) {
-      Status st = core.add_request(id, request);
+      Status st = engine.add_request(id, request);
       if (!st.ok()) {  // cannot happen after prepare(); end the stream rather than hang it
         std::vector<OutputChunk> failed;
         for (int64_t i = 0; i < request.params.n; ++i) {
@@ -334,17 +343,17 @@ void Engine::run_loop(Replica& r) {
         deliver(std::move(failed));
       }
     }
-    for (RequestId id : aborted) deliver(core.abort(id));
+    for (RequestId id : aborted) deliver(engine.abort(id));
     if (all) fail_all(r, FinishReason::kAbort);
-    if (options_.before_step && core.has_unfinished()) options_.before_step(r.steps++);
+    if (options_.before_step && engine.has_unfinished()) options_.before_step(r.steps++);
     // The queue bound sees the step's waiting requests from the moment they are scheduled (or
     // not), so none slips in while a slow forward pass runs.
-    auto publish_stats = [this, &r, &core] {
+    auto publish_stats = [this, &r, &engine] {
       std::lock_guard<std::mutex> lock(mu_);
-      r.stats = core.stats();
+      r.stats = engine.stats();
       r.in_transit = 0;
     };
-    std::vector<OutputChunk> chunks = core.step(publish_stats);
+    std::vector<OutputChunk> chunks = engine.step(publish_stats);
     publish_stats();
     deliver(std::move(chunks));
     mark_progress(r);

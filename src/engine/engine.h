@@ -1,6 +1,6 @@
-// Engine: the thread-safe facade over one EngineCore, or several (data parallelism: replicas of
-// the model, each with its own scheduler, KV cache and workers). One engine thread per core runs
-// the continuous-batching loop; any thread may submit requests and read their output, either as
+// Engine: the thread-safe facade over one LLMEngine, or several (data parallelism: replicas of
+// the model, each with its own scheduler, KV cache and workers). One engine thread per replica
+// runs the continuous-batching loop; any thread may submit requests and read their output, either as
 // a RequestStream (pull; dropping it before it ends aborts the request) or through a callback
 // (push; what an event-loop server wants). An aborted request's KV blocks return within one step.
 //
@@ -29,7 +29,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "engine/engine_core.h"
+#include "engine/llm_engine.h"
 
 namespace pagoda {
 
@@ -89,20 +89,23 @@ struct EngineHealth {
 
 class Engine {
  public:
-  // Takes over the core and starts the engine thread.
-  explicit Engine(std::unique_ptr<EngineCore> core, EngineOptions options = {});
-  // Data parallelism: takes over the cores (at least one, alike: the same model and limits) and
+  // Takes over the engine and starts its thread.
+  explicit Engine(std::unique_ptr<LLMEngine> engine, EngineOptions options = {});
+  // Data parallelism: takes over the engines (at least one, alike: the same model and limits) and
   // starts a thread for each.
-  explicit Engine(std::vector<std::unique_ptr<EngineCore>> cores, EngineOptions options = {});
+  explicit Engine(std::vector<std::unique_ptr<LLMEngine>> engines, EngineOptions options = {});
   ~Engine();  // stops the threads; unfinished requests are aborted
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates and tokenizes on the calling thread (errors name the parameter), then queues the
-  // request for the engine thread. Fails with resource_exhausted beyond max_queued_requests and
-  // with unavailable once the engine stops or fails.
+  // Tokenizes and validates on the calling thread (LLMEngine::prepare; errors name the parameter),
+  // then queues the request for the engine thread. Fails with resource_exhausted beyond
+  // max_queued_requests and with unavailable once the engine stops or fails.
   Result<RequestStream> submit(GenerateRequest request);
   Result<RequestId> submit(GenerateRequest request, ChunkCallback on_chunk);
+  // The same for a request a parser has checked already (server/openai_protocol.h): queued as it is.
+  Result<RequestStream> submit(PreparedRequest request);
+  Result<RequestId> submit(PreparedRequest request, ChunkCallback on_chunk);
 
   // Ends a request wherever it is (from any thread). Unknown ids are ignored.
   void abort(RequestId id);
@@ -120,7 +123,7 @@ class Engine {
   int64_t num_unfinished() const;
   EngineHealth health() const;
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
-  const EngineCore& core(int replica = 0) const { return *replicas_.at(static_cast<size_t>(replica))->core; }
+  const EngineCore& core(int replica = 0) const { return replicas_.at(static_cast<size_t>(replica))->engine->core(); }
 
  private:
   struct Sink {  // where one request's chunks go
@@ -131,8 +134,8 @@ class Engine {
   // One core and what its thread works on.
   struct Replica {
     int index = 0;
-    std::unique_ptr<EngineCore> core;
-    std::deque<std::pair<RequestId, GenerateRequest>> pending;  // guarded by mu_
+    std::unique_ptr<LLMEngine> engine;
+    std::deque<std::pair<RequestId, PreparedRequest>> pending;  // guarded by mu_
     int64_t pending_sequences = 0;                              // guarded by mu_
     std::vector<RequestId> aborts;                              // guarded by mu_
     bool abort_all = false;                                     // guarded by mu_
@@ -147,7 +150,7 @@ class Engine {
   };
   void start();
   Replica& pick_replica();  // requires mu_
-  Result<RequestId> enqueue(GenerateRequest request, ChunkCallback on_chunk);
+  Result<RequestId> enqueue(PreparedRequest request, ChunkCallback on_chunk);
   void loop(Replica& r);
   void run_loop(Replica& r);
   void deliver(std::vector<OutputChunk> chunks);

@@ -1,29 +1,12 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 
-#include "base/check.h"
-#include "base/memory_info.h"
-#include "engine/request_validation.h"
 #include "engine/kv_cache_sizing.h"
-#include "kv/kv_cache_manager.h"
 
 namespace pagoda {
-
-namespace {
-
-uint64_t mix_seed(uint64_t a, uint64_t b) {  // splitmix64 of a combined value
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 Result<int64_t> parse_byte_size(const std::string& text) {
   size_t used = 0;
@@ -51,11 +34,9 @@ Result<int64_t> parse_byte_size(const std::string& text) {
 }
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Executor> executor,
-                                                       std::shared_ptr<const Tokenizer> tokenizer,
                                                        const EngineConfig& config) {
   std::unique_ptr<EngineCore> core(new EngineCore());
   core->config_ = config;
-  core->tokenizer_ = std::move(tokenizer);
   EngineConfig& c = core->config_;
   PAGODA_RETURN_IF_ERROR(c.validate(&executor->config(), executor->draft_config()));
   if (c.speculative.enabled() && executor->max_in_flight() > 1) {
@@ -84,14 +65,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Executor>
   return core;
 }
 
-Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> model,
-                                                       std::shared_ptr<const Tokenizer> tokenizer,
-                                                       const EngineConfig& config, std::unique_ptr<Model> draft_model) {
-  auto worker = std::make_unique<Worker>(std::move(model), std::move(draft_model));
-  return create(std::make_unique<LocalExecutor>(std::move(worker), config.serialize_steps, config.steps_in_flight),
-                std::move(tokenizer), config);
-}
-
 Result<std::unique_ptr<EngineCore>> EngineCore::create_replica(const EngineCore& like,
                                                                std::unique_ptr<Executor> executor) {
   if (like.config_.speculative.enabled() && executor->max_in_flight() > 1) {
@@ -100,7 +73,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create_replica(const EngineCore&
   }
   std::unique_ptr<EngineCore> core(new EngineCore());
   core->config_ = like.config_;
-  core->tokenizer_ = like.tokenizer_;
   core->memory_ = like.memory_;
   core->f32_block_bytes_ = like.f32_block_bytes_;
   core->kv_sizing_ = like.kv_sizing_;
@@ -145,114 +117,30 @@ std::string EngineCore::speculative_summary() const {
   return text;
 }
 
-RequestLimits EngineCore::request_limits() const {
-  return RequestLimits{executor_->config().vocab_size, config_.scheduler.max_model_len, config_.max_logprobs};
-}
-
-Status EngineCore::prepare(GenerateRequest& r) const {
-  if (r.prompt_token_ids.empty()) r.prompt_token_ids = tokenizer_->encode(r.prompt, r.add_special_tokens);
-  if (std::optional<RequestError> bad = validate_request(r, request_limits())) return invalid_argument(bad->message);
+Status EngineCore::add_request(const CoreRequest& r) {
+  auto req = std::make_unique<Request>();
+  req->id = r.id;
+  req->prompt_tokens = r.prompt_token_ids;
+  req->max_tokens = r.params.max_tokens;
+  req->priority = r.priority;
+  req->arrival_seq = next_arrival_++;
+  req->cache_salt = r.cache_salt;
+  req->use_prefix_cache = r.use_prefix_cache;
+  PAGODA_RETURN_IF_ERROR(scheduler_->add_request(std::move(req)));
+  executor_->add_request(r.id, r.params, r.seed, r.min_tokens_suppressed, r.cache_salt);
   return Status::ok_status();
 }
 
-Status EngineCore::add_request(RequestId id, const GenerateRequest& r) {
-  if (children_.count(id)) return invalid_argument("duplicate request id " + std::to_string(id));
-  std::vector<TokenId> stop_ids = r.params.stop_token_ids;
-  if (!r.params.ignore_eos) {
-    for (TokenId t : tokenizer_->stop_ids()) stop_ids.push_back(t);
+void EngineCore::finish_requests(std::span<const RequestId> ids) {
+  for (RequestId id : ids) {
+    scheduler_->finish_request(id);
+    executor_->remove_request(id);
   }
-  const auto now = std::chrono::steady_clock::now();
-  // Whether the output continues visible prompt text (anything but special tokens such as BOS).
-  const bool after_text = std::any_of(r.prompt_token_ids.begin(), r.prompt_token_ids.end(), [&](TokenId t) {
-    return !tokenizer_->is_special(t) && !tokenizer_->token_bytes(t).empty();
-  });
-  std::vector<RequestId> added;
-  for (int64_t i = 0; i < r.params.n; ++i) {
-    const RequestId seq_id = next_seq_id_++;
-    auto req = std::make_unique<Request>();
-    req->id = seq_id;
-    req->prompt_tokens = r.prompt_token_ids;
-    req->stop = StopRules{r.params.max_tokens, r.params.min_tokens, stop_ids};
-    req->priority = r.priority;
-    req->arrival_seq = next_arrival_++;
-    req->cache_salt = r.cache_salt;
-    req->use_prefix_cache = !r.params.prompt_logprobs.has_value();
-    const uint64_t seed = r.params.seed ? *r.params.seed + static_cast<uint64_t>(i) : mix_seed(config_.seed, seq_id);
-    executor_->add_request(seq_id, r.params, seed, stop_ids, r.cache_salt);
-    Status st = scheduler_->add_request(std::move(req));
-    if (!st.ok()) {
-      executor_->remove_request(seq_id);
-      for (RequestId done : added) {
-        scheduler_->finish_request(done, FinishReason::kAbort);
-        executor_->remove_request(done);
-        seqs_.erase(done);
-      }
-      return st;
-    }
-    Sequence s;
-    s.parent = id;
-    s.index = i;
-    s.prompt_tokens = static_cast<int64_t>(r.prompt_token_ids.size());
-    s.output = std::make_unique<SequenceOutput>(*tokenizer_, r.params.stop, r.params.include_stop_str_in_output,
-                                                r.params.skip_special_tokens, after_text);
-    s.want_logprobs = r.params.logprobs.has_value();
-    s.want_prompt_logprobs = r.params.prompt_logprobs.has_value();
-    s.arrival = now;
-    seqs_.emplace(seq_id, std::move(s));
-    added.push_back(seq_id);
-  }
-  children_[id] = std::move(added);
-  return Status::ok_status();
+  tell_workers_if_idle();
 }
 
-double EngineCore::since(const Sequence& s) const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - s.arrival).count();
-}
-
-OutputChunk EngineCore::finish_chunk(RequestId seq_id, Sequence& s, FinishReason reason, TokenId stop_token) {
-  OutputChunk c;
-  c.request_id = s.parent;
-  c.index = s.index;
-  s.output->finish();
-  c.text = s.output->take_ready_text();
-  c.finish_reason = reason;
-  c.stop_string = s.output->stop_string();
-  c.stop_token = stop_token;
-  c.prompt_tokens = s.prompt_tokens;
-  c.completion_tokens = s.num_output_tokens;
-  c.cached_tokens = s.num_cached_tokens;
-  c.timings.queued_s = std::max(0.0, s.queued_s);
-  c.timings.first_token_s = std::max(0.0, s.first_token_s);
-  c.timings.finished_s = since(s);
-  executor_->remove_request(seq_id);
-  record_finished(c);
-  auto& siblings = children_[s.parent];
-  siblings.erase(std::remove(siblings.begin(), siblings.end(), seq_id), siblings.end());
-  if (siblings.empty()) children_.erase(s.parent);
-  return c;
-}
-
-void EngineCore::record_finished(const OutputChunk& last) {
-  if (!metrics_) return;
-  metrics_->record_finished(finish_reason_name(last.finish_reason), last.prompt_tokens, last.completion_tokens,
-                            last.timings.queued_s, last.timings.first_token_s, last.timings.finished_s, metrics_engine_);
-}
-
-std::vector<OutputChunk> EngineCore::abort(RequestId id, FinishReason reason) {
-  std::vector<OutputChunk> out;
-  auto it = children_.find(id);
-  if (it == children_.end()) return out;
-  const std::vector<RequestId> seq_ids = it->second;
-  for (RequestId seq_id : seq_ids) {
-    scheduler_->finish_request(seq_id, reason);
-    auto s = seqs_.find(seq_id);
-    out.push_back(finish_chunk(seq_id, s->second, reason, -1));
-    seqs_.erase(s);
-  }
-  return out;
-}
-
-std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_scheduled) {
+CoreStepOutput EngineCore::step(const std::function<void()>& on_scheduled) {
+  CoreStepOutput out;
   // vLLM's batch queue: while fewer steps than the executor runs at once are in flight, schedule
   // one more (the scheduler leaves out the requests whose output is still to come) and submit
   // it; return at once if there is room for another, else take the oldest step's output.
@@ -264,41 +152,27 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
                                           static_cast<int64_t>(depth)
                                     : 0;
     SchedulerOutput scheduled = scheduler_->schedule(share);
+    out.scheduled_at = std::chrono::steady_clock::now();
     if (on_scheduled) on_scheduled();
     if (scheduled.empty()) executor_->preempted(scheduled.preempted);
     if (!scheduled.empty()) {
-      for (const ScheduledSeq& seq : scheduled.seqs) {
-        Sequence& s = seqs_.at(seq.request_id);
-        if (s.queued_s < 0) s.queued_s = since(s);
-      }
+      for (const ScheduledSeq& seq : scheduled.seqs) out.scheduled.push_back(seq.request_id);
       if (Status st = executor_->submit(scheduled); !st.ok()) {
         throw std::runtime_error("the engine's workers failed: " + st.message());
       }
       in_flight_.push_back(std::move(scheduled));
-      if (in_flight_.size() < depth) return {};
+      if (in_flight_.size() < depth) return out;
     }
   }
   if (in_flight_.empty()) {
     tell_workers_if_idle();
-    record_step(0);
-    return {};
+    return out;
   }
   const SchedulerOutput scheduled = std::move(in_flight_.front());
   in_flight_.pop_front();
   Result<ModelRunnerOutput> executed = executor_->collect();
   if (!executed.ok()) throw std::runtime_error("the engine's workers failed: " + executed.status().message());
   ModelRunnerOutput produced = std::move(executed).value();
-  for (PromptLogprobsOutput& p : produced.prompt_logprobs) {
-    auto s = seqs_.find(p.request_id);
-    if (s == seqs_.end()) continue;  // aborted while its step was in flight
-    // A request preempted during its prompt computes those rows again: each position once.
-    Sequence& seq = s->second;
-    for (size_t i = 0; i < p.entries.size(); ++i) {
-      if (p.first_index + static_cast<int64_t>(i) != seq.next_prompt_logprob) continue;
-      seq.pending_prompt_logprobs.push_back(std::move(p.entries[i]));
-      ++seq.next_prompt_logprob;
-    }
-  }
   for (const SpecDecodeCounts& c : produced.spec) {
     ++spec_stats_.num_drafts;
     spec_stats_.num_draft_tokens += c.num_draft_tokens;
@@ -306,65 +180,15 @@ std::vector<OutputChunk> EngineCore::step(const std::function<void()>& on_schedu
     auto& per_pos = spec_stats_.num_accepted_per_pos;
     if (per_pos.size() < static_cast<size_t>(c.num_draft_tokens)) per_pos.resize(static_cast<size_t>(c.num_draft_tokens), 0);
     for (int64_t i = 0; i < c.num_accepted; ++i) ++per_pos[static_cast<size_t>(i)];
-    if (metrics_) metrics_->record_spec_decode(c.num_draft_tokens, c.num_accepted, metrics_engine_);
   }
   // The update also hands the scheduler the next step's drafts, which the workers proposed after
   // sampling (a prompt's first token waits for the draft model's pass over the prompt, as in vLLM,
   // and counts it in its time to first token).
-  std::vector<RequestUpdate> updates = scheduler_->update_from_output(scheduled, produced);
-
-  std::vector<OutputChunk> chunks;
-  for (RequestUpdate& u : updates) {
-    auto it = seqs_.find(u.request_id);
-    PAGODA_CHECK(it != seqs_.end());
-    Sequence& s = it->second;
-    s.num_cached_tokens = u.num_cached_tokens;
-    const auto now = std::chrono::steady_clock::now();
-    if (!u.new_tokens.empty() && metrics_) {
-      if (s.first_token_s < 0) {
-        metrics_->record_tokens(s.prompt_tokens, 0, metrics_engine_);
-      } else {
-        metrics_->record_inter_token(std::chrono::duration<double>(now - s.last_token).count(), metrics_engine_);
-      }
-      metrics_->record_tokens(0, static_cast<int64_t>(u.new_tokens.size()), metrics_engine_);
-    }
-    if (!u.new_tokens.empty()) s.last_token = now;
-    if (s.first_token_s < 0) s.first_token_s = since(s);
-    FinishReason reason = u.finish_reason;
-    OutputChunk c;
-    c.request_id = s.parent;
-    c.index = s.index;
-    for (size_t i = 0; i < u.new_tokens.size(); ++i) {
-      const TokenId t = u.new_tokens[i];
-      ++s.num_output_tokens;
-      c.token_ids.push_back(t);
-      if (s.want_logprobs) c.logprobs.push_back(u.samples[i]);
-      if (reason == FinishReason::kStop && t == u.stop_token) continue;  // a stop id shows no text
-      if (s.output->push(t)) {
-        // A stop string ends the sequence here: tokens after it (accepted drafts) are dropped.
-        if (reason == FinishReason::kNone) scheduler_->finish_request(u.request_id, FinishReason::kStop);
-        reason = FinishReason::kStop;
-        u.stop_token = -1;
-        break;
-      }
-    }
-    if (s.want_prompt_logprobs) c.prompt_logprobs = std::move(s.pending_prompt_logprobs);
-    s.pending_prompt_logprobs.clear();
-    if (reason != FinishReason::kNone) {
-      OutputChunk last = finish_chunk(u.request_id, s, reason, u.stop_token);
-      last.token_ids = std::move(c.token_ids);
-      last.logprobs = std::move(c.logprobs);
-      last.prompt_logprobs = std::move(c.prompt_logprobs);
-      chunks.push_back(std::move(last));
-      seqs_.erase(it);
-    } else {
-      c.text = s.output->take_ready_text();
-      chunks.push_back(std::move(c));
-    }
-  }
-  tell_workers_if_idle();
-  record_step(scheduled.num_scheduled_tokens);
-  return chunks;
+  out.updates = scheduler_->update_from_output(scheduled, produced);
+  out.prompt_logprobs = std::move(produced.prompt_logprobs);
+  out.spec = std::move(produced.spec);
+  out.num_scheduled_tokens = scheduled.num_scheduled_tokens;
+  return out;
 }
 
 void EngineCore::tell_workers_if_idle() {
@@ -374,14 +198,6 @@ void EngineCore::tell_workers_if_idle() {
   if (!in_flight_.empty() || scheduler_->has_unfinished() || !executor_->has_notices()) return;
   Result<ModelRunnerOutput> told = executor_->execute(SchedulerOutput{});
   if (!told.ok()) throw std::runtime_error("the engine's workers failed: " + told.status().message());
-}
-
-void EngineCore::record_step(int64_t scheduled_tokens) {
-  if (!metrics_) return;
-  const SchedulerStats st = scheduler_->stats();
-  metrics_->record_step(st.num_running, st.num_waiting, st.kv_usage, static_cast<uint64_t>(st.prefix_cache.queries),
-                        static_cast<uint64_t>(st.prefix_cache.hits), static_cast<uint64_t>(st.num_preemptions),
-                        scheduled_tokens, metrics_engine_);
 }
 
 }  // namespace pagoda

@@ -7,18 +7,27 @@ namespace pagoda {
 Result<std::vector<RequestOutput>> LLM::generate(std::vector<GenerateRequest> requests,
                                                  const std::function<void(size_t, size_t)>& progress,
                                                  const std::function<bool()>& interrupted) {
+  std::vector<PreparedRequest> prepared;
+  prepared.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    Status st = core_->prepare(requests[i]);
-    if (!st.ok()) return st.with_context("request " + std::to_string(i));
+    Result<PreparedRequest> p = engine_->prepare(std::move(requests[i]));
+    if (!p.ok()) return p.status().with_context("request " + std::to_string(i));
+    prepared.push_back(std::move(*p));
   }
+  return generate(prepared, progress, interrupted);
+}
+
+Result<std::vector<RequestOutput>> LLM::generate(const std::vector<PreparedRequest>& requests,
+                                                 const std::function<void(size_t, size_t)>& progress,
+                                                 const std::function<bool()>& interrupted) {
   std::vector<RequestOutput> results(requests.size());
   std::unordered_map<RequestId, size_t> slot;
   std::vector<int64_t> open(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const RequestId id = next_id_++;
-    Status st = core_->add_request(id, requests[i]);
+    Status st = engine_->add_request(id, requests[i]);
     if (!st.ok()) {
-      for (auto& [done_id, _] : slot) core_->abort(done_id);
+      for (auto& [done_id, _] : slot) engine_->abort(done_id);
       return st.with_context("request " + std::to_string(i));
     }
     slot[id] = i;
@@ -29,8 +38,8 @@ Result<std::vector<RequestOutput>> LLM::generate(std::vector<GenerateRequest> re
     for (int64_t k = 0; k < requests[i].params.n; ++k) results[i].outputs[static_cast<size_t>(k)].index = k;
   }
   size_t finished = 0;
-  while (core_->has_unfinished()) {
-    for (OutputChunk& c : core_->step()) {
+  while (engine_->has_unfinished()) {
+    for (OutputChunk& c : engine_->step()) {
       const size_t i = slot.at(c.request_id);
       RequestOutput& r = results[i];
       CompletionOutput& o = r.outputs[static_cast<size_t>(c.index)];
@@ -52,9 +61,9 @@ Result<std::vector<RequestOutput>> LLM::generate(std::vector<GenerateRequest> re
     }
     if (interrupted && interrupted()) {
       for (const auto& [id, i] : slot) {
-        if (open[i] > 0) core_->abort(id);
+        if (open[i] > 0) engine_->abort(id);
       }
-      while (core_->has_unfinished()) core_->step();  // collects the aborted requests' last chunks
+      while (engine_->has_unfinished()) engine_->step();  // collects the aborted requests' last chunks
       return unavailable("interrupted: " + std::to_string(finished) + " of " + std::to_string(requests.size()) +
                          " requests had finished");
     }

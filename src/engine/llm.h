@@ -1,5 +1,5 @@
 // LLM: the offline API, like vLLM's LLM.generate: give it prompts, get back every completion,
-// in input order. Drives an EngineCore on the calling thread (no engine thread); a progress
+// in input order. Drives an LLMEngine on the calling thread (no engine thread); a progress
 // callback sees each finished request. Not thread-safe.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine_core.h"
+#include "engine/llm_engine.h"
 
 namespace pagoda {
 
@@ -34,7 +34,7 @@ struct RequestOutput {
 
 class LLM {
  public:
-  explicit LLM(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {}
+  explicit LLM(std::unique_ptr<LLMEngine> engine) : engine_(std::move(engine)) {}
 
   // Runs every request to completion. Fails before running anything if one is invalid (the
   // message names its position and the problem). `interrupted`, asked after each step: true
@@ -42,14 +42,19 @@ class LLM {
   Result<std::vector<RequestOutput>> generate(std::vector<GenerateRequest> requests,
                                               const std::function<void(size_t done, size_t total)>& progress = {},
                                               const std::function<bool()>& interrupted = {});
+  // The same for requests a parser checked already (server/openai_protocol.h), as they are.
+  Result<std::vector<RequestOutput>> generate(const std::vector<PreparedRequest>& requests,
+                                              const std::function<void(size_t done, size_t total)>& progress = {},
+                                              const std::function<bool()>& interrupted = {});
 
   // The same prompts with one set of parameters.
   Result<std::vector<RequestOutput>> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
 
-  EngineCore& core() { return *core_; }
+  LLMEngine& engine() { return *engine_; }
+  EngineCore& core() { return engine_->core(); }
 
  private:
-  std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<LLMEngine> engine_;
   RequestId next_id_ = 1;
 };
 

@@ -61,4 +61,10 @@ std::optional<RequestError> validate_request(const GenerateRequest& r, const Req
                        names);
 }
 
+std::variant<PreparedRequest, RequestError> prepare_request(GenerateRequest request, const RequestLimits& limits,
+                                                            const RequestFieldNames& names) {
+  if (std::optional<RequestError> bad = validate_request(request, limits, names)) return std::move(*bad);
+  return PreparedRequest(std::move(request));
+}
+
 }  // namespace pagoda

@@ -1,6 +1,7 @@
-// The one validator of a request about to enter the engine: used by EngineCore::prepare (the
-// Engine, LLM and CLI paths) and by the OpenAI protocol (the server and `pagoda generate`), so
-// that every way in refuses the same requests with the same words.
+// The one validator of a request about to enter the engine, run once per request: by the OpenAI
+// protocol's parsers (the server, `pagoda generate` and the Python module), or by
+// LLMEngine::prepare for a request built in code; so every way in refuses the same requests with
+// the same words. What passes is a PreparedRequest, which the engine takes as it is.
 //
 // Checks, in order: the prompt gives at least one token (an empty text that tokenizes to [BOS]
 // is a prompt; no tokens at all is not), every prompt id is in the vocabulary, the sampling
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "engine/engine_types.h"
 
@@ -41,5 +43,19 @@ struct RequestError {
 // Checks a request whose prompt_token_ids are filled in. nullopt when it may run.
 std::optional<RequestError> validate_request(const GenerateRequest& request, const RequestLimits& limits,
                                              const RequestFieldNames& names = {});
+
+// A request that passed validate_request (its prompt tokenized, every field within the engine's
+// limits): what Engine::submit, LLM::generate and LLMEngine::add_request take without checking it
+// again. Only prepare_request makes one; read it as the GenerateRequest it is.
+class PreparedRequest : public GenerateRequest {
+ private:
+  explicit PreparedRequest(GenerateRequest r) : GenerateRequest(std::move(r)) {}
+  friend std::variant<PreparedRequest, RequestError> prepare_request(GenerateRequest, const RequestLimits&,
+                                                                     const RequestFieldNames&);
+};
+
+// validate_request, and the request as a PreparedRequest when it passes.
+std::variant<PreparedRequest, RequestError> prepare_request(GenerateRequest request, const RequestLimits& limits,
+                                                            const RequestFieldNames& names = {});
 
 }  // namespace pagoda

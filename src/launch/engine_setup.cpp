@@ -29,7 +29,7 @@ server::ModelContext model_context(const ModelFlags& model, const EngineSetup& s
   std::string name = std::filesystem::path(path).filename().string();
   ctx.served_model_names = {path};
   if (!name.empty() && name != path) ctx.served_model_names.push_back(name);
-  const EngineConfig& ec = setup.core->config();
+  const EngineConfig& ec = setup.engine->core().config();
   ctx.max_model_len = ec.scheduler.max_model_len;
   ctx.tokenizer = setup.tokenizer.get();
   ctx.limits.max_logprobs = ec.max_logprobs;
@@ -164,21 +164,22 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
   if (loaded->backend != nullptr) setup.kernels = loaded->backend->description();
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));
   auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft_model));
-  PAGODA_ASSIGN_OR_RETURN(setup.core,
-                          EngineCore::create(make_executor(config, group, std::move(worker)), setup.tokenizer, config));
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
+                          EngineCore::create(make_executor(config, group, std::move(worker)), config));
   // Data parallelism: the other replicas' engines, each driving its ranks from here, started as
   // replica 0's.
   for (int d = 1; group != nullptr && d < group->data_parallel_size(); ++d) {
     const RankGroup::RemoteReplica r = group->remote_replica(d);
     group->driving(d);
-    Result<std::unique_ptr<EngineCore>> core = EngineCore::create_replica(
-        *setup.core,
-        PipelineExecutor::create_remote(*r.link, *r.sender, r.stages, r.output_rank, setup.core->model_config()));
-    if (!core.ok()) {
-      return Status(core.status().code(), "data-parallel replica " + std::to_string(d) + ": " + core.status().message());
+    Result<std::unique_ptr<EngineCore>> replica = EngineCore::create_replica(
+        *core, PipelineExecutor::create_remote(*r.link, *r.sender, r.stages, r.output_rank, core->model_config()));
+    if (!replica.ok()) {
+      return Status(replica.status().code(),
+                    "data-parallel replica " + std::to_string(d) + ": " + replica.status().message());
     }
-    setup.replicas.push_back(std::move(*core));
+    setup.replicas.push_back(std::make_unique<LLMEngine>(std::move(*replica), setup.tokenizer));
   }
+  setup.engine = std::make_unique<LLMEngine>(std::move(core), setup.tokenizer);
   if (group != nullptr) group->running();
   return setup;
 }

@@ -7,7 +7,7 @@
 
 #include "launch/engine_flags.h"
 #include "launch/model_loading.h"
-#include "engine/engine_core.h"
+#include "engine/llm_engine.h"
 #include "server/openai_protocol.h"
 
 namespace pagoda::app {
@@ -15,10 +15,10 @@ namespace pagoda::app {
 class RankGroup;
 
 struct EngineSetup {
-  std::unique_ptr<EngineCore> core;  // data-parallel replica 0's, with --data-parallel-size
+  std::unique_ptr<LLMEngine> engine;  // data-parallel replica 0's, with --data-parallel-size
   // The other data-parallel replicas' (1 .. D - 1): the same configuration and KV cache size,
   // their steps run on their own ranks.
-  std::vector<std::unique_ptr<EngineCore>> replicas;
+  std::vector<std::unique_ptr<LLMEngine>> replicas;
   std::shared_ptr<const Tokenizer> tokenizer;
   GenerationDefaults generation_defaults;  // from --generation-config
   std::string kernels;                     // the backend's description(): the kernel table it picked
@@ -44,8 +44,8 @@ std::unique_ptr<Executor> make_executor(const EngineConfig& config, RankGroup* g
 Status register_backends();
 
 // What the request parser needs to know about the model, as the server has it: a request's
-// optional "model" may name the model path or its file name. Reads setup.core (call it before
-// the core is moved away); the chat template fields are left empty.
+// optional "model" may name the model path or its file name. Reads setup.engine (call it
+// before the engine is moved away); the chat template fields are left empty.
 server::ModelContext model_context(const ModelFlags& model, const EngineSetup& setup, int64_t default_max_tokens);
 
 // --generation-config: "auto" reads MODEL/generation_config.json when the model is a folder

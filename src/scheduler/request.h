@@ -1,6 +1,7 @@
 // Request: one sequence's state as the scheduler sees it: its tokens, how many of them have KV
-// in the cache, its place in the queues, and the rules that end it. No tensors, no text: stop
-// strings and detokenization live in the engine's output processor.
+// in the cache, its place in the queues, and the most tokens it may reach. No tensors, no text,
+// no stop rules: whether a sequence stops is decided in one place, the engine frontend's output
+// processor (engine/output_processor.h), which then finishes it.
 // Owned by the Scheduler; touched only on the engine thread.
 #pragma once
 
@@ -18,26 +19,18 @@ enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error", ""
 
-struct StopRules {
-  int64_t max_tokens = 16;
-  int64_t min_tokens = 0;                 // EOS / stop ids do not end the request before this
-  std::vector<TokenId> stop_token_ids;    // includes the model's EOS ids unless ignore_eos
-};
-
 struct Request {
   RequestId id = 0;
   std::vector<TokenId> prompt_tokens;
   std::vector<TokenId> output_tokens;
   std::vector<TokenId> all_tokens;        // prompt + output, what the KV cache must hold
-  StopRules stop;
+  int64_t max_tokens = 16;                // output tokens at most: what admission must make room for
   int64_t priority = 0;                   // lower is scheduled first under the priority policy
   uint64_t arrival_seq = 0;               // submission order, for FCFS and ties
   std::string cache_salt;                 // isolates prefix-cache sharing, exactly ("" = none)
   bool use_prefix_cache = true;           // off for requests that need every prompt row computed
 
   RequestStatus status = RequestStatus::kWaiting;
-  FinishReason finish_reason = FinishReason::kNone;
-  TokenId stop_token = -1;                // the stop id that ended it, if any
   int64_t num_computed_tokens = 0;        // tokens whose K/V are in the cache
   int64_t num_cached_tokens = -1;         // prefix-cache hit at first admission (-1: not yet)
   int64_t num_preemptions = 0;

@@ -22,15 +22,15 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_conf
 
 Status Scheduler::add_request(std::unique_ptr<Request> r) {
   if (r->prompt_tokens.empty()) return invalid_argument("the prompt is empty");
-  if (r->stop.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (r->max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
   const int64_t prompt_len = static_cast<int64_t>(r->prompt_tokens.size());
-  if (prompt_len + r->stop.max_tokens > config_.max_model_len) {
+  if (prompt_len + r->max_tokens > config_.max_model_len) {
     return invalid_argument("this model's maximum context length is " +
                             std::to_string(config_.max_model_len) + " tokens; the prompt has " +
                             std::to_string(prompt_len) + " and max_tokens asks for " +
-                            std::to_string(r->stop.max_tokens) + " more");
+                            std::to_string(r->max_tokens) + " more");
   }
-  const int64_t blocks = kv_.blocks_for(prompt_len + r->stop.max_tokens);
+  const int64_t blocks = kv_.blocks_for(prompt_len + r->max_tokens);
   if (blocks > kv_.pool().num_blocks()) {
     return invalid_argument("the request needs " + std::to_string(blocks) +
                             " KV cache blocks but the whole cache has " +
@@ -224,7 +224,7 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
   std::vector<RequestUpdate> updates;
   for (const SampledOutput& s : produced.sampled) {
     auto it = requests_.find(s.request_id);
-    if (it == requests_.end()) continue;  // finished (aborted, or by an earlier token of this step)
+    if (it == requests_.end()) continue;  // aborted while its step was in flight
     Request* r = it->second.get();
     if (r->status != RequestStatus::kRunning) continue;
     r->output_tokens.push_back(s.token);
@@ -237,19 +237,6 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     u.new_tokens.push_back(s.token);
     u.samples.push_back(s);
     u.num_cached_tokens = std::max<int64_t>(0, r->num_cached_tokens);
-    const auto& ids = r->stop.stop_token_ids;
-    // Stop ids count once min_tokens are out (the sampler suppresses them before that).
-    if (r->num_output_tokens() > r->stop.min_tokens &&
-        std::find(ids.begin(), ids.end(), s.token) != ids.end()) {
-      u.finish_reason = FinishReason::kStop;
-      u.stop_token = s.token;
-    } else if (r->num_output_tokens() >= r->stop.max_tokens || r->num_tokens() >= config_.max_model_len) {
-      u.finish_reason = FinishReason::kLength;
-    }
-    if (u.finish_reason != FinishReason::kNone) {
-      r->stop_token = u.stop_token;
-      finish(r, u.finish_reason);
-    }
   }
   // The next step's drafts, for the decoding requests still running.
   for (const DraftTokens& d : produced.drafts) set_draft_tokens(d.request_id, d.tokens);
@@ -269,19 +256,18 @@ void Scheduler::set_draft_tokens(RequestId id, std::vector<TokenId> drafts) {
   r->spec_tokens = decoding ? std::move(drafts) : std::vector<TokenId>();
 }
 
-void Scheduler::finish(Request* r, FinishReason reason) {
+void Scheduler::finish(Request* r) {
   kv_.free(r->id);
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   r->status = RequestStatus::kFinished;
-  r->finish_reason = reason;
   requests_.erase(r->id);  // destroys r
 }
 
-bool Scheduler::finish_request(RequestId id, FinishReason reason) {
+bool Scheduler::finish_request(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
-  finish(it->second.get(), reason);
+  finish(it->second.get());
   return true;
 }
 

@@ -43,8 +43,6 @@ struct RequestUpdate {
   RequestId request_id = 0;
   std::vector<TokenId> new_tokens;
   std::vector<SampledOutput> samples;  // with logprobs, parallel to new_tokens
-  FinishReason finish_reason = FinishReason::kNone;
-  TokenId stop_token = -1;
   int64_t num_cached_tokens = 0;
 };
 
@@ -75,17 +73,17 @@ class Scheduler {
   // while it is running and decoding (every token but the last computed), else dropped.
   void set_draft_tokens(RequestId id, std::vector<TokenId> drafts);
 
-  // Applies the runner's sampled tokens: gives back the KV positions of rejected drafts, takes
-  // the next step's drafts (set_draft_tokens, after the tokens), appends
-  // the tokens one by one, checking stop ids / max_tokens / max_model_len after each (tokens
-  // after the one that ends a request are dropped), frees finished requests. Returns one update
-  // per request that got tokens or finished.
+  // Applies the runner's sampled tokens: gives back the KV positions of rejected drafts, appends
+  // each request's tokens and takes the next step's drafts (set_draft_tokens). Returns one update
+  // per request that got tokens. Nothing finishes here: the engine's output processor decides
+  // which requests stopped (stop ids, max_tokens, max_model_len, stop strings) and finishes them
+  // (finish_request) before the next step.
   std::vector<RequestUpdate> update_from_output(const SchedulerOutput& scheduled,
                                                 const ModelRunnerOutput& produced);
 
   // Ends a request wherever it is (waiting or running), freeing its blocks now. Returns false if
   // the id is unknown or already finished.
-  bool finish_request(RequestId id, FinishReason reason);
+  bool finish_request(RequestId id);
 
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   int64_t num_unfinished() const { return static_cast<int64_t>(waiting_.size() + running_.size()); }
@@ -95,7 +93,7 @@ class Scheduler {
 
  private:
   Request* preempt_one(std::vector<Request*>& scheduled);
-  void finish(Request* r, FinishReason reason);
+  void finish(Request* r);
   void enqueue_waiting(Request* r, bool front);
   Request* pop_waiting_head();
   Request* peek_waiting_head();

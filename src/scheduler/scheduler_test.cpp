@@ -16,7 +16,7 @@ std::unique_ptr<Request> make_request(RequestId id, int64_t prompt_len, int64_t 
   r->id = id;
   r->prompt_tokens.resize(static_cast<size_t>(prompt_len));
   std::iota(r->prompt_tokens.begin(), r->prompt_tokens.end(), static_cast<TokenId>(id * 1000));
-  r->stop.max_tokens = max_tokens;
+  r->max_tokens = max_tokens;
   r->arrival_seq = id;
   r->priority = priority;
   return r;
@@ -29,6 +29,17 @@ ModelRunnerOutput fake_run(const SchedulerOutput& out) {
     if (s.sample) r.sampled.push_back({s.request_id, 7, 0, {}});
   }
   return r;
+}
+
+// A step's output applied, then what the engine's output processor does with it here: each request
+// that reached max_tokens is finished.
+std::vector<RequestUpdate> update(Scheduler& s, const SchedulerOutput& out, const ModelRunnerOutput& produced) {
+  std::vector<RequestUpdate> updates = s.update_from_output(out, produced);
+  for (const RequestUpdate& u : updates) {
+    const Request* r = s.find(u.request_id);
+    if (r != nullptr && r->num_output_tokens() >= r->max_tokens) s.finish_request(u.request_id);
+  }
+  return updates;
 }
 
 int64_t scheduled_for(const SchedulerOutput& out, RequestId id) {
@@ -58,13 +69,13 @@ TEST(Scheduler, LongPromptIsChunkedAndRunningRequestsGoInAdmissionOrder) {
     ASSERT_TRUE(s.add_request(make_request(1, 10, 5)).ok());
     auto o1 = s.schedule();
     EXPECT_EQ(batch_of(o1), (Batch{{1, 10}}));
-    s.update_from_output(o1, fake_run(o1));
+    update(s, o1, fake_run(o1));
     ASSERT_TRUE(s.add_request(make_request(2, 100, 5)).ok());
     for (int64_t want : {31, 31, 31, 7}) {
       auto o = s.schedule();
       ASSERT_EQ(batch_of(o), (Batch{{1, 1}, {2, want}}));
       EXPECT_EQ(o.seqs[1].sample, want == 7);  // the prompt's last chunk samples
-      s.update_from_output(o, fake_run(o));
+      update(s, o, fake_run(o));
     }
     EXPECT_EQ(s.find(1), nullptr);  // its 5 tokens are out
   }
@@ -77,11 +88,11 @@ TEST(Scheduler, LongPromptIsChunkedAndRunningRequestsGoInAdmissionOrder) {
     ASSERT_TRUE(s.add_request(make_request(2, 10, 5)).ok());
     auto o = s.schedule();
     EXPECT_EQ(batch_of(o), (Batch{{1, 20}, {2, 10}}));
-    s.update_from_output(o, fake_run(o));
+    update(s, o, fake_run(o));
     for (int step = 2; step <= 5; ++step) {
       o = s.schedule();
       EXPECT_EQ(batch_of(o), (Batch{{1, 20}, {2, 1}})) << "step " << step;
-      s.update_from_output(o, fake_run(o));
+      update(s, o, fake_run(o));
     }
   }
   {  // Where the budget binds, the older prompt's chunk comes out of it first: with 21 tokens a
@@ -95,31 +106,11 @@ TEST(Scheduler, LongPromptIsChunkedAndRunningRequestsGoInAdmissionOrder) {
     for (int step = 1; step <= 5; ++step) {
       auto o = s.schedule();
       EXPECT_EQ(batch_of(o), (Batch{{1, 20}, {2, 1}})) << "step " << step;
-      s.update_from_output(o, fake_run(o));
+      update(s, o, fake_run(o));
     }
     auto o = s.schedule();
     EXPECT_EQ(batch_of(o), (Batch{{1, 1}, {2, 5}}));  // 1 decodes; 2's last 5 prompt tokens
   }
-}
-
-TEST(Scheduler, FinishesAtMaxTokensAndStopIdsAfterMinTokens) {
-  Scheduler s({}, {64, 16, true});
-  auto r = make_request(1, 4, 10);
-  r->stop.stop_token_ids = {7};
-  r->stop.min_tokens = 2;
-  ASSERT_TRUE(s.add_request(std::move(r)).ok());
-  std::vector<RequestUpdate> last;
-  int steps = 0;
-  while (s.has_unfinished()) {
-    auto o = s.schedule();
-    last = s.update_from_output(o, fake_run(o));
-    ++steps;
-  }
-  EXPECT_EQ(steps, 3);  // 7 is sampled every step; it only counts as a stop after 2 tokens
-  ASSERT_EQ(last.size(), 1u);
-  EXPECT_EQ(last[0].finish_reason, FinishReason::kStop);
-  EXPECT_EQ(last[0].stop_token, 7);
-  EXPECT_EQ(s.kv().num_free_blocks(), 64);
 }
 
 TEST(Scheduler, PreemptsMostRecentAndNeverToAdmit) {
@@ -131,7 +122,7 @@ TEST(Scheduler, PreemptsMostRecentAndNeverToAdmit) {
   }
   auto o = s.schedule();
   EXPECT_EQ(o.seqs.size(), 3u);  // 2 blocks each
-  s.update_from_output(o, fake_run(o));
+  update(s, o, fake_run(o));
   int64_t steps_with_preemption = 0;
   while (s.has_unfinished()) {
     o = s.schedule();
@@ -141,7 +132,7 @@ TEST(Scheduler, PreemptsMostRecentAndNeverToAdmit) {
       // A step that preempted admits nobody: everything scheduled was already running.
       for (const auto& seq : o.seqs) EXPECT_GT(seq.num_computed_tokens, 0);
     }
-    s.update_from_output(o, fake_run(o));
+    update(s, o, fake_run(o));
     ASSERT_TRUE(s.kv().pool().check_invariants().ok());
   }
   EXPECT_GT(steps_with_preemption, 0);
@@ -162,20 +153,20 @@ TEST(Scheduler, NeverPreemptsARequestWhoseStepIsInFlight) {
   ASSERT_TRUE(s.add_request(make_request(2, 4, 4, /*priority=*/10)).ok());
   auto step2 = s.schedule();  // step 1 is in flight: request 1 waits for its token
   EXPECT_EQ(batch_of(step2), (Batch{{2, 4}}));
-  s.update_from_output(step1, fake_run(step1));
+  update(s, step1, fake_run(step1));
   // Request 1 needs a second block; request 2, the policy's victim, is in flight.
   auto step3 = s.schedule();
   EXPECT_TRUE(step3.seqs.empty());
   EXPECT_EQ(step3.preempted, (std::vector<RequestId>{1}));
-  s.update_from_output(step3, fake_run(step3));
-  auto updates = s.update_from_output(step2, fake_run(step2));
+  update(s, step3, fake_run(step3));
+  auto updates = update(s, step2, fake_run(step2));
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].request_id, 2u);  // its token arrived
   // Request 2 goes on in the block request 1 gave back.
   auto step4 = s.schedule();
   EXPECT_EQ(batch_of(step4), (Batch{{2, 1}}));
   EXPECT_TRUE(step4.preempted.empty());
-  s.update_from_output(step4, fake_run(step4));
+  update(s, step4, fake_run(step4));
   ASSERT_TRUE(s.kv().pool().check_invariants().ok());
 }
 
@@ -189,7 +180,7 @@ TEST(Scheduler, CapsTheSequencesOfAStep) {
   EXPECT_EQ(batch_of(a), (Batch{{1, 4}, {2, 4}}));
   auto b = s.schedule(2);
   EXPECT_EQ(batch_of(b), (Batch{{3, 4}, {4, 4}}));
-  s.update_from_output(a, fake_run(a));
+  update(s, a, fake_run(a));
   auto a2 = s.schedule(2);
   EXPECT_EQ(batch_of(a2), (Batch{{1, 1}, {2, 1}}));
   EXPECT_EQ(batch_of(s.schedule(0)), Batch{});  // everything else is in flight
@@ -225,11 +216,11 @@ TEST(Scheduler, AbortFreesBlocksWherever) {
   ASSERT_TRUE(s.add_request(make_request(1, 40, 10)).ok());
   ASSERT_TRUE(s.add_request(make_request(2, 40, 10)).ok());
   auto o = s.schedule();
-  s.update_from_output(o, fake_run(o));
+  update(s, o, fake_run(o));
   EXPECT_LT(s.kv().num_free_blocks(), 64);
-  EXPECT_TRUE(s.finish_request(2, FinishReason::kAbort));  // waiting
-  EXPECT_TRUE(s.finish_request(1, FinishReason::kAbort));  // running
-  EXPECT_FALSE(s.finish_request(1, FinishReason::kAbort));
+  EXPECT_TRUE(s.finish_request(2));  // waiting
+  EXPECT_TRUE(s.finish_request(1));  // running
+  EXPECT_FALSE(s.finish_request(1));
   EXPECT_FALSE(s.has_unfinished());
   EXPECT_EQ(s.kv().num_free_blocks(), 64);
 }
@@ -255,7 +246,7 @@ TEST(Scheduler, WithoutChunkedPrefillAPromptIsNeverSplit) {
       EXPECT_EQ(scheduled_for(o1, 1), 40);  // whole; the second does not fit in the 24 left
       EXPECT_EQ(scheduled_for(o1, 2), 0);
     }
-    s.update_from_output(o1, fake_run(o1));
+    update(s, o1, fake_run(o1));
     auto o2 = s.schedule();
     if (!chunked) {
       EXPECT_EQ(scheduled_for(o2, 1), 1);   // decode
@@ -269,7 +260,7 @@ TEST(Scheduler, WithoutChunkedPrefillAPromptIsNeverSplit) {
           EXPECT_EQ(seq.tokens.size(), 40u);
         }
       }
-      s.update_from_output(o, fake_run(o));
+      update(s, o, fake_run(o));
     }
     EXPECT_FALSE(s.has_unfinished());
   }
@@ -282,8 +273,8 @@ namespace pagoda {
 namespace {
 
 // Speculative drafts: a decoding request takes its last token plus its drafts (as many as the
-// budget leaves); rejected drafts' positions are given back; the emitted tokens are appended one
-// by one, and those after the one that ends the request are dropped.
+// budget leaves); rejected drafts' positions are given back; the emitted tokens are appended (the
+// output processor decides where a request stops: output_processor_test.cpp).
 TEST(Scheduler, DraftsAreScheduledVerifiedAndRolledBack) {
   SchedulerConfig c;
   c.max_num_batched_tokens = 4;
@@ -316,7 +307,7 @@ TEST(Scheduler, DraftsAreScheduledVerifiedAndRolledBack) {
   EXPECT_EQ(req->num_computed_tokens, 6);  // 3 + 1 + 2 accepted: the correction has no KV yet
   EXPECT_TRUE(req->scheduled_spec_tokens.empty());
 
-  // Next step: the correction alone (no drafts set); a stop at max_tokens drops what follows.
+  // Next step: the correction alone (no drafts set).
   o = s.schedule();
   ASSERT_EQ(batch_of(o), (Batch{{1, 1}}));
   EXPECT_TRUE(o.seqs[0].draft_tokens.empty());
@@ -328,15 +319,16 @@ TEST(Scheduler, DraftsAreScheduledVerifiedAndRolledBack) {
   updates = s.update_from_output(o, r);
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].new_tokens.size(), 4u);
-  // Then a run past max_tokens (10): 9 out, so only one more is taken.
+  // Then a run past max_tokens (10, 9 out): every token comes back; the request runs until the
+  // output processor finishes it.
   s.set_draft_tokens(1, {80, 81});
   o = s.schedule();
   r.sampled = {{1, 80, 0, {}}, {1, 81, 0, {}}, {1, 82, 0, {}}};
   r.spec = {{1, 2, 2}};
   updates = s.update_from_output(o, r);
   ASSERT_EQ(updates.size(), 1u);
-  EXPECT_EQ(updates[0].new_tokens, (std::vector<TokenId>{80}));
-  EXPECT_EQ(updates[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(updates[0].new_tokens, (std::vector<TokenId>{80, 81, 82}));
+  EXPECT_TRUE(s.finish_request(1));
   EXPECT_EQ(s.find(1), nullptr);
   EXPECT_EQ(s.kv().num_free_blocks(), 64);
 }

@@ -402,9 +402,10 @@ MaybeError read_common(const json& body, const ModelContext& model, ParsedReques
   return {};
 }
 
-// The engine's one validator (request_validation.h), with the field names this endpoint uses.
-MaybeError validate(const GenerateRequest& g, const ModelContext& model, const std::string& max_tokens_key,
-                    Endpoint endpoint) {
+// The engine's one validator (request_validation.h), with the field names this endpoint uses: the
+// request as the engine takes it, checked once.
+ApiResult<PreparedRequest> prepare(GenerateRequest g, const ModelContext& model, const std::string& max_tokens_key,
+                                   Endpoint endpoint) {
   RequestFieldNames names;
   names.max_tokens = max_tokens_key;
   if (endpoint == Endpoint::kChat) {
@@ -412,9 +413,11 @@ MaybeError validate(const GenerateRequest& g, const ModelContext& model, const s
     names.logprobs = "top_logprobs";
   }
   const RequestLimits limits{model.tokenizer->vocab_size(), model.max_model_len, model.limits.max_logprobs};
-  std::optional<RequestError> bad = validate_request(g, limits, names);
-  if (!bad) return {};
-  return bad_request(std::move(bad->message), std::move(bad->param), std::move(bad->code));
+  std::variant<PreparedRequest, RequestError> prepared = prepare_request(std::move(g), limits, names);
+  if (auto* bad = std::get_if<RequestError>(&prepared)) {
+    return bad_request(std::move(bad->message), std::move(bad->param), std::move(bad->code));
+  }
+  return std::move(std::get<PreparedRequest>(prepared));
 }
 
 // generation_config.json's max_new_tokens bounds every request's max_tokens, as in vLLM.
@@ -737,11 +740,6 @@ ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const Mode
   if (suffix && !suffix->empty()) return bad_request("suffix is not supported by this server", "suffix");
   bool add_special_tokens = true;
   PAGODA_RETURN_IF_API_ERROR(read_bool(body, "add_special_tokens", add_special_tokens));
-  // The sampling fields alone first, so that a bad one is reported before any tokenizing.
-  if (std::optional<InvalidParam> bad = p.check(model.tokenizer->vocab_size(), model.limits.max_logprobs)) {
-    return bad_request(std::move(bad->message), std::move(bad->param));
-  }
-
   std::vector<PromptInput> prompts;
   PAGODA_RETURN_IF_API_ERROR(read_prompts(body, model, prompts));
   if (static_cast<int64_t>(prompts.size()) * p.n > model.limits.max_sequences) {
@@ -759,10 +757,11 @@ ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const Mode
       g.prompt_token_ids = std::move(in.ids);
       in.text = model.tokenizer->decode(g.prompt_token_ids, /*skip_special=*/false);
     }
-    PAGODA_RETURN_IF_API_ERROR(validate(g, model, "max_tokens", Endpoint::kCompletions));
     g.prompt = in.text;
+    ApiResult<PreparedRequest> prepared = prepare(std::move(g), model, "max_tokens", Endpoint::kCompletions);
+    if (auto* e = std::get_if<ApiError>(&prepared)) return *e;
     r.prompt_texts.push_back(std::move(in.text));
-    r.prompts.push_back(std::move(g));
+    r.prompts.push_back(std::move(std::get<PreparedRequest>(prepared)));
   }
   return std::move(r);
 }
@@ -808,9 +807,10 @@ ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelConte
   g.add_special_tokens = false;
   g.prompt = prompt.text;
   g.prompt_token_ids = std::move(prompt.ids);
-  PAGODA_RETURN_IF_API_ERROR(validate(g, model, max_tokens_key, Endpoint::kChat));
+  ApiResult<PreparedRequest> prepared = prepare(std::move(g), model, max_tokens_key, Endpoint::kChat);
+  if (auto* e = std::get_if<ApiError>(&prepared)) return *e;
   r.prompt_texts.push_back(std::move(prompt.text));
-  r.prompts.push_back(std::move(g));
+  r.prompts.push_back(std::move(std::get<PreparedRequest>(prepared)));
   return std::move(r);
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine/engine_types.h"
+#include "engine/request_validation.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -84,7 +85,7 @@ struct ParsedRequest {
   // One engine request per prompt: completions may batch several prompts, chat has exactly one.
   // Each is tokenized (prompt_token_ids filled), length-checked against max_model_len, and
   // carries the request's SamplingParams. Choice indices: prompt p, sequence i -> p * n + i.
-  std::vector<GenerateRequest> prompts;
+  std::vector<PreparedRequest> prompts;
   std::vector<std::string> prompt_texts;  // parallel to prompts: the text (for echo)
   int64_t n = 1;
   bool stream = false;

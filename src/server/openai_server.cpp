@@ -280,7 +280,8 @@ void OpenAiServer::Impl::health(const std::shared_ptr<Exchange>& ex) {
 }
 
 // Authentication, route and method: decided from the request line and headers alone, so the
-// HTTP layer calls this before reading a body (and handle() again, for requests that got past).
+// HTTP layer calls this (its head check) before reading a body; handle() only sees requests it
+// let through.
 std::optional<HttpResponse> OpenAiServer::Impl::refuse(const HttpRequest& req) const {
   struct Route {
     const char* path;
@@ -318,10 +319,6 @@ std::optional<HttpResponse> OpenAiServer::Impl::refuse(const HttpRequest& req) c
 }
 
 void OpenAiServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex) {
-  if (std::optional<HttpResponse> refusal = refuse(req)) {
-    ex->respond(std::move(*refusal));
-    return;
-  }
   const std::string& path = req.path;
   if (path == "/health") return health(ex);
   if (path == "/version") {
@@ -353,6 +350,8 @@ void OpenAiServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex)
     } else {
       ex->respond(json_response(200, std::move(std::get<std::string>(r))));
     }
+  } else {  // refuse() let no other path through
+    ex->respond(error_response(make_error(404, "not_found_error", "no such route", "not_found")));
   }
 }
 

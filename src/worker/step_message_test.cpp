@@ -188,7 +188,7 @@ std::unique_ptr<Request> request(RequestId id, int64_t prompt_len, int64_t max_t
   for (int64_t i = 0; i < prompt_len; ++i) {
     r->prompt_tokens.push_back(static_cast<TokenId>(i < shared_prefix ? i : id * 1000 + i));
   }
-  r->stop.max_tokens = max_tokens;
+  r->max_tokens = max_tokens;
   r->arrival_seq = id;
   return r;
 }
@@ -248,7 +248,12 @@ TEST(StepEncoder, DeltasRebuildTheSchedulersViews) {
       if (seq.sample) produced.sampled.push_back({seq.request_id, static_cast<TokenId>(100 + rng() % 50), 0, {}});
     }
     for (const RequestUpdate& u : s.update_from_output(out, produced)) {
-      if (u.finish_reason != FinishReason::kNone) encoder.remove_request(u.request_id);
+      // The engine's output processor stops a request at max_tokens; here the test does.
+      const Request* r = s.find(u.request_id);
+      if (r != nullptr && r->num_output_tokens() >= r->max_tokens) {
+        s.finish_request(u.request_id);
+        encoder.remove_request(u.request_id);
+      }
     }
   }
   EXPECT_FALSE(s.has_unfinished());

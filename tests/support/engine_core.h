@@ -11,24 +11,24 @@
 
 #include "launch/model_loading.h"
 #include "backend/cpu/cpu_backend.h"
-#include "engine/engine_core.h"
+#include "engine/llm_engine.h"
 
 namespace pagoda::testing {
 
-inline std::unique_ptr<EngineCore> make_engine_core(const app::ModelFlags& flags, const EngineConfig& config,
+inline std::unique_ptr<LLMEngine> make_engine_core(const app::ModelFlags& flags, const EngineConfig& config,
                                                     cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
   cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = isa});
   auto loaded = app::load_model_and_tokenizer(flags);
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
   if (!loaded.ok()) return nullptr;
   std::shared_ptr<const Tokenizer> tok(std::move(loaded->tokenizer));
-  auto core = EngineCore::create(std::move(loaded->model), tok, config);
+  auto core = LLMEngine::create(std::move(loaded->model), tok, config);
   EXPECT_TRUE(core.ok()) << core.status().message();
   return core.ok() ? std::move(*core) : nullptr;
 }
 
 // The same for the model file at `model_path`, loaded with pagoda's default flags.
-inline std::unique_ptr<EngineCore> make_engine_core(const std::string& model_path, const EngineConfig& config) {
+inline std::unique_ptr<LLMEngine> make_engine_core(const std::string& model_path, const EngineConfig& config) {
   app::ModelFlags flags;
   flags.model = model_path;
   return make_engine_core(flags, config);

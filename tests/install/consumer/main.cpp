@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "consumer: the model has no BOS token\n");
     return 1;
   }
-  LLM llm(std::move(setup->core));
+  LLM llm(std::move(setup->engine));
   GenerateRequest request;
   request.prompt_token_ids = {*bos};
   request.params.temperature = 0;
