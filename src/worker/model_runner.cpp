@@ -6,14 +6,8 @@ namespace pagoda {
 
 ModelRunner::ModelRunner(std::unique_ptr<Model> model) : model_(std::move(model)) {}
 
-void ModelRunner::add_request(RequestId id, const SamplingParams& params, uint64_t seed,
-                              std::vector<TokenId> min_tokens_suppressed) {
-  requests_[id] = PerRequest{params, SamplerRng(seed), std::move(min_tokens_suppressed)};
-}
-
-void ModelRunner::remove_request(RequestId id) { requests_.erase(id); }
-
-ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
+ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled, std::span<SamplingState* const> states) {
+  PAGODA_CHECK(states.size() == scheduled.seqs.size());
   ModelRunnerOutput out;
   const int64_t bs = kv_.block_size();
   const int64_t vocab = model_->config().vocab_size;
@@ -23,11 +17,13 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   // Which logits rows feed which purpose: sampling rows first, then prompt-logprob rows.
   struct PromptRows {
     const ScheduledSeq* seq;
+    const SamplingState* state;
     int64_t first_row, first_index, count;
   };
-  std::vector<const ScheduledSeq*> sampled_seqs;
+  std::vector<size_t> sampled_seqs;  // indices into scheduled.seqs
   std::vector<PromptRows> prompt_rows;
-  for (const ScheduledSeq& seq : scheduled.seqs) {
+  for (size_t k = 0; k < scheduled.seqs.size(); ++k) {
+    const ScheduledSeq& seq = scheduled.seqs[k];
     const int64_t num_real = static_cast<int64_t>(seq.tokens.size());
     const int64_t num_drafts = static_cast<int64_t>(seq.draft_tokens.size());
     PAGODA_CHECK(num_drafts == 0 || seq.sample);
@@ -36,17 +32,17 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
     const int64_t start =
         inputs_.add_sequence(seq.tokens, seq.draft_tokens, seq.num_computed_tokens, seq.block_table, bs);
     if (seq.sample) {
-      sampled_seqs.push_back(&seq);
+      sampled_seqs.push_back(k);
       // The last real row predicts the next token; each draft's row, the one after it.
       for (int64_t j = num_real - 1; j < n; ++j) logit_rows_.push_back(start + j);
     }
-    const PerRequest& r = requests_.at(seq.request_id);
+    const SamplingState& r = *states[k];
     if (r.params.prompt_logprobs) {
       // Row at position p predicts token p + 1; only prompt tokens are wanted.
       const int64_t prompt_len = static_cast<int64_t>(seq.prompt_tokens.size());
       const int64_t last = std::min(seq.num_computed_tokens + num_real, prompt_len - 1);
       if (last > seq.num_computed_tokens) {
-        prompt_rows.push_back({&seq, start, seq.num_computed_tokens + 1, last - seq.num_computed_tokens});
+        prompt_rows.push_back({&seq, &r, start, seq.num_computed_tokens + 1, last - seq.num_computed_tokens});
       }
     }
   }
@@ -66,7 +62,7 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   // Prompt logprobs first: sampling modifies its rows in place, these rows are separate anyway.
   int64_t row = num_sample_rows;
   for (const PromptRows& p : prompt_rows) {
-    const PerRequest& r = requests_.at(p.seq->request_id);
+    const SamplingState& r = *p.state;
     PromptLogprobsOutput plp{p.seq->request_id, p.first_index, {}};
     for (int64_t i = 0; i < p.count; ++i, ++row) {
       const TokenId token = p.seq->prompt_tokens[static_cast<size_t>(p.first_index + i)];
@@ -83,8 +79,9 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled) {
   std::vector<SamplingRow> rows;
   std::vector<TokenId> history;  // output tokens, then drafts: position j's penalties see j drafts
   float* logits = logits_.data();
-  for (const ScheduledSeq* seq : sampled_seqs) {
-    PerRequest& r = requests_.at(seq->request_id);
+  for (size_t k : sampled_seqs) {
+    const ScheduledSeq* seq = &scheduled.seqs[k];
+    SamplingState& r = *states[k];
     const size_t num_drafts = seq->draft_tokens.size();
     verification_rows(r.params, &r.rng, seq->prompt_tokens, seq->output_tokens, seq->draft_tokens,
                       r.min_tokens_suppressed, &history, &rows);

@@ -1,7 +1,7 @@
 // ModelRunner: executes one SchedulerOutput: builds the flat ForwardBatch (tokens, positions,
 // slot mapping, block tables), runs the model once over every scheduled token of every request,
 // computes logits only for the rows that need them, and samples each request with its own
-// parameters and RNG; a request with speculative drafts gets logits for its last token and every
+// parameters and RNG (its SamplingState, which the worker keeps with the rest of the request); a request with speculative drafts gets logits for its last token and every
 // draft, and the RejectionSampler verifies them. Owns the model, the KV cache memory (from
 // initialize_kv_cache, before the first step) and the samplers.
 // Engine thread only: not thread-safe.
@@ -9,7 +9,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -19,6 +19,14 @@
 #include "scheduler/scheduler_output.h"
 
 namespace pagoda {
+
+// How one request samples: its parameters, its generator, and the ids masked while fewer than
+// params.min_tokens tokens are out.
+struct SamplingState {
+  SamplingParams params;
+  SamplerRng rng;
+  std::vector<TokenId> min_tokens_suppressed;
+};
 
 class ModelRunner {
  public:
@@ -30,27 +38,15 @@ class ModelRunner {
   // Takes the KV cache memory (once, before the first step).
   void initialize_kv_cache(KvCacheTensors kv) { kv_ = std::move(kv); }
 
-  // Registers a request's sampling parameters (copied) and its RNG seed. `min_tokens_suppressed`
-  // are the ids masked while fewer than params.min_tokens tokens have been generated.
-  void add_request(RequestId id, const SamplingParams& params, uint64_t seed,
-                   std::vector<TokenId> min_tokens_suppressed);
-  void remove_request(RequestId id);
-
-  // One forward pass over the scheduled tokens, then sampling.
-  ModelRunnerOutput execute(const SchedulerOutput& scheduled);
+  // One forward pass over the scheduled tokens, then sampling; states[i] is scheduled.seqs[i]'s
+  // (its generator advances).
+  ModelRunnerOutput execute(const SchedulerOutput& scheduled, std::span<SamplingState* const> states);
 
  private:
-  struct PerRequest {
-    SamplingParams params;
-    SamplerRng rng;
-    std::vector<TokenId> min_tokens_suppressed;
-  };
-
   std::unique_ptr<Model> model_;
   KvCacheTensors kv_;
   Sampler sampler_;
   RejectionSampler rejection_sampler_;
-  std::unordered_map<RequestId, PerRequest> requests_;
 
   // Persistent input buffers (reused every step; the shape graph capture needs later).
   ForwardBatchBuffers inputs_;

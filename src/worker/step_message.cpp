@@ -287,19 +287,22 @@ Result<WorkerInit> deserialize_init(std::span<const uint8_t> bytes) {
 
 void StepEncoder::add_request(NewRequestData request) {
   const RequestId id = request.request_id;
-  PAGODA_CHECK(!pending_.count(id) && !sent_.count(id));
-  pending_.emplace(id, std::move(request));
+  PAGODA_CHECK(!requests_.count(id));
+  requests_.emplace(id, Known{std::move(request)});
 }
 
 void StepEncoder::remove_request(RequestId id) {
-  if (pending_.erase(id)) return;
-  if (sent_.erase(id)) finished_.push_back(id);
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  const bool sent = !it->second.unsent;
+  requests_.erase(it);
+  if (sent) finished_.push_back(id);
 }
 
 void StepEncoder::preempt(std::span<const RequestId> ids) {
   for (RequestId id : ids) {
-    auto it = sent_.find(id);
-    if (it == sent_.end()) continue;  // preempted before the workers saw it: nothing to undo
+    auto it = requests_.find(id);
+    if (it == requests_.end() || it->second.unsent) continue;  // the workers never saw it: nothing to undo
     it->second.blocks_valid = false;
     it->second.num_blocks = 0;
     preempted_.push_back(id);
@@ -315,16 +318,14 @@ StepMessage StepEncoder::encode(const SchedulerOutput& scheduled) {
   m.preempted = std::move(preempted_);
   preempted_.clear();
   for (const ScheduledSeq& seq : scheduled.seqs) {
-    auto it = sent_.find(seq.request_id);
-    if (it == sent_.end()) {
-      auto p = pending_.find(seq.request_id);
-      PAGODA_CHECK(p != pending_.end());
-      p->second.prompt_tokens.assign(seq.prompt_tokens.begin(), seq.prompt_tokens.end());
-      m.new_requests.push_back(std::move(p->second));
-      pending_.erase(p);
-      it = sent_.emplace(seq.request_id, Sent{0, 0, false}).first;
+    auto it = requests_.find(seq.request_id);
+    PAGODA_CHECK(it != requests_.end());
+    Known& sent = it->second;
+    if (sent.unsent) {
+      sent.unsent->prompt_tokens.assign(seq.prompt_tokens.begin(), seq.prompt_tokens.end());
+      m.new_requests.push_back(std::move(*sent.unsent));
+      sent.unsent.reset();
     }
-    Sent& sent = it->second;
     ScheduledRequestData d;
     d.request_id = seq.request_id;
     PAGODA_CHECK(seq.output_tokens.size() >= sent.num_output_tokens);

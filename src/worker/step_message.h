@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -113,17 +114,17 @@ class StepEncoder {
   bool has_notices() const { return !finished_.empty() || !preempted_.empty(); }
 
   // Requests added and not yet removed (for tests).
-  size_t num_requests() const { return pending_.size() + sent_.size(); }
+  size_t num_requests() const { return requests_.size(); }
 
  private:
-  struct Sent {
-    size_t num_output_tokens = 0;  // output tokens the workers hold
-    size_t num_blocks = 0;         // block ids the workers hold
-    bool blocks_valid = true;      // false after a preemption: the next step resets the table
+  struct Known {
+    std::optional<NewRequestData> unsent;  // set until the request's first scheduled step sends it
+    size_t num_output_tokens = 0;          // output tokens the workers hold
+    size_t num_blocks = 0;                 // block ids the workers hold
+    bool blocks_valid = false;             // false after a preemption: the next step resets the table
   };
   uint64_t step_ = 0;
-  std::unordered_map<RequestId, NewRequestData> pending_;  // added, never scheduled
-  std::unordered_map<RequestId, Sent> sent_;
+  std::unordered_map<RequestId, Known> requests_;  // added and not yet removed
   std::vector<RequestId> finished_;  // for the next message
   std::vector<RequestId> preempted_; // for the next message
 };

@@ -129,7 +129,6 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
   const int64_t vocab = runner_->config().vocab_size;
   for (RequestId id : m.finished) {
     if (!requests_.erase(id)) return data_loss("finished " + id_text(id) + " is unknown");
-    runner_->remove_request(id);
     if (proposer_) proposer_->forget(id);
   }
   for (RequestId id : m.preempted) {
@@ -151,10 +150,9 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     RequestState r;
     r.all_tokens = n.prompt_tokens;
     r.num_prompt_tokens = n.prompt_tokens.size();
-    r.max_tokens = n.params.max_tokens;
     r.cache_salt = n.cache_salt;
+    r.sampling = SamplingState{n.params, SamplerRng(n.seed), n.min_tokens_suppressed};
     requests_.emplace(n.request_id, std::move(r));
-    runner_->add_request(n.request_id, n.params, n.seed, n.min_tokens_suppressed);
   }
 
   SchedulerOutput scheduled;
@@ -169,8 +167,11 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     PAGODA_RETURN_IF_ERROR(apply(d, r));
   }
   // Views are taken after every delta is applied (no vector grows after this).
+  std::vector<SamplingState*> states;
+  states.reserve(m.scheduled.size());
   for (const ScheduledRequestData& d : m.scheduled) {
-    const RequestState& r = requests_.at(d.request_id);
+    RequestState& r = requests_.at(d.request_id);
+    states.push_back(&r.sampling);
     const std::span<const TokenId> all(r.all_tokens);
     ScheduledSeq seq;
     seq.request_id = d.request_id;
@@ -184,7 +185,7 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     scheduled.num_scheduled_tokens += d.num_scheduled_tokens;
     scheduled.seqs.push_back(seq);
   }
-  ModelRunnerOutput out = runner_->execute(scheduled);
+  ModelRunnerOutput out = runner_->execute(scheduled, states);
   if (proposer_) propose(scheduled, out);
   return out;
 }
@@ -217,7 +218,7 @@ void Worker::propose(const SchedulerOutput& scheduled, ModelRunnerOutput& out) {
       // (a step emits the drafts it accepts plus one).
       const int64_t num_output = num_tokens - static_cast<int64_t>(r.num_prompt_tokens);
       p.max_drafts = std::max<int64_t>(0, std::min({spec.num_speculative_tokens, init_.max_model_len - num_tokens,
-                                                    r.max_tokens - num_output - 1}));
+                                                    r.sampling.params.max_tokens - num_output - 1}));
     }
     requests.push_back(p);
   }

@@ -68,8 +68,8 @@ class Worker {
     std::vector<TokenId> all_tokens;  // prompt, then output
     size_t num_prompt_tokens = 0;
     std::vector<BlockId> block_table;
-    int64_t max_tokens = 0;
     std::string cache_salt;
+    SamplingState sampling;
   };
   // Checks one scheduled delta against the request and applies it.
   Status apply(const ScheduledRequestData& d, RequestState& r) const;
