@@ -280,7 +280,7 @@ std::vector<float> all_logits(const std::string& path, const std::vector<TokenId
   EXPECT_TRUE(model.ok()) << model.status().message();
   if (!model.ok()) return {};
   const int64_t n = static_cast<int64_t>(tokens.size());
-  auto kv = KvCacheTensors::allocate((*model)->config(), 4, 16);
+  auto kv = KvCacheTensors::allocate((*model)->kernels(), (*model)->config(), 4, 16);
   std::vector<BlockId> table = {2, 0, 3, 1};
   std::vector<int32_t> pos(n);
   std::vector<int64_t> slots(n), rows(n);

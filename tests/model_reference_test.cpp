@@ -448,7 +448,7 @@ std::vector<std::vector<float>> engine_logits(Model& model, const std::vector<To
   const int64_t bs = 4;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t nblocks = (T + bs - 1) / bs;
-  auto kv = KvCacheTensors::allocate(model.config(), nblocks + 3, bs);
+  auto kv = KvCacheTensors::allocate(model.kernels(), model.config(), nblocks + 3, bs);
   EXPECT_TRUE(kv.ok());
   std::vector<BlockId> table;
   for (int64_t b = 0; b < nblocks; ++b) table.push_back(static_cast<BlockId>((b * 5 + 2) % (nblocks + 3)));
@@ -590,7 +590,8 @@ TEST(Routing, TopKTiesAndWeights) {
                           -2.0f, 0.0f, 4.0f, 4.0f, 1.0f};
   int32_t experts[4];
   float weights[4];
-  route_tokens(logits, 2, 5, 2, false, experts, weights);
+  const Kernels k = cpu::cpu_kernels(cpu::reference_kernels());
+  k.moe_route(logits, 2, 5, 2, false, experts, weights);
   EXPECT_EQ(experts[0], 1);
   EXPECT_EQ(experts[1], 2);
   EXPECT_EQ(experts[2], 7 - 5);
@@ -599,13 +600,13 @@ TEST(Routing, TopKTiesAndWeights) {
   for (int e = 0; e < 5; ++e) total += std::exp(double{logits[e]} - 3.0);
   EXPECT_NEAR(weights[0], 1.0 / total, 1e-6);
   EXPECT_NEAR(weights[1], 1.0 / total, 1e-6);
-  route_tokens(logits, 2, 5, 2, true, experts, weights);
+  k.moe_route(logits, 2, 5, 2, true, experts, weights);
   EXPECT_FLOAT_EQ(weights[0], 0.5f);
   EXPECT_FLOAT_EQ(weights[3], 0.5f);
   // The second token alone routes as it did beside the first.
   int32_t alone[2];
   float alone_w[2];
-  route_tokens(logits + 5, 1, 5, 2, true, alone, alone_w);
+  k.moe_route(logits + 5, 1, 5, 2, true, alone, alone_w);
   EXPECT_EQ(alone[0], experts[2]);
   EXPECT_EQ(alone[1], experts[3]);
   EXPECT_EQ(alone_w[0], weights[2]);
@@ -747,7 +748,7 @@ TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
 // / 7 (int4), every weight within half a step of its code, and the product equal to the float64
 // product of the codes' values with the activations as quantized per token.
 TEST(Linear, QuantizeIntFollowsItsDefinition) {
-  const Kernels& kern = cpu::reference_kernels();
+  const Kernels kern = cpu::cpu_kernels(cpu::reference_kernels());
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const int64_t n = 6, k = 256, m = 3;

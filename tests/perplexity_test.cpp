@@ -134,7 +134,7 @@ TEST(Perplexity, Stories260KMatchesTheDefinition) {
   auto model = create_model(std::move(*src), **backend);
   ASSERT_TRUE(model.ok());
   const int64_t vocab = (*model)->config().vocab_size;
-  auto kv = KvCacheTensors::allocate((*model)->config(), ctx / 16, 16);
+  auto kv = KvCacheTensors::allocate((*model)->kernels(), (*model)->config(), ctx / 16, 16);
   ASSERT_TRUE(kv.ok());
   std::vector<BlockId> table = {0, 1, 2, 3};
   double nll = 0;

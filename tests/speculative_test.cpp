@@ -339,7 +339,7 @@ TEST(Speculative, DraftModelRecomputesRejectedPositions) {
   cpu::register_cpu_backend({});
   const auto make = [&](bool prefix_caching) {
     std::unique_ptr<Model> m = load_draft(model, "auto");
-    auto kv = KvCacheTensors::allocate(m->config(), 64, 4);
+    auto kv = KvCacheTensors::allocate(m->kernels(), m->config(), 64, 4);
     EXPECT_TRUE(kv.ok());
     return std::make_unique<DraftModelProposer>(std::move(m), std::move(*kv),
                                                 DraftModelProposerConfig{"draft", 4, 64, prefix_caching});

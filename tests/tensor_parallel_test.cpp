@@ -271,7 +271,6 @@ std::vector<float> run_ranks(int tp_size, const RankBody& body, int pp_size = 1)
   for (int r = 0; r < ranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      (void)cpu::set_cpu_threads(1);
       std::unique_ptr<shm::ShmCommunicator> comm, stage_comm;
       std::unique_ptr<SendQueue> sender;
       TensorParallel tp;
@@ -329,11 +328,11 @@ std::vector<float> run_ranks(int tp_size, const RankBody& body, int pp_size = 1)
 RankBody logits_of(const ModelConfig& config, DType dtype, std::optional<QuantMix> mix = std::nullopt) {
   return [=](const TensorParallel& tp, const PipelineParallel& pp) -> Result<std::vector<float>> {
     PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(config, dtype, 5, "dummy"));
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create());
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create({.threads = 1}));
     ModelSource source{"dummy", LoadFormat::kDummy, config, std::move(w), mix};
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(std::move(source), *backend, tp, pp));
     const int64_t bs = 4;
-    PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model->shard_config(), 16, bs));
+    PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model->kernels(), model->shard_config(), 16, bs));
     const int64_t vocab = config.vocab_size;
     const std::vector<TokenId> a = {1, 17, 5, 60, 33, 2, 41, 8, 8}, b = {1, 9, 44, 3, 3};
     const std::vector<BlockId> table_a = {3, 0, 7}, table_b = {5, 1};
@@ -483,7 +482,7 @@ TEST(TensorParallelModel, BlocksCutByTheShardsAreRefused) {
   // Each rank reports its own load error; the first rank's is the test's.
   auto body = [cfg](const TensorParallel& tp, const PipelineParallel&) -> Result<std::vector<float>> {
     PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, DType::kQ8_0, 5, "dummy"));
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create());
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create({.threads = 1}));
     ModelSource source{"dummy.gguf", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};
     Result<std::unique_ptr<Model>> model = create_model(std::move(source), *backend, tp);
     if (model.ok()) return internal_error("the model loaded");

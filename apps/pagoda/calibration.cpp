@@ -64,7 +64,7 @@ Result<int64_t> Calibration::run(const ModelSource& source, LinearInputObserver*
   const int64_t max_len = std::min(max_seq_len_, config.max_position_embeddings);
   constexpr int64_t kBlockSize = 16;
   const int64_t num_blocks = (max_len + kBlockSize - 1) / kBlockSize;
-  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(config, num_blocks, kBlockSize, KvCacheDtype::kF32));
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model->kernels(), config, num_blocks, kBlockSize, KvCacheDtype::kF32));
   std::vector<BlockId> table(static_cast<size_t>(num_blocks));
   for (int64_t b = 0; b < num_blocks; ++b) table[static_cast<size_t>(b)] = static_cast<BlockId>(b);
   for (size_t t = 0; t < ids_.size(); ++t) {  // a --tokenizer larger than the model's vocabulary

@@ -94,7 +94,7 @@ int run_perplexity(const PerplexityFlags& f) {
 
   constexpr int64_t kBlockSize = 16;
   const int64_t num_blocks = (f.ctx + kBlockSize - 1) / kBlockSize;
-  auto kv = KvCacheTensors::allocate(model.config(), num_blocks, kBlockSize, *cache_dtype);
+  auto kv = KvCacheTensors::allocate(model.kernels(), model.config(), num_blocks, kBlockSize, *cache_dtype);
   if (!kv.ok()) return fail(kv.status());
   std::vector<BlockId> block_table(static_cast<size_t>(num_blocks));
   for (int64_t b = 0; b < num_blocks; ++b) block_table[static_cast<size_t>(b)] = static_cast<BlockId>(b);

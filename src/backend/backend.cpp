@@ -21,7 +21,7 @@ void register_backend(const std::string& name, BackendFactory factory) {
   registry()[name] = std::move(factory);
 }
 
-Result<std::unique_ptr<Backend>> create_backend(const std::string& name) {
+Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const BackendOptions& options) {
   BackendFactory factory;
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
@@ -33,7 +33,7 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name) {
     for (const auto& n : registered_backends()) known += (known.empty() ? "" : ", ") + n;
     return invalid_argument("unknown backend '" + name + "' (registered: " + known + ")");
   }
-  return factory();
+  return factory(options);
 }
 
 std::vector<std::string> registered_backends() {

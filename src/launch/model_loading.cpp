@@ -176,8 +176,7 @@ Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
   if (auto mix = llama_file_type_mix(flags.quantization)) options.weight_mix = *mix;
   if (auto mix = int_codes_mix(flags.quantization)) options.weight_mix = *mix;
 
-  if (flags.backend == "cpu") PAGODA_RETURN_IF_ERROR(cpu::set_cpu_threads(flags.threads));
-  PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend));
+  PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend, BackendOptions{flags.threads}));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
   // As vLLM: a checkpoint's declared method and --quantization must agree.
   const std::string& declared = source.config.quantization.method;

@@ -12,7 +12,7 @@ int64_t KvCacheTensors::bytes_per_block(const ModelConfig& c, int64_t block_size
          (dtype == KvCacheDtype::kInt8 ? rows * static_cast<int64_t>(sizeof(float)) : 0);
 }
 
-Result<KvCacheTensors> KvCacheTensors::allocate(const ModelConfig& config, int64_t num_blocks,
+Result<KvCacheTensors> KvCacheTensors::allocate(const Kernels& kernels, const ModelConfig& config, int64_t num_blocks,
                                                 int64_t block_size, KvCacheDtype dtype) {
   if (num_blocks <= 0 || block_size <= 0) {
     return invalid_argument("KV cache needs at least one block of at least one token");
@@ -34,11 +34,11 @@ Result<KvCacheTensors> KvCacheTensors::allocate(const ModelConfig& config, int64
   kv.dtype_ = dtype;
   try {
     for (int64_t i = 0; i < config.num_layers; ++i) {
-      kv.keys_.emplace_back(per_layer);
-      kv.values_.emplace_back(per_layer);
+      kv.keys_.push_back(kernels.allocate(per_layer));
+      kv.values_.push_back(kernels.allocate(per_layer));
       if (scale_bytes > 0) {
-        kv.key_scales_.emplace_back(scale_bytes);
-        kv.value_scales_.emplace_back(scale_bytes);
+        kv.key_scales_.push_back(kernels.allocate(scale_bytes));
+        kv.value_scales_.push_back(kernels.allocate(scale_bytes));
       }
     }
   } catch (const std::bad_alloc&) {

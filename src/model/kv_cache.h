@@ -1,6 +1,6 @@
 // KvCacheTensors: the memory of the paged KV cache, one key and one value tensor per layer of
 // shape [num_blocks, block_size, num_kv_heads, head_dim] of a KvCacheDtype (the layout of
-// backend/kernels.h), plus the per-row scales of an int8 cache.
+// backend/kernels.h), plus the per-row scales of an int8 cache, in the device's memory.
 //
 // The block bookkeeping (who owns which block) lives in kv/; this class only holds the memory.
 // Owned by the runner; the engine thread alone reads and writes it.
@@ -18,9 +18,10 @@ namespace pagoda {
 
 class KvCacheTensors {
  public:
-  // Allocates num_blocks blocks of block_size tokens for every layer of `config`; fails with
-  // kResourceExhausted when the size overflows or the memory cannot be had.
-  static Result<KvCacheTensors> allocate(const ModelConfig& config, int64_t num_blocks,
+  // Allocates num_blocks blocks of block_size tokens for every layer of `config`, in the memory
+  // of the device `kernels` run on; fails with kResourceExhausted when the size overflows or the
+  // memory cannot be had.
+  static Result<KvCacheTensors> allocate(const Kernels& kernels, const ModelConfig& config, int64_t num_blocks,
                                          int64_t block_size, KvCacheDtype dtype = KvCacheDtype::kF32);
 
   // Bytes one block takes across all layers (keys and values, and an int8 cache's scales).

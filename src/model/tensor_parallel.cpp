@@ -138,9 +138,9 @@ Result<ShardPlan> plan_tensor_shard(const ModelConfig& cfg, const TensorParallel
 
 }  // namespace
 
-void all_reduce_or_throw(const TensorParallel& tp, float* data, int64_t count) {
+void all_reduce_or_throw(const Kernels& k, const TensorParallel& tp, float* data, int64_t count) {
   if (tp.size <= 1) return;
-  if (Status st = tp.comm->all_reduce_sum(data, count); !st.ok()) {
+  if (Status st = k.all_reduce(*tp.comm, data, count); !st.ok()) {
     throw std::runtime_error("tensor-parallel all-reduce: " + st.message());
   }
 }

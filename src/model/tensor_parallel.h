@@ -19,8 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "backend/kernels.h"
 #include "base/status.h"
+#include "comm/communicator.h"
 #include "loader/model_config.h"
 
 namespace pagoda {
@@ -99,9 +100,9 @@ ShardPlan unsharded(const ModelConfig& cfg);
 Result<ShardPlan> plan_shard(const ModelConfig& cfg, const TensorParallel& tp, const std::string& source,
                              const PipelineParallel& pp = {});
 
-// tp.comm->all_reduce_sum(data, count) when tp.size > 1; throws std::runtime_error with the
-// communicator's error (a rank died or stopped answering: the forward pass cannot finish, and
-// the step fails, see EngineCore::step).
-void all_reduce_or_throw(const TensorParallel& tp, float* data, int64_t count);
+// The ranks' sum of `data` (device memory) over tp.comm, through the backend (k.all_reduce), when
+// tp.size > 1; throws std::runtime_error with the communicator's error (a rank died or stopped
+// answering: the forward pass cannot finish, and the step fails, see EngineCore::step).
+void all_reduce_or_throw(const Kernels& k, const TensorParallel& tp, float* data, int64_t count);
 
 }  // namespace pagoda

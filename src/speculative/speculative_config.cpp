@@ -48,7 +48,8 @@ Result<std::unique_ptr<Proposer>> make_proposer(const SpeculativeConfig& config,
   }
   if (config.method != "draft_model") return std::unique_ptr<Proposer>();
   if (draft == nullptr) return invalid_argument("--speculative-config: draft model " + config.model + ": not loaded");
-  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(draft->config(), draft_blocks, block_size, dtype));
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv,
+                          KvCacheTensors::allocate(draft->kernels(), draft->config(), draft_blocks, block_size, dtype));
   DraftModelProposerConfig dc{config.model, config.num_speculative_tokens, limits.max_num_batched_tokens,
                               limits.enable_prefix_caching};
   return std::unique_ptr<Proposer>(std::make_unique<DraftModelProposer>(std::move(draft), std::move(kv), dc));

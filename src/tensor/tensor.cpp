@@ -31,18 +31,20 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
     // Transparent huge pages where the system allows them on request: a buffer filled at load
     // (packed weights) then takes one page fault per 2 MiB instead of one per 4 KiB.
     ::madvise(p, bytes, MADV_HUGEPAGE);
-    data_ = std::unique_ptr<void, Free>(p, Free{bytes});
+    data_ = std::unique_ptr<void, Free>(p, Free{bytes, nullptr, nullptr});
     return;
   }
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  data_ = std::unique_ptr<void, Free>(p, Free{0});
+  data_ = std::unique_ptr<void, Free>(p, Free{0, nullptr, nullptr});
 }
 
 void Buffer::Free::operator()(void* p) const {
-  if (mapped_bytes) {
+  if (release) {
+    release(owner, p, mapped_bytes);
+  } else if (mapped_bytes) {
     ::munmap(p, mapped_bytes);
   } else {
     std::free(p);

@@ -57,11 +57,17 @@ struct Tensor {
   std::string shape_string() const;  // "[64, 512]"
 };
 
-// Owned, 64-byte-aligned, zero-filled memory. Move-only.
+// Owned memory. Move-only. Host memory (64-byte-aligned, zero-filled), or memory a backend
+// allocated (backend/kernels.h's ExecContext::allocate), which it frees through `release`.
 class Buffer {
  public:
+  using Release = void (*)(const void* owner, void* data, size_t bytes);
+
   Buffer() = default;
-  explicit Buffer(size_t bytes);  // zero-filled
+  explicit Buffer(size_t bytes);  // zero-filled host memory
+  // Takes `data` (`bytes` long), handing it to release(owner, data, bytes) when done.
+  Buffer(void* data, size_t bytes, Release release, const void* owner)
+      : data_(data, Free{bytes, release, owner}), size_(bytes) {}
   void* data() const { return data_.get(); }
   size_t size() const { return size_; }
   template <typename T>
@@ -69,7 +75,11 @@ class Buffer {
 
  private:
   struct Free {
-    size_t mapped_bytes;  // non-zero: the memory came from mmap (no initializer: see unique_ptr)
+    // No initializers: a nested struct with them is not default-constructible inside Buffer,
+    // which unique_ptr's default constructor needs.
+    size_t mapped_bytes;  // non-zero: the memory came from mmap (or, with release, its size)
+    Release release;      // set: someone else's memory, returned through it
+    const void* owner;
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> data_;

@@ -64,8 +64,10 @@ WorkerMemory Worker::memory(int64_t block_size, KvCacheDtype dtype, int64_t max_
 
 Status Worker::initialize(const WorkerInit& init) {
   if (initialized_) return internal_error("the worker was initialized already");
-  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(runner_->model().shard_config(), init.num_blocks,
-                                                                      init.block_size, init.kv_cache_dtype));
+  const Model& model = runner_->model();
+  PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model.kernels(), model.shard_config(),
+                                                                      init.num_blocks, init.block_size,
+                                                                      init.kv_cache_dtype));
   // A draft model's cache: 9 blocks for every 8 of the target's (its drafts run ahead of the
   // target's tokens); a request it has no room for gets no drafts that step.
   const ProposerLimits limits{init.max_model_len, init.max_num_batched_tokens, init.enable_prefix_caching};

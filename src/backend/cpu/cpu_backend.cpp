@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/cpu_features.h"
+#include <mutex>
+
 #include "backend/cpu/cpu_thread_pool.h"
 #include "backend/cpu/scalar/reference_kernels.h"
 #include "backend/cpu/x86/x86_kernels.h"
@@ -23,7 +25,7 @@ namespace {
 
 bool has_avx2_fma_f16c(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }
 
-void install_avx2(Kernels* k) {
+void install_avx2(KernelTable* k) {
   k->matmul = matmul_avx2;
   k->matmul_many = matmul_avx2_many;
   k->matmul_grouped = matmul_avx2_grouped;
@@ -38,7 +40,7 @@ void install_avx2(Kernels* k) {
 
 bool has_avxvnni(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avxvnni; }
 
-void install_avxvnni(Kernels* k) {
+void install_avxvnni(KernelTable* k) {
   install_avx2(k);
   k->matmul = matmul_avxvnni;
   k->matmul_many = matmul_avxvnni_many;
@@ -52,7 +54,7 @@ bool has_avx512vnni(const CpuFeatures& f) {
   return has_avx2_fma_f16c(f) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
 }
 
-void install_avx512vnni(Kernels* k) {
+void install_avx512vnni(KernelTable* k) {
   install_avx2(k);
   k->matmul = matmul_avx512vnni;
   k->matmul_many = matmul_avx512vnni_many;
@@ -64,7 +66,7 @@ void install_avx512vnni(Kernels* k) {
 // AVX-512 F and BW without VNNI (Skylake-SP / -X): the batched float products on 512-bit FMAs.
 bool has_avx512(const CpuFeatures& f) { return has_avx2_fma_f16c(f) && f.avx512f && f.avx512bw; }
 
-void install_avx512(Kernels* k) {
+void install_avx512(KernelTable* k) {
   install_avx2(k);
   k->matmul = matmul_avx512;
   k->matmul_many = matmul_avx512_many;
@@ -74,7 +76,7 @@ void install_avx512(Kernels* k) {
 
 bool has_avx512bf16(const CpuFeatures& f) { return has_avx512vnni(f) && f.avx512bf16; }
 
-void install_avx512bf16(Kernels* k) {
+void install_avx512bf16(KernelTable* k) {
   install_avx512vnni(k);
   k->matmul = matmul_avx512bf16;
   k->pack_matmul_weight = pack_matmul_weight_avx512bf16;
@@ -111,11 +113,13 @@ constexpr CpuKernelTable kKernelTables[] = {
 
 std::span<const CpuKernelTable> cpu_kernel_tables() { return kKernelTables; }
 
-Result<std::unique_ptr<CpuBackend>> CpuBackend::create(CpuBackendOptions options) {
+Result<std::unique_ptr<CpuBackend>> CpuBackend::create(CpuBackendOptions options,
+                                                       std::shared_ptr<const CpuContext> context) {
   const CpuFeatures& f = cpu_features();
-  Kernels k = reference_kernels();
+  KernelTable k = reference_kernels();
+  if (!context) context = std::make_shared<const CpuContext>(options.threads > 0 ? options.threads : physical_cores());
   if (options.isa == CpuIsa::kScalar) {
-    return std::unique_ptr<CpuBackend>(new CpuBackend(k, "reference kernels (forced)"));
+    return std::unique_ptr<CpuBackend>(new CpuBackend(k, context, "reference kernels (forced)"));
   }
   for (const CpuKernelTable& table : cpu_kernel_tables()) {
     if (options.isa != CpuIsa::kBest && options.isa != table.isa) continue;
@@ -127,12 +131,12 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(CpuBackendOptions options
       continue;
     }
     table.install(&k);
-    std::string picked = std::string(table.replaced) + " on " + std::to_string(cpu_thread_pool().num_threads()) +
+    std::string picked = std::string(table.replaced) + " on " + std::to_string(context->pool().num_threads()) +
                          " threads; " + std::string(table.kept) + " reference";
-    return std::unique_ptr<CpuBackend>(new CpuBackend(k, std::move(picked)));
+    return std::unique_ptr<CpuBackend>(new CpuBackend(k, context, std::move(picked)));
   }
   if (options.isa != CpuIsa::kBest) return invalid_argument("no kernel table for that CPU ISA is compiled in");
-  return std::unique_ptr<CpuBackend>(new CpuBackend(k, "reference kernels"));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(k, context, "reference kernels"));
 }
 
 std::string CpuBackend::description() const {
@@ -144,9 +148,23 @@ std::string CpuBackend::description() const {
 // types without a panel layout of their own). i8 codes go through matmul_int with their scales.
 bool CpuBackend::supports_weight_type(DType t) const { return dtype_traits(t).dense_matmul; }
 
+Kernels cpu_kernels(const KernelTable& table, int threads) {
+  return Kernels(table, std::make_shared<const CpuContext>(threads));
+}
+
 void register_cpu_backend(CpuBackendOptions options) {
-  register_backend("cpu", [options]() -> Result<std::unique_ptr<Backend>> {
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> b, CpuBackend::create(options));
+  // The context of the backends alive, shared by the next one that asks for as many threads.
+  auto last = std::make_shared<std::weak_ptr<const CpuContext>>();
+  auto mu = std::make_shared<std::mutex>();
+  register_backend("cpu", [options, last, mu](const BackendOptions& asked) -> Result<std::unique_ptr<Backend>> {
+    CpuBackendOptions o = options;
+    if (asked.threads > 0) o.threads = asked.threads;
+    const int threads = o.threads > 0 ? o.threads : physical_cores();
+    std::lock_guard<std::mutex> lock(*mu);
+    std::shared_ptr<const CpuContext> context = last->lock();
+    if (!context || context->pool().num_threads() != threads) context = std::make_shared<const CpuContext>(threads);
+    *last = context;
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> b, CpuBackend::create(o, context));
     return std::unique_ptr<Backend>(std::move(b));
   });
 }

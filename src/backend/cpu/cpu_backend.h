@@ -1,7 +1,9 @@
-// CpuBackend: the backend that runs everywhere. It picks its kernel table once, at creation, from
-// the CPU's features (or a forced ISA): every op starts from the scalar reference kernels, and
-// matmul, paged attention and the element-wise ops become the AVX2 kernels (threaded over
-// cpu_thread_pool()) where the CPU has AVX2, FMA and F16C. Immutable after creation: thread-safe.
+// CpuBackend: the backend that runs everywhere. Its device memory is host memory, and its
+// execution context (CpuContext) owns the thread pool its kernels split their work over. It picks
+// its kernel table once, at creation, from the CPU's features (or a forced ISA): every op starts
+// from the scalar reference kernels, and matmul, paged attention and the element-wise ops become
+// the SIMD kernels of this architecture's tables (x86/: AVX2 and up) where the CPU has what they
+// need. Immutable after creation: thread-safe.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "base/status.h"
+#include "base/thread_pool.h"
 
 namespace pagoda::cpu {
 
@@ -30,7 +33,24 @@ Result<CpuIsa> parse_cpu_isa(std::string_view name);
 
 struct CpuBackendOptions {
   CpuIsa isa = CpuIsa::kBest;
+  int threads = 0;  // the pool's threads, the caller included; 0: one per physical core (physical_cores())
 };
+
+// The CPU's execution context: host memory, and the thread pool the kernels split their work over
+// (the engine thread calls; the pool's workers join it). A context's kernels are called by one
+// thread at a time.
+class CpuContext final : public ExecContext {
+ public:
+  explicit CpuContext(int threads) : pool_(std::make_unique<ThreadPool>(threads)) {}
+  Buffer allocate(size_t bytes) const override { return Buffer(bytes); }
+  ThreadPool& pool() const { return *pool_; }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+// The pool of the context a CPU kernel runs in (only the CPU tables' own entries call it).
+inline ThreadPool& pool_of(const ExecContext& ctx) { return static_cast<const CpuContext&>(ctx).pool(); }
 
 struct CpuFeatures;
 
@@ -43,7 +63,7 @@ struct CpuKernelTable {
   std::string_view name;                    // e.g. "avx2", as PAGODA_CPU_ISA spells it
   std::string_view needs;                   // the features it needs, e.g. "avx2 fma f16c"
   bool (*supported)(const CpuFeatures& f);  // whether a CPU with features `f` can run it
-  void (*install)(Kernels* k);              // sets the entries it replaces in *k
+  void (*install)(KernelTable* k);          // sets the entries it replaces in *k
   std::string_view replaced;                // for description(): what it replaces
   std::string_view kept;                    // for description(): what stays on the reference
 };
@@ -54,8 +74,10 @@ std::span<const CpuKernelTable> cpu_kernel_tables();
 
 class CpuBackend final : public Backend {
  public:
-  // Fails when options.isa asks for instructions this CPU lacks.
-  static Result<std::unique_ptr<CpuBackend>> create(CpuBackendOptions options = {});
+  // Fails when options.isa asks for instructions this CPU lacks. `context`: the context to run in
+  // (one created with options.threads when null), so that the models of one process share a pool.
+  static Result<std::unique_ptr<CpuBackend>> create(CpuBackendOptions options = {},
+                                                    std::shared_ptr<const CpuContext> context = nullptr);
 
   std::string name() const override { return "cpu"; }
   // Names the kernels picked, e.g. "cpu: avx2+fma+f16c matmul, ... on 16 threads; ... reference
@@ -63,14 +85,23 @@ class CpuBackend final : public Backend {
   std::string description() const override;
   const Kernels& kernels() const override { return kernels_; }
   bool supports_weight_type(DType t) const override;
+  std::shared_ptr<const CpuContext> context() const { return context_; }
 
  private:
-  CpuBackend(Kernels kernels, std::string picked) : kernels_(kernels), picked_(std::move(picked)) {}
+  CpuBackend(const KernelTable& table, std::shared_ptr<const CpuContext> context, std::string picked)
+      : kernels_(table, context), context_(std::move(context)), picked_(std::move(picked)) {}
   Kernels kernels_;
+  std::shared_ptr<const CpuContext> context_;
   std::string picked_;  // what description() reports of the choice
 };
 
-// Registers "cpu" with the backend registry; every backend it creates uses `options`.
+// `table` (one of this backend's) bound to a CPU context of its own with `threads` threads: for
+// tests and benchmarks that call a table's entries directly.
+Kernels cpu_kernels(const KernelTable& table, int threads = 1);
+
+// Registers "cpu" with the backend registry; every backend it creates uses `options` (the
+// registry's BackendOptions::threads, when set, for the pool). The backends it creates while one
+// is alive share its context (and pool) when they ask for as many threads.
 void register_cpu_backend(CpuBackendOptions options = {});
 
 }  // namespace pagoda::cpu

@@ -16,10 +16,6 @@
 namespace pagoda::cpu {
 namespace {
 
-std::mutex g_mutex;
-int g_requested = 0;             // set_cpu_threads; 0 = physical_cores()
-std::atomic<ThreadPool*> g_pool{nullptr};  // created once, never destroyed (see cpu_thread_pool)
-
 int read_int(const std::string& path, int fallback) {
   std::ifstream in(path);
   int v;
@@ -63,30 +59,6 @@ int physical_cores() {
   const size_t cores = allowed_cores().size();
   if (cores == 0) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return static_cast<int>(cores);
-}
-
-Status set_cpu_threads(int n) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (ThreadPool* pool = g_pool.load(std::memory_order_acquire)) {
-    const int want = n > 0 ? n : physical_cores();
-    if (pool->num_threads() == want) return Status::ok_status();
-    return invalid_argument("the CPU thread pool already runs " +
-                            std::to_string(pool->num_threads()) + " threads");
-  }
-  g_requested = n > 0 ? n : 0;
-  return Status::ok_status();
-}
-
-ThreadPool& cpu_thread_pool() {
-  if (ThreadPool* pool = g_pool.load(std::memory_order_acquire)) return *pool;  // every kernel call
-  std::lock_guard<std::mutex> lock(g_mutex);
-  // Never destroyed: an engine thread still computing while static destructors run at exit
-  // must not find its workers joined and gone. The idle workers end with the process.
-  if (g_pool.load(std::memory_order_relaxed) == nullptr) {
-    g_pool.store(new ThreadPool(g_requested > 0 ? g_requested : physical_cores()),
-                 std::memory_order_release);
-  }
-  return *g_pool.load(std::memory_order_relaxed);
 }
 
 }  // namespace pagoda::cpu

@@ -1,7 +1,5 @@
-// The CPU backend's worker threads: one ThreadPool per process, created on first use and shared by
-// every CpuBackend. It is process-wide because Kernels entries are plain function pointers with no
-// context argument; it is the only state the CPU kernels keep. Thread-safe (ThreadPool serializes
-// concurrent parallel_for callers).
+// The CPU cores this process may run on, which size the CPU backend's thread pool (its
+// CpuContext, cpu_backend.h, owns the pool). Thread-safe.
 #pragma once
 
 #include <vector>
@@ -25,11 +23,5 @@ std::vector<CpuCore> allowed_cores();
 // to a kernel that already keeps them busy.
 int physical_cores();
 
-// Sets the pool's size (threads, the caller included) before its first use; n <= 0 keeps the
-// default, physical_cores(). Fails once the pool exists with another size.
-Status set_cpu_threads(int n);
-
-// The shared pool (created on the first call; lives until the process exits).
-ThreadPool& cpu_thread_pool();
 
 }  // namespace pagoda::cpu

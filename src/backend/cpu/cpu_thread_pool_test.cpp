@@ -1,5 +1,5 @@
-// The CPU backend's shared pool: its default size and --threads, in a process of its own (the
-// pool is created once per process, so no other test may touch it first).
+// The CPU backend's cores and pool: the cores this process may use, and the pool its context owns
+// (its default size and --threads).
 #include "backend/cpu/cpu_thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <thread>
+
+#include "backend/cpu/cpu_backend.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -42,15 +44,25 @@ TEST(CpuThreadPool, AllowedCoresCoverTheAffinityOnceInNodeOrder) {
   EXPECT_EQ(static_cast<int>(seen.size()), CPU_COUNT(&set));
 }
 
-TEST(CpuThreadPool, SizeIsSetBeforeFirstUseAndFixedAfter) {
-  ASSERT_TRUE(set_cpu_threads(3).ok());
-  ASSERT_TRUE(set_cpu_threads(5).ok());  // not created yet: the last request wins
-  EXPECT_EQ(cpu_thread_pool().num_threads(), 5);
-  EXPECT_EQ(&cpu_thread_pool(), &cpu_thread_pool());
-  EXPECT_TRUE(set_cpu_threads(5).ok());  // the size it has
-  Status other = set_cpu_threads(2);
-  ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.message().find("5 threads"), std::string::npos) << other.message();
+// The pool is the backend's (its context's), of --threads threads (default: the physical cores);
+// the backends one registration creates while one is alive share its context when they ask for as
+// many threads, and another count gets a pool of its own.
+TEST(CpuThreadPool, TheBackendsContextOwnsAPoolOfTheThreadsAsked) {
+  register_cpu_backend();
+  auto a = create_backend("cpu", BackendOptions{3});
+  auto b = create_backend("cpu", BackendOptions{3});
+  auto c = create_backend("cpu", BackendOptions{2});
+  auto d = create_backend("cpu");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  ThreadPool& pa = pool_of((*a)->kernels().context());
+  EXPECT_EQ(pa.num_threads(), 3);
+  EXPECT_EQ(&pool_of((*b)->kernels().context()), &pa);
+  EXPECT_EQ(pool_of((*c)->kernels().context()).num_threads(), 2);
+  EXPECT_EQ(pool_of((*d)->kernels().context()).num_threads(), physical_cores());
+  // A model's copy of the kernels keeps the context (and its pool) after the backend is gone.
+  const Kernels kept = (*c)->kernels();
+  c->reset();
+  EXPECT_EQ(pool_of(kept.context()).num_threads(), 2);
 }
 
 }  // namespace

@@ -51,28 +51,32 @@ using kernel_table_testing::find_kernel_table;
 using kernel_table_testing::kernel_table_tests;
 using kernel_table_testing::KernelTableTest;
 
-// Every entry of Kernels, and whether two tables differ in it.
+// Every entry of KernelTable, and whether two tables differ in it.
 struct Entry {
   std::string_view name;
-  bool (*differs)(const Kernels& a, const Kernels& b);
+  bool (*differs)(const KernelTable& a, const KernelTable& b);
 };
 #define PAGODA_KERNELS_ENTRY(member) \
-  Entry { #member, [](const Kernels& a, const Kernels& b) { return a.member != b.member; } }
+  Entry { #member, [](const KernelTable& a, const KernelTable& b) { return a.member != b.member; } }
 constexpr Entry kEntries[] = {
-    PAGODA_KERNELS_ENTRY(matmul),   PAGODA_KERNELS_ENTRY(pack_matmul_weight), PAGODA_KERNELS_ENTRY(matmul_many),
-    PAGODA_KERNELS_ENTRY(matmul_grouped),   PAGODA_KERNELS_ENTRY(matmul_int),
-    PAGODA_KERNELS_ENTRY(pack_int_weight), PAGODA_KERNELS_ENTRY(embedding),
-    PAGODA_KERNELS_ENTRY(rms_norm), PAGODA_KERNELS_ENTRY(rope),               PAGODA_KERNELS_ENTRY(silu_mul),
-    PAGODA_KERNELS_ENTRY(add),      PAGODA_KERNELS_ENTRY(store_kv),           PAGODA_KERNELS_ENTRY(paged_attention),
+    PAGODA_KERNELS_ENTRY(matmul),         PAGODA_KERNELS_ENTRY(pack_matmul_weight), PAGODA_KERNELS_ENTRY(matmul_many),
+    PAGODA_KERNELS_ENTRY(matmul_grouped), PAGODA_KERNELS_ENTRY(matmul_int),         PAGODA_KERNELS_ENTRY(pack_int_weight),
+    PAGODA_KERNELS_ENTRY(embedding),      PAGODA_KERNELS_ENTRY(rms_norm),           PAGODA_KERNELS_ENTRY(rope),
+    PAGODA_KERNELS_ENTRY(silu_mul),       PAGODA_KERNELS_ENTRY(add),                PAGODA_KERNELS_ENTRY(store_kv),
+    PAGODA_KERNELS_ENTRY(paged_attention), PAGODA_KERNELS_ENTRY(copy_to_device),    PAGODA_KERNELS_ENTRY(copy_to_host),
+    PAGODA_KERNELS_ENTRY(zero),           PAGODA_KERNELS_ENTRY(upload),             PAGODA_KERNELS_ENTRY(copy_rows),
+    PAGODA_KERNELS_ENTRY(gather_rows),    PAGODA_KERNELS_ENTRY(gather_columns),     PAGODA_KERNELS_ENTRY(moe_route),
+    PAGODA_KERNELS_ENTRY(moe_combine),    PAGODA_KERNELS_ENTRY(all_reduce),         PAGODA_KERNELS_ENTRY(all_gather),
 };
 #undef PAGODA_KERNELS_ENTRY
-// Kernels holds only function pointers: a new one must be listed above, or a table could replace
-// it untested.
-static_assert(sizeof(Kernels) == std::size(kEntries) * sizeof(void (*)()), "list the new Kernels entry in kEntries");
+// KernelTable holds only function pointers: a new one must be listed above, or a table could
+// replace it untested.
+static_assert(sizeof(KernelTable) == std::size(kEntries) * sizeof(void (*)()),
+              "list the new KernelTable entry in kEntries");
 
 // The entries `table` replaces.
 std::vector<std::string> replaced_entries(const CpuKernelTable& table) {
-  Kernels k = reference_kernels();
+  KernelTable k = reference_kernels();
   table.install(&k);
   std::vector<std::string> names;
   for (const Entry& e : kEntries) {
@@ -84,7 +88,7 @@ std::vector<std::string> replaced_entries(const CpuKernelTable& table) {
 // Whether tables a and b put the same function in Kernels::`entry`: a test of that entry in one
 // tests it in the other (the avxvnni table keeps the avx2 table's kernels but matmul_int).
 bool same_kernel(const CpuKernelTable& a, const CpuKernelTable& b, std::string_view entry) {
-  Kernels ka = reference_kernels(), kb = reference_kernels();
+  KernelTable ka = reference_kernels(), kb = reference_kernels();
   a.install(&ka);
   b.install(&kb);
   for (const Entry& e : kEntries) {
@@ -155,7 +159,7 @@ TEST(CpuKernelTables, BackendPicksEachTableExactlyWhereTheCpuSupportsIt) {
   const CpuFeatures& f = cpu_features();
   const CpuKernelTable* best = nullptr;
   for (const CpuKernelTable& table : cpu_kernel_tables()) {
-    Kernels want = reference_kernels();
+    KernelTable want = reference_kernels();
     table.install(&want);
     auto forced = CpuBackend::create(CpuBackendOptions{.isa = table.isa});
     ASSERT_EQ(forced.ok(), table.supported(f)) << table.name << ": " << f.to_string();
@@ -165,15 +169,15 @@ TEST(CpuKernelTables, BackendPicksEachTableExactlyWhereTheCpuSupportsIt) {
       continue;
     }
     if (best == nullptr) best = &table;
-    for (const Entry& e : kEntries) EXPECT_FALSE(e.differs((*forced)->kernels(), want)) << table.name << " " << e.name;
+    for (const Entry& e : kEntries) EXPECT_FALSE(e.differs((*forced)->kernels().table(), want)) << table.name << " " << e.name;
     EXPECT_NE((*forced)->description().find(std::string(table.name)), std::string::npos) << (*forced)->description();
   }
   auto dflt = CpuBackend::create();
   ASSERT_TRUE(dflt.ok());
-  Kernels want = reference_kernels();
+  KernelTable want = reference_kernels();
   if (best != nullptr) best->install(&want);
   for (const Entry& e : kEntries) {
-    EXPECT_FALSE(e.differs((*dflt)->kernels(), want)) << (best ? best->name : "reference") << " " << e.name;
+    EXPECT_FALSE(e.differs((*dflt)->kernels().table(), want)) << (best ? best->name : "reference") << " " << e.name;
   }
 }
 

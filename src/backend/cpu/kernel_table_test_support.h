@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/testing_context.h"
 
 namespace pagoda::cpu::kernel_table_testing {
 
@@ -28,6 +29,9 @@ const std::vector<KernelTableTest>& kernel_table_tests();
 
 // The compiled table named `name`, or nullptr.
 const CpuKernelTable* find_kernel_table(const std::string& name);
+
+// The CPU context for the tests that call a table's entries directly (testing_context.h).
+inline const ExecContext& test_context() { return testing_context(); }
 
 }  // namespace pagoda::cpu::kernel_table_testing
 

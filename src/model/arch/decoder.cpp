@@ -21,6 +21,7 @@ class DecoderModel final : public Model {
   Status init(const Backend& backend, const ArchitectureSpec& spec);
 
   const ModelConfig& config() const override { return cfg_; }
+  const Kernels& kernels() const override { return k_; }
   const ModelConfig& shard_config() const override { return plan_.local; }
   bool computes_logits() const override { return plan_.last_stage(); }
   int64_t weight_bytes() const override;
@@ -35,22 +36,22 @@ class DecoderModel final : public Model {
 
   ModelSource source_;
   const ModelConfig& cfg_;
-  const Kernels k_;  // a copy: function pointers, so the Backend object need not outlive the model
+  const Kernels k_;  // a copy: it keeps the backend's context alive, so the Backend object need not
   const ShardPlan plan_;       // the whole model, or this tensor-parallel rank's shard
-  Tensor token_embd_;          // [vocab, hidden] (this rank's rows), as loaded or converted
-  Buffer token_embd_storage_;  // token_embd_'s memory when converted
+  Tensor token_embd_;          // [vocab, hidden] (this rank's rows), as loaded or converted, uploaded
+  Buffer token_embd_storage_;  // token_embd_'s memory when converted or copied to the device
   Linear lm_head_;             // [vocab, hidden] (this rank's rows); a packed copy of token_embd_ when tied
   F32Vector output_norm_;
   std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  F32Vector inv_freq_;           // [head_dim / 2]
 
-  std::vector<float> x_;        // the residual stream [T, hidden]
-  Workspace ws_;                // the blocks' scratch
-  std::vector<float> picked_;   // compute_logits: the selected hidden rows
-  // Tensor parallelism: the tokens' ids in this rank's vocabulary rows; this rank's logits padded
-  // to vocab_per_rank, and every rank's gathered.
-  std::vector<TokenId> local_ids_;
-  std::vector<float> picked_logits_, rank_logits_, gathered_logits_;
+  // Device memory: the residual stream [T, hidden], the blocks' scratch, compute_logits' selected
+  // hidden rows and logits; under tensor parallelism this rank's logits, padded to vocab_per_rank,
+  // and every rank's gathered.
+  Buffer x_;
+  Workspace ws_;
+  Buffer picked_, logits_, picked_logits_, rank_logits_, gathered_logits_;
+  std::vector<uint8_t> stream_;  // pipeline parallelism: the residual stream on its way (host)
 };
 
 Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) {
@@ -69,7 +70,13 @@ Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) 
     // The embedding table as it is now (converted once above), packed for the matmul.
     lm_head_ = Linear::dense(k_, token_embd_, Buffer());
     lm_head_.set_name("output.weight");
-  } else if (last) {
+  }
+  if (token_embd_.data != nullptr) {  // the table the embedding reads, in the device's memory
+    Buffer uploaded;
+    token_embd_ = k_.upload(token_embd_, &uploaded);
+    if (uploaded.size() > 0) token_embd_storage_ = std::move(uploaded);
+  }
+  if (last && !cfg_.tie_word_embeddings) {
     PAGODA_ASSIGN_OR_RETURN(lm_head_,
                             w.linear("output.weight", cfg_.vocab_size, hidden, {}, Slice::rows(plan_.vocab)));
   }
@@ -83,7 +90,9 @@ Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) 
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<FeedForward> ffn, spec.feed_forward(w, p, cfg_, i));
     layers_.push_back(Layer{std::move(attention), std::move(ffn)});
   }
-  inv_freq_ = rope_inv_freq(cfg_);
+  const std::vector<float> inv_freq = rope_inv_freq(cfg_);
+  inv_freq_.data = k_.allocate(inv_freq.size() * sizeof(float));
+  k_.copy_to_device(inv_freq_.data.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
   w.log_types();
   return Status::ok_status();
 }
@@ -100,87 +109,72 @@ int64_t DecoderModel::weight_bytes() const {
 
 Tensor DecoderModel::forward(const ForwardBatch& batch, const KvCacheTensors& kv) {
   const int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
-  if (static_cast<int64_t>(x_.size()) < n * hidden) x_.resize(static_cast<size_t>(n * hidden));
-  ws_.ensure(n, plan_.local);
-  float* x = x_.data();
+  float* x = device_floats(k_, x_, n * hidden);
+  ws_.ensure(k_, n, plan_.local);
   const int64_t stream_bytes = n * hidden * static_cast<int64_t>(sizeof(float));
   if (!plan_.first_stage()) {
-    // The residual stream as the previous stage left it.
-    if (Status st = plan_.pp.comm->recv(x, stream_bytes, plan_.pp.prev); !st.ok()) {
+    // The residual stream as the previous stage left it (host bytes over the communicator).
+    stream_.resize(static_cast<size_t>(stream_bytes));
+    if (Status st = plan_.pp.comm->recv(stream_.data(), stream_bytes, plan_.pp.prev); !st.ok()) {
       throw std::runtime_error("pipeline stage " + std::to_string(plan_.pp.stage) + " receiving from rank " +
                                std::to_string(plan_.pp.prev) + ": " + st.message());
     }
-  } else if (!plan_.sharded()) {
-    k_.embedding(token_embd_, batch.token_ids.data(), n, x);
+    k_.copy_to_device(x, stream_.data(), stream_.size());
   } else {
-    // Vocabulary-parallel: each rank looks up the tokens in its rows, zeros the others' rows,
+    // Vocabulary-parallel: each rank looks up the tokens in its rows (the others' rows are zeros)
     // and the all-reduce puts every row together.
-    const IndexRange v = plan_.vocab;
-    local_ids_.resize(static_cast<size_t>(n));
-    for (int64_t t = 0; t < n; ++t) {
-      const TokenId id = batch.token_ids[static_cast<size_t>(t)];
-      local_ids_[static_cast<size_t>(t)] = id >= v.begin && id < v.end ? static_cast<TokenId>(id - v.begin) : 0;
-    }
-    if (v.size() > 0) k_.embedding(token_embd_, local_ids_.data(), n, x);
-    for (int64_t t = 0; t < n; ++t) {
-      const TokenId id = batch.token_ids[static_cast<size_t>(t)];
-      if (v.size() == 0 || id < v.begin || id >= v.end) std::fill_n(x + t * hidden, hidden, 0.0f);
-    }
-    all_reduce_or_throw(plan_.tp, x, n * hidden);
+    k_.embedding(token_embd_, batch.token_ids.data(), n, plan_.vocab.begin, x);
+    all_reduce_or_throw(k_, plan_.tp, x, n * hidden);
   }
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
-    l.attention.forward(k_, batch, kv.layer(static_cast<int64_t>(li)), inv_freq_.data(), x, ws_);
+    l.attention.forward(k_, batch, kv.layer(static_cast<int64_t>(li)), inv_freq_.ptr(), x, ws_);
     l.feed_forward->forward(k_, n, x, ws_);
   }
   if (!plan_.last_stage()) {
     // On to the next stage (queued: this stage goes on with the next step meanwhile).
-    const auto* bytes = reinterpret_cast<const uint8_t*>(x);
-    if (Status st = plan_.pp.sender->post(plan_.pp.next, std::vector<uint8_t>(bytes, bytes + stream_bytes)); !st.ok()) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(stream_bytes));
+    k_.copy_to_host(bytes.data(), x, bytes.size());
+    if (Status st = plan_.pp.sender->post(plan_.pp.next, std::move(bytes)); !st.ok()) {
       throw std::runtime_error("pipeline stage " + std::to_string(plan_.pp.stage) + " sending to rank " +
                                std::to_string(plan_.pp.next) + ": " + st.message());
     }
     return Tensor();
   }
-  float* h = ws_.h.data();
+  float* h = ws_.h.as<float>();
   k_.rms_norm(x, output_norm_.ptr(), n, hidden, static_cast<float>(cfg_.rms_norm_eps), h);
   return Tensor(h, DType::kF32, {n, hidden});
 }
 
 void DecoderModel::compute_logits(const Tensor& hidden, const int64_t* rows, int64_t num_rows, float* logits) {
-  const int64_t dim = cfg_.hidden_size;
-  picked_.resize(static_cast<size_t>(num_rows * dim));
-  for (int64_t i = 0; i < num_rows; ++i) {
-    PAGODA_CHECK(rows[i] >= 0 && rows[i] < hidden.dim(0));
-    const float* src = hidden.as<float>() + rows[i] * dim;
-    std::copy(src, src + dim, picked_.begin() + i * dim);
-  }
+  const int64_t dim = cfg_.hidden_size, vocab = cfg_.vocab_size;
+  for (int64_t i = 0; i < num_rows; ++i) PAGODA_CHECK(rows[i] >= 0 && rows[i] < hidden.dim(0));
+  float* picked = device_floats(k_, picked_, num_rows * dim);
+  k_.gather_rows(hidden.as<float>(), rows, num_rows, dim, picked);
+  float* out = device_floats(k_, logits_, num_rows * vocab);
   if (!plan_.sharded()) {
-    lm_head_.apply(k_, picked_.data(), num_rows, logits);
-    return;
-  }
-  // Vocabulary-parallel: each rank's rows of the vocabulary, padded to vocab_per_rank, gathered.
-  const int64_t per = plan_.vocab_per_rank, mine = plan_.vocab.size(), ranks = plan_.tp.size;
-  rank_logits_.assign(static_cast<size_t>(num_rows * per), 0.0f);
-  gathered_logits_.resize(static_cast<size_t>(ranks * num_rows * per));
-  if (mine > 0) {
-    picked_logits_.resize(static_cast<size_t>(num_rows * mine));
-    lm_head_.apply(k_, picked_.data(), num_rows, picked_logits_.data());
-    for (int64_t i = 0; i < num_rows; ++i) {
-      std::copy_n(picked_logits_.data() + i * mine, mine, rank_logits_.data() + i * per);
+    lm_head_.apply(k_, picked, num_rows, out);
+  } else {
+    // Vocabulary-parallel: each rank's rows of the vocabulary, padded to vocab_per_rank, gathered.
+    const int64_t per = plan_.vocab_per_rank, mine = plan_.vocab.size(), ranks = plan_.tp.size;
+    float* rank_logits = device_floats(k_, rank_logits_, num_rows * per);
+    float* gathered = device_floats(k_, gathered_logits_, ranks * num_rows * per);
+    k_.zero(rank_logits, static_cast<size_t>(num_rows * per) * sizeof(float));
+    if (mine > 0) {
+      float* picked_logits = device_floats(k_, picked_logits_, num_rows * mine);
+      lm_head_.apply(k_, picked, num_rows, picked_logits);
+      k_.copy_rows(rank_logits, per, picked_logits, mine, num_rows, mine);
+    }
+    const int64_t bytes = num_rows * per * static_cast<int64_t>(sizeof(float));
+    if (Status st = k_.all_gather(*plan_.tp.comm, rank_logits, bytes, gathered); !st.ok()) {
+      throw std::runtime_error("tensor-parallel all-gather of the logits: " + st.message());
+    }
+    for (int64_t r = 0; r < ranks; ++r) {
+      const int64_t begin = r * per, width = std::clamp<int64_t>(vocab - begin, 0, per);
+      if (width > 0) k_.copy_rows(out + begin, vocab, gathered + r * num_rows * per, per, num_rows, width);
     }
   }
-  const int64_t bytes = num_rows * per * static_cast<int64_t>(sizeof(float));
-  if (Status st = plan_.tp.comm->all_gather(rank_logits_.data(), bytes, gathered_logits_.data()); !st.ok()) {
-    throw std::runtime_error("tensor-parallel all-gather of the logits: " + st.message());
-  }
-  const int64_t vocab = cfg_.vocab_size;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const int64_t begin = r * per, width = std::clamp<int64_t>(vocab - begin, 0, per);
-    for (int64_t i = 0; i < num_rows; ++i) {
-      std::copy_n(gathered_logits_.data() + (r * num_rows + i) * per, width, logits + i * vocab + begin);
-    }
-  }
+  k_.copy_to_host(logits, out, static_cast<size_t>(num_rows * vocab) * sizeof(float));
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ Result<AttentionBlock> AttentionBlock::load(WeightLoader& w, const std::string& 
 void AttentionBlock::forward(const Kernels& k, const ForwardBatch& batch, const KvLayerView& cache,
                              const float* inv_freq, float* x, Workspace& ws) const {
   const int64_t n = batch.num_tokens(), nh = params_.num_heads, nkv = params_.num_kv_heads, hd = params_.head_dim;
-  float *h = ws.h.data(), *q = ws.q.data(), *kk = ws.k.data(), *v = ws.v.data(), *attn = ws.attn.data();
+  float *h = ws.h.as<float>(), *q = ws.q.as<float>(), *kk = ws.k.as<float>(), *v = ws.v.as<float>(), *attn = ws.attn.as<float>();
   k.rms_norm(x, norm_.ptr(), n, hidden_, eps_, h);
   const Linear* qkv[] = {&wq_, &wk_, &wv_};
   float* const qkv_out[] = {q, kk, v};
@@ -64,7 +64,7 @@ void AttentionBlock::forward(const Kernels& k, const ForwardBatch& batch, const 
   k.store_kv(kk, v, batch.slot_mapping.data(), n, cache);
   k.paged_attention(q, batch.seqs.data(), static_cast<int64_t>(batch.seqs.size()), cache, params_, attn);
   wo_.apply(k, attn, n, h);
-  all_reduce_or_throw(tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
+  all_reduce_or_throw(k, tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
   k.add(x, h, n * hidden_);
 }
 

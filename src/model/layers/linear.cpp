@@ -12,6 +12,14 @@ namespace {
 
 thread_local LinearInputObserver* t_observer = nullptr;
 
+// Shows the observer a projection's input, copied to the host (it is device memory).
+void observe(const Kernels& kernels, const std::string& name, const float* x, int64_t m, int64_t k) {
+  thread_local std::vector<float> host;
+  host.resize(static_cast<size_t>(m * k));
+  kernels.copy_to_host(host.data(), x, host.size() * sizeof(float));
+  t_observer->observe(name, host.data(), m, k);
+}
+
 }  // namespace
 
 ScopedLinearInputObserver::ScopedLinearInputObserver(LinearInputObserver* observer) : previous_(t_observer) {
@@ -22,11 +30,11 @@ ScopedLinearInputObserver::~ScopedLinearInputObserver() { t_observer = previous_
 
 Linear Linear::dense(const Kernels& kernels, Tensor w, Buffer storage) {
   Linear l;
-  if (kernels.pack_matmul_weight != nullptr) {
-    Buffer packed;  // apart from `storage`, which packing reads
-    w = kernels.pack_matmul_weight(w, &packed);
-    storage = std::move(packed);  // the packed copy is all the matmul reads from now on
-  }
+  // Packed (a copy in the device's memory) or uploaded as it is (a copy, or on the CPU the tensor
+  // itself); apart from `storage`, which packing and uploading read.
+  Buffer copy;
+  w = kernels.table().pack_matmul_weight != nullptr ? kernels.pack_matmul_weight(w, &copy) : kernels.upload(w, &copy);
+  if (copy.size() > 0) storage = std::move(copy);  // the copy is all the matmul reads from now on
   l.dense_ = w;
   if (storage.size() > 0) l.storage_.push_back(std::move(storage));
   return l;
@@ -63,14 +71,9 @@ Linear Linear::quantize_int(const Kernels& kernels, const Tensor& w, int bits, i
   l.int_.k = k;
   l.int_.group_size = group_size;
   l.int_.scales = scales.as<float>();
-  if (kernels.pack_int_weight != nullptr) {
-    Buffer packed;
-    l.int_ = kernels.pack_int_weight(l.int_, &packed);
-    l.storage_.push_back(std::move(packed));
-  } else {
-    l.storage_.push_back(std::move(codes));
-    l.storage_.push_back(std::move(scales));
-  }
+  Buffer packed;  // the codes and scales in the device's memory
+  l.int_ = kernels.pack_int_weight(l.int_, &packed);
+  l.storage_.push_back(std::move(packed));
   return l;
 }
 
@@ -94,41 +97,22 @@ Linear Linear::int_codes(const Kernels& kernels, IntCodes codes) {
   l.label_ = scheme ? codes.method : codes.method + " int" + std::to_string(codes.bits);
   if (codes.group_size != codes.k) l.label_ += " g" + std::to_string(codes.group_size);
   if (!l.perm_.empty()) l.label_ += " act-order";
-  if (kernels.pack_int_weight != nullptr) {
-    Buffer packed;
-    l.int_ = kernels.pack_int_weight(l.int_, &packed);
-    l.storage_.push_back(std::move(packed));
-    return l;
-  }
-  // The row-major form, kept: copied into buffers the Linear owns.
-  auto keep = [&l](const void* data, size_t bytes) {
-    Buffer b(bytes);
-    if (bytes > 0) std::memcpy(b.data(), data, bytes);
-    const void* at = b.data();
-    l.storage_.push_back(std::move(b));
-    return at;
-  };
-  l.int_.codes = keep(codes.codes.data(), codes.codes.size());
-  l.int_.scales = static_cast<const float*>(keep(codes.scales.data(), codes.scales.size() * sizeof(float)));
-  if (l.int_.zero_points != nullptr) {
-    l.int_.zero_points =
-        static_cast<const int32_t*>(keep(codes.zero_points.data(), codes.zero_points.size() * sizeof(int32_t)));
-  }
+  Buffer packed;  // the codes, scales and zero points in the device's memory
+  l.int_ = kernels.pack_int_weight(l.int_, &packed);
+  l.storage_.push_back(std::move(packed));
   return l;
 }
 
 void Linear::apply(const Kernels& kernels, const float* x, int64_t m, float* y) const {
-  if (t_observer != nullptr) t_observer->observe(name_, x, m, in_features());
+  if (t_observer != nullptr) observe(kernels, name_, x, m, in_features());
   if (is_int_ && !perm_.empty()) {
-    // Columns reordered at load (act-order): the activations gathered the same way, into a
-    // buffer of this thread that keeps the largest batch's size (m * k floats).
-    thread_local std::vector<float> gathered;
+    // Columns reordered at load (act-order): the activations gathered the same way, into device
+    // memory of this Linear's that keeps the largest batch's size (m * k floats).
     const int64_t k = int_.k;
-    gathered.resize(static_cast<size_t>(m * k));
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t t = 0; t < k; ++t) gathered[static_cast<size_t>(i * k + t)] = x[i * k + perm_[static_cast<size_t>(t)]];
-    }
-    kernels.matmul_int(gathered.data(), m, int_, y);
+    const size_t bytes = static_cast<size_t>(m * k) * sizeof(float);
+    if (gathered_.size() < bytes) gathered_ = kernels.allocate(bytes);
+    kernels.gather_columns(x, m, k, perm_.data(), gathered_.as<float>());
+    kernels.matmul_int(gathered_.as<float>(), m, int_, y);
   } else if (is_int_) {
     kernels.matmul_int(x, m, int_, y);
   } else {
@@ -145,7 +129,7 @@ void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const
                         float* const* ys, int count) {
   constexpr int kMax = 4;
   PAGODA_CHECK(count >= 1 && count <= kMax);
-  bool fuse = kernels.matmul_many != nullptr && count > 1;
+  bool fuse = kernels.table().matmul_many != nullptr && count > 1;
   const Tensor* ws[kMax];
   for (int i = 0; i < count && fuse; ++i) {
     const Tensor& w = ls[i]->dense_;
@@ -157,7 +141,7 @@ void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const
     return;
   }
   if (t_observer != nullptr) {
-    for (int i = 0; i < count; ++i) t_observer->observe(ls[i]->name_, x, m, ls[i]->in_features());
+    for (int i = 0; i < count; ++i) observe(kernels, ls[i]->name_, x, m, ls[i]->in_features());
   }
   kernels.matmul_many(x, m, ws, ys, count);
 }
@@ -165,7 +149,7 @@ void Linear::apply_many(const Kernels& kernels, const float* x, int64_t m, const
 void Linear::apply_grouped(const Kernels& kernels, const float* x, const LinearGroup* groups, int count) {
   if (count <= 0) return;
   const Linear& first = *groups[0].linear;
-  bool fuse = kernels.matmul_grouped != nullptr;
+  bool fuse = kernels.table().matmul_grouped != nullptr;
   for (int g = 0; g < count && fuse; ++g) {
     const Linear& l = *groups[g].linear;
     fuse = shares_dense_call(l, first);
@@ -183,7 +167,7 @@ void Linear::apply_grouped(const Kernels& kernels, const float* x, const LinearG
     const LinearGroup& lg = groups[g];
     if (lg.m == 0) continue;
     if (t_observer != nullptr) {
-      t_observer->observe(lg.linear->name_, x + lg.row * first.in_features(), lg.m, first.in_features());
+      observe(kernels, lg.linear->name_, x + lg.row * first.in_features(), lg.m, first.in_features());
     }
     products.push_back(MatmulGroup{lg.row, lg.m, &lg.linear->dense_, lg.y});
   }

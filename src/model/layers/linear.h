@@ -111,7 +111,8 @@ class Linear {
   bool is_int_ = false;
   Tensor dense_;
   IntWeight int_;
-  std::vector<int32_t> perm_;  // int_codes: empty, or the input column of each code column
+  std::vector<int32_t> perm_;  // int_codes: empty, or the input column of each code column (host)
+  mutable Buffer gathered_;    // act-order: the gathered activations (device memory; engine thread)
   std::string label_;          // int_codes: the checkpoint's method, for type_name
   std::string name_;
   std::vector<Buffer> storage_;

@@ -18,14 +18,14 @@ Result<std::unique_ptr<FeedForward>> GatedMlp::load(WeightLoader& w, const std::
 }
 
 void GatedMlp::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) const {
-  float *h = ws.h.data(), *gate = ws.gate.data(), *up = ws.up.data();
+  float *h = ws.h.as<float>(), *gate = ws.gate.as<float>(), *up = ws.up.as<float>();
   k.rms_norm(x, norm_.ptr(), n, hidden_, eps_, h);
   const Linear* gate_up[] = {&gate_, &up_};
   float* const gate_up_out[] = {gate, up};
   Linear::apply_many(k, h, n, gate_up, gate_up_out, 2);
   k.silu_mul(gate, up, n * inter_, gate);
   down_.apply(k, gate, n, h);
-  all_reduce_or_throw(tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
+  all_reduce_or_throw(k, tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
   k.add(x, h, n * hidden_);
 }
 

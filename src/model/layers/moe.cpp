@@ -7,32 +7,6 @@
 
 namespace pagoda {
 
-void route_tokens(const float* logits, int64_t n, int64_t num_experts, int64_t top_k, bool renormalize,
-                  int32_t* experts, float* weights) {
-  PAGODA_CHECK(top_k >= 1 && top_k <= num_experts);
-  std::vector<int32_t> order(static_cast<size_t>(num_experts));
-  for (int64_t t = 0; t < n; ++t) {
-    const float* l = logits + t * num_experts;
-    for (int64_t e = 0; e < num_experts; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
-    // Best first; equal logits keep the lower expert first, whatever the batch.
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                      [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-    const float top = l[order[0]];
-    float sum = 0;
-    for (int64_t e = 0; e < num_experts; ++e) sum += std::exp(l[e] - top);
-    float chosen = 0;
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int32_t e = order[static_cast<size_t>(j)];
-      experts[t * top_k + j] = e;
-      weights[t * top_k + j] = std::exp(l[e] - top) / sum;
-      chosen += weights[t * top_k + j];
-    }
-    if (renormalize) {
-      for (int64_t j = 0; j < top_k; ++j) weights[t * top_k + j] /= chosen;
-    }
-  }
-}
-
 Result<std::unique_ptr<FeedForward>> SparseMoe::load(WeightLoader& w, const std::string& p, const ModelConfig& cfg) {
   auto b = std::make_unique<SparseMoe>();
   // Tensor parallelism splits every expert (and the shared one) by its intermediate features, as
@@ -71,7 +45,7 @@ Result<std::unique_ptr<FeedForward>> SparseMoe::load(WeightLoader& w, const std:
 
 void SparseMoe::expert_forward(const Kernels& k, const Expert& e, int64_t inter, const float* h_rows, int64_t m,
                                float* out, Workspace& ws) const {
-  float *gate = ws.gate.data(), *up = ws.up.data();
+  float *gate = ws.gate.as<float>(), *up = ws.up.as<float>();
   const Linear* gate_up[] = {&e.gate, &e.up};
   float* const gate_up_out[] = {gate, up};
   Linear::apply_many(k, h_rows, m, gate_up, gate_up_out, 2);
@@ -81,75 +55,69 @@ void SparseMoe::expert_forward(const Kernels& k, const Expert& e, int64_t inter,
 
 void SparseMoe::forward(const Kernels& k, int64_t n, float* x, Workspace& ws) const {
   const int64_t num_experts = static_cast<int64_t>(experts_.size()), slots = n * top_k_;
-  float* h = ws.h.data();
+  float* h = ws.h.as<float>();
+  float* router = ws.router.as<float>();
+  float* weights = ws.moe_weight.as<float>();
   k.rms_norm(x, norm_.ptr(), n, hidden_, eps_, h);
-  router_.apply(k, h, n, ws.router.data());
-  route_tokens(ws.router.data(), n, num_experts, top_k_, renormalize_, ws.moe_expert.data(), ws.moe_weight.data());
+  router_.apply(k, h, n, router);
+  k.moe_route(router, n, num_experts, top_k_, renormalize_, ws.moe_expert.as<int32_t>(), weights);
+  // Which expert each slot went to, on the host: it decides the grouped products' shapes.
+  std::vector<int32_t>& expert = ws.moe_expert_host;
+  k.copy_to_host(expert.data(), ws.moe_expert.data(), static_cast<size_t>(slots) * sizeof(int32_t));
 
   // Group the (token, choice) slots by expert, tokens in order: expert e's rows are
   // [first[e], first[e + 1]) of moe_out; row_of[slot] is where a slot's output lands and
   // token_of_row[row] the token it comes from.
   std::vector<int64_t>& first = ws.moe_first;
   first.assign(static_cast<size_t>(num_experts + 1), 0);
-  for (int64_t s = 0; s < slots; ++s) ++first[static_cast<size_t>(ws.moe_expert[s]) + 1];
+  for (int64_t s = 0; s < slots; ++s) ++first[static_cast<size_t>(expert[static_cast<size_t>(s)]) + 1];
   for (int64_t e = 0; e < num_experts; ++e) first[e + 1] += first[e];
   std::vector<int64_t>& next = ws.moe_next;
   next.assign(first.begin(), first.end() - 1);
   for (int64_t s = 0; s < slots; ++s) {
-    const int64_t row = next[static_cast<size_t>(ws.moe_expert[s])]++;
-    ws.moe_row_of[s] = row;
-    ws.moe_token_of_row[row] = s / top_k_;
+    const int64_t row = next[static_cast<size_t>(expert[static_cast<size_t>(s)])]++;
+    ws.moe_row_of[static_cast<size_t>(s)] = row;
+    ws.moe_token_of_row[static_cast<size_t>(row)] = s / top_k_;
   }
 
   // Each slot's normed row, grouped by expert; then every active expert's gate and up over its
   // rows as one grouped product, and their down projections as another.
-  float* rows = ws.moe_in.data();
-  for (int64_t r = 0; r < slots; ++r) std::copy_n(h + ws.moe_token_of_row[r] * hidden_, hidden_, rows + r * hidden_);
+  float* rows = ws.moe_in.as<float>();
+  float *moe_gate = ws.moe_gate.as<float>(), *moe_up = ws.moe_up.as<float>(), *moe_out = ws.moe_out.as<float>();
+  k.gather_rows(h, ws.moe_token_of_row.data(), slots, hidden_, rows);
   std::vector<LinearGroup>& groups = ws.moe_groups;
   groups.clear();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = first[e + 1] - first[e];
     if (m == 0) continue;
     const Expert& x_e = experts_[static_cast<size_t>(e)];
-    groups.push_back(LinearGroup{first[e], m, &x_e.gate, ws.moe_gate.data() + first[e] * inter_});
-    groups.push_back(LinearGroup{first[e], m, &x_e.up, ws.moe_up.data() + first[e] * inter_});
+    groups.push_back(LinearGroup{first[e], m, &x_e.gate, moe_gate + first[e] * inter_});
+    groups.push_back(LinearGroup{first[e], m, &x_e.up, moe_up + first[e] * inter_});
   }
   Linear::apply_grouped(k, rows, groups.data(), static_cast<int>(groups.size()));
-  k.silu_mul(ws.moe_gate.data(), ws.moe_up.data(), slots * inter_, ws.moe_gate.data());
+  k.silu_mul(moe_gate, moe_up, slots * inter_, moe_gate);
   groups.clear();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = first[e + 1] - first[e];
     if (m == 0) continue;
     const Linear* down = &experts_[static_cast<size_t>(e)].down;
-    groups.push_back(LinearGroup{first[e], m, down, ws.moe_out.data() + first[e] * hidden_});
+    groups.push_back(LinearGroup{first[e], m, down, moe_out + first[e] * hidden_});
   }
-  Linear::apply_grouped(k, ws.moe_gate.data(), groups.data(), static_cast<int>(groups.size()));
+  Linear::apply_grouped(k, moe_gate, groups.data(), static_cast<int>(groups.size()));
 
   // The shared expert over every token, and its gate's logit per token.
-  float* shared = rows;  // [n, hidden]: the gathered rows are done with
-  float* shared_logit = ws.router.data();
+  float* shared = rows;            // [n, hidden]: the gathered rows are done with
+  float* shared_logit = router;    // [n]: the router logits are done with
   if (shared_inter_ > 0) {
     expert_forward(k, shared_, shared_inter_, h, n, shared, ws);
     shared_gate_.apply(k, h, n, shared_logit);
   }
 
   // Each token: its experts' outputs weighted, in the order of its choices, then the shared
-  // expert; added to the residual.
-  for (int64_t t = 0; t < n; ++t) {
-    float* y = h + t * hidden_;  // the token's normed row is no longer needed
-    std::fill_n(y, hidden_, 0.0f);
-    for (int64_t j = 0; j < top_k_; ++j) {
-      const float wgt = ws.moe_weight[t * top_k_ + j];
-      const float* o = ws.moe_out.data() + ws.moe_row_of[t * top_k_ + j] * hidden_;
-      for (int64_t c = 0; c < hidden_; ++c) y[c] += wgt * o[c];
-    }
-    if (shared_inter_ > 0) {
-      const float g = 1.0f / (1.0f + std::exp(-shared_logit[t]));
-      const float* o = shared + t * hidden_;
-      for (int64_t c = 0; c < hidden_; ++c) y[c] += g * o[c];
-    }
-  }
-  all_reduce_or_throw(tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
+  // expert; into h (the normed rows are done with), then added to the residual.
+  k.moe_combine(moe_out, ws.moe_row_of.data(), weights, n, top_k_, hidden_, shared_inter_ > 0 ? shared : nullptr,
+                shared_inter_ > 0 ? shared_logit : nullptr, h);
+  all_reduce_or_throw(k, tp_, h, n * hidden_);  // tensor parallelism: the ranks' partial sums
   k.add(x, h, n * hidden_);
 }
 

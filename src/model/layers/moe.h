@@ -1,11 +1,12 @@
 // SparseMoe: the feed-forward block of a mixture-of-experts layer (Qwen3-MoE, Qwen2-MoE,
 // Mixtral), x += moe(rms_norm(x)). The router scores every expert per token; each token goes to
-// its num_experts_per_tok best experts (softmax over all experts, the top k, renormalised to sum 1
-// where the model asks); the batch's tokens are grouped by expert, each active expert's gated
+// its num_experts_per_tok best experts (Kernels::moe_route: softmax over all experts, the top k,
+// renormalised to sum 1 where the model asks); the host reads the choices back and groups the batch's tokens are grouped by expert, each active expert's gated
 // MLP runs once over its tokens on its own (packed, possibly quantized) weights, all experts'
 // gate and up projections as one grouped product (Kernels::matmul_grouped: one parallel step)
 // and their down projections as another, and each token
-// sums its experts' outputs weighted by their routing weights, in the order of its choices: a
+// sums its experts' outputs weighted by their routing weights, in the order of its choices
+// (Kernels::moe_combine): a
 // token's result does not depend on which other tokens share its experts (the products are
 // batch-invariant row by row). Qwen2-MoE adds a shared expert every token passes through,
 // scaled by sigmoid(its gate). Not thread-safe (the Workspace is the caller's).
@@ -19,13 +20,6 @@
 #include "model/layers/mlp.h"
 
 namespace pagoda {
-
-// For each of n tokens, its top_k experts by router logit (ties: the lower expert number first),
-// best first, into experts[t * top_k + j], and their weights softmax(logits)[expert] (over all
-// num_experts), divided by the chosen ones' sum when `renormalize`, into weights[t * top_k + j].
-// logits [n, num_experts] f32.
-void route_tokens(const float* logits, int64_t n, int64_t num_experts, int64_t top_k, bool renormalize,
-                  int32_t* experts, float* weights);
 
 class SparseMoe final : public FeedForward {
  public:

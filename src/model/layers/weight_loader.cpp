@@ -325,8 +325,9 @@ Result<F32Vector> WeightLoader::vector(const std::string& name, int64_t len, Ind
   PAGODA_CHECK(part.begin >= 0 && part.begin <= part.end && part.end <= len);
   std::vector<float> all(static_cast<size_t>(len));
   dequantize_row(t.dtype, t.data, all.data(), len);
-  F32Vector v{Buffer(static_cast<size_t>(part.size()) * sizeof(float))};
-  std::copy(all.begin() + part.begin, all.begin() + part.end, v.data.as<float>());
+  const size_t bytes = static_cast<size_t>(part.size()) * sizeof(float);
+  F32Vector v{k_.allocate(bytes)};  // the device's memory
+  if (bytes > 0) k_.copy_to_device(v.data.data(), all.data() + part.begin, bytes);
   return v;
 }
 

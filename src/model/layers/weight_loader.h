@@ -19,7 +19,8 @@
 
 namespace pagoda {
 
-// A small tensor (norm weight, bias) converted to f32 once at load; empty when absent.
+// A small tensor (norm weight, bias) converted to f32 once at load, in the device's memory;
+// empty when absent.
 struct F32Vector {
   Buffer data;
   const float* ptr() const { return data.as<float>(); }

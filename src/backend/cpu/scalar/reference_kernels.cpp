@@ -52,7 +52,7 @@ void matmul_quantized(const float* x, int64_t m, const Tensor& w, float* y) {
   }
 }
 
-void matmul(const float* x, int64_t m, const Tensor& w, float* y) {
+void matmul(const ExecContext&, const float* x, int64_t m, const Tensor& w, float* y) {
   PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && "the reference matmul reads row-major weights");
   if (is_quantized(w.dtype)) return matmul_quantized(x, m, w, y);
   const int64_t n = w.num_rows();
@@ -70,7 +70,7 @@ void matmul(const float* x, int64_t m, const Tensor& w, float* y) {
   }
 }
 
-void matmul_int(const float* x, int64_t m, const IntWeight& w, float* y) {
+void matmul_int(const ExecContext&, const float* x, int64_t m, const IntWeight& w, float* y) {
   PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && "the reference matmul_int reads row-major codes");
   PAGODA_CHECK((w.bits == 8 || w.bits == 4) && w.group_size > 0 && w.k % w.group_size == 0);
   const int64_t k = w.k, groups = w.groups();
@@ -98,15 +98,20 @@ void matmul_int(const float* x, int64_t m, const IntWeight& w, float* y) {
   }
 }
 
-void embedding(const Tensor& table, const TokenId* ids, int64_t n, float* out) {
+void embedding(const ExecContext&, const Tensor& table, const TokenId* ids, int64_t n, int64_t first_row,
+               float* out) {
   const int64_t dim = table.row_len();
   for (int64_t i = 0; i < n; ++i) {
-    PAGODA_CHECK(ids[i] >= 0 && ids[i] < table.num_rows());
-    dequantize_row(table.dtype, table.row(ids[i]), out + i * dim, dim);
+    const int64_t row = int64_t{ids[i]} - first_row;
+    if (row >= 0 && row < table.num_rows()) {
+      dequantize_row(table.dtype, table.row(row), out + i * dim, dim);
+    } else {
+      std::fill_n(out + i * dim, dim, 0.0f);
+    }
   }
 }
 
-void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+void rms_norm(const ExecContext&, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
               float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
@@ -118,7 +123,7 @@ void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, fl
   }
 }
 
-void rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+void rope(const ExecContext&, float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
           const int32_t* positions, const float* inv_freq, bool interleaved) {
   const int64_t half = head_dim / 2;
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -139,18 +144,18 @@ void rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
   }
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+void silu_mul(const ExecContext&, const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void add(float* y, const float* x, int64_t n) {
+void add(const ExecContext&, float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void store_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+void store_kv(const ExecContext&, const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
               const KvLayerView& cache) {
   const int64_t hd = cache.head_dim, row = cache.num_kv_heads * hd;
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -162,7 +167,7 @@ void store_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
   }
 }
 
-void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+void paged_attention(const ExecContext&, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                      const KvLayerView& cache, const AttentionParams& p, float* out) {
   const int64_t hd = p.head_dim;
   const int64_t group = p.num_heads / p.num_kv_heads;
@@ -204,16 +209,105 @@ void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
   }
 }
 
+// Host memory is this device's: copies are memcpy, and a weight is read where it lies.
+void copy_to_device(const ExecContext&, void* dst, const void* host_src, size_t bytes) { std::memcpy(dst, host_src, bytes); }
+void copy_to_host(const ExecContext&, void* host_dst, const void* src, size_t bytes) { std::memcpy(host_dst, src, bytes); }
+void zero(const ExecContext&, void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+Tensor upload(const ExecContext&, const Tensor& w, Buffer*) { return w; }
+
+// The codes, scales and zero points copied into the context's memory, row-major as they were.
+IntWeight pack_int_weight(const ExecContext& ctx, const IntWeight& w, Buffer* storage) {
+  const size_t code_bytes = static_cast<size_t>(w.n * w.row_code_bytes());
+  const size_t num_scales = static_cast<size_t>(w.n * w.groups());
+  const size_t zero_bytes = w.zero_points != nullptr ? num_scales * sizeof(int32_t) : 0;
+  const size_t scales_at = (code_bytes + 63) / 64 * 64;
+  const size_t zeros_at = scales_at + (num_scales * sizeof(float) + 63) / 64 * 64;
+  *storage = ctx.allocate(zeros_at + zero_bytes);
+  auto* base = storage->as<uint8_t>();
+  std::memcpy(base, w.codes, code_bytes);
+  std::memcpy(base + scales_at, w.scales, num_scales * sizeof(float));
+  if (zero_bytes > 0) std::memcpy(base + zeros_at, w.zero_points, zero_bytes);
+  IntWeight out = w;
+  out.codes = base;
+  out.scales = reinterpret_cast<const float*>(base + scales_at);
+  out.zero_points = zero_bytes > 0 ? reinterpret_cast<const int32_t*>(base + zeros_at) : nullptr;
+  return out;
+}
+
+void copy_rows(const ExecContext&, float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t width) {
+  for (int64_t i = 0; i < rows; ++i) std::copy_n(src + i * src_stride, width, dst + i * dst_stride);
+}
+
+void gather_rows(const ExecContext&, const float* src, const int64_t* rows, int64_t n, int64_t dim, float* dst) {
+  for (int64_t i = 0; i < n; ++i) std::copy_n(src + rows[i] * dim, dim, dst + i * dim);
+}
+
+void gather_columns(const ExecContext&, const float* x, int64_t m, int64_t k, const int32_t* cols, float* out) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t t = 0; t < k; ++t) out[i * k + t] = x[i * k + cols[t]];
+  }
+}
+
+void moe_route(const ExecContext&, const float* logits, int64_t n, int64_t num_experts, int64_t top_k,
+               bool renormalize, int32_t* experts, float* weights) {
+  PAGODA_CHECK(top_k >= 1 && top_k <= num_experts);
+  std::vector<int32_t> order(static_cast<size_t>(num_experts));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = logits + t * num_experts;
+    for (int64_t e = 0; e < num_experts; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    // Best first; equal logits keep the lower expert first, whatever the batch.
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    const float top = l[order[0]];
+    float sum = 0;
+    for (int64_t e = 0; e < num_experts; ++e) sum += std::exp(l[e] - top);
+    float chosen = 0;
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = order[static_cast<size_t>(j)];
+      experts[t * top_k + j] = e;
+      weights[t * top_k + j] = std::exp(l[e] - top) / sum;
+      chosen += weights[t * top_k + j];
+    }
+    if (renormalize) {
+      for (int64_t j = 0; j < top_k; ++j) weights[t * top_k + j] /= chosen;
+    }
+  }
+}
+
+void moe_combine(const ExecContext&, const float* rows, const int64_t* row_of, const float* weights, int64_t n,
+                 int64_t top_k, int64_t dim, const float* shared, const float* shared_logit, float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* out = y + t * dim;
+    std::fill_n(out, dim, 0.0f);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const float w = weights[t * top_k + j];
+      const float* o = rows + row_of[t * top_k + j] * dim;
+      for (int64_t c = 0; c < dim; ++c) out[c] += w * o[c];
+    }
+    if (shared != nullptr) {
+      const float g = 1.0f / (1.0f + std::exp(-shared_logit[t]));
+      const float* o = shared + t * dim;
+      for (int64_t c = 0; c < dim; ++c) out[c] += g * o[c];
+    }
+  }
+}
+
+Status all_reduce(const ExecContext&, Communicator& comm, float* data, int64_t n) { return comm.all_reduce_sum(data, n); }
+Status all_gather(const ExecContext&, Communicator& comm, const void* src, int64_t bytes, void* dst) {
+  return comm.all_gather(src, bytes, dst);
+}
+
 }  // namespace
 
-const Kernels& reference_kernels() {
-  static const Kernels kernels{
+const KernelTable& reference_kernels() {
+  static const KernelTable kernels{
       .matmul = matmul,
       .pack_matmul_weight = nullptr,
       .matmul_many = nullptr,
       .matmul_grouped = nullptr,
       .matmul_int = matmul_int,
-      .pack_int_weight = nullptr,
+      .pack_int_weight = pack_int_weight,
       .embedding = embedding,
       .rms_norm = rms_norm,
       .rope = rope,
@@ -221,6 +315,17 @@ const Kernels& reference_kernels() {
       .add = add,
       .store_kv = store_kv,
       .paged_attention = paged_attention,
+      .copy_to_device = copy_to_device,
+      .copy_to_host = copy_to_host,
+      .zero = zero,
+      .upload = upload,
+      .copy_rows = copy_rows,
+      .gather_rows = gather_rows,
+      .gather_columns = gather_columns,
+      .moe_route = moe_route,
+      .moe_combine = moe_combine,
+      .all_reduce = all_reduce,
+      .all_gather = all_gather,
   };
   return kernels;
 }

@@ -6,7 +6,8 @@
 
 namespace pagoda::cpu {
 
-// The reference Kernels table.
-const Kernels& reference_kernels();
+// The reference kernel table. Its entries use nothing of their context (single-threaded), so it
+// runs under any backend's context (the guarded test backend's too).
+const KernelTable& reference_kernels();
 
 }  // namespace pagoda::cpu

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kv_rows.h"
 #include "tensor/convert.h"
 #include "tensor/quant_blocks.h"
@@ -75,7 +76,7 @@ TEST(Quantize, RoundTripErrorWithinHalfStep) {
 
 // Every type of the traits table, K-quants included (rows of one super-block).
 TEST(Matmul, AllWeightTypesMatchDoubleReference) {
-  const Kernels& k = reference_kernels();
+  const Kernels k = cpu_kernels(reference_kernels());
   const int64_t m = 3, n = 5, kdim = 256;
   auto x = random_floats(m * kdim, 4);
   auto wf = random_floats(n * kdim, 5, 0.5f);
@@ -115,7 +116,7 @@ TEST(Matmul, AllWeightTypesMatchDoubleReference) {
 // without and with zero points (the weight scale * (code - zero)),
 // with a case worked by hand first.
 TEST(MatmulInt, MatchesDoubleReferenceOfItsDefinition) {
-  const Kernels& kern = reference_kernels();
+  const Kernels kern = cpu_kernels(reference_kernels());
   {
     // x = (1, -2, 0, 4): s = 4 / 127, codes round(x * 127 / 4) = (32, -64, 0, 127) (31.75 -> 32,
     // -63.5 -> -64 to even). w row 0: codes (1, 2, 3, 4), scale 0.5: y = 4/127 * 0.5 * (32 - 128 + 508).
@@ -201,7 +202,7 @@ TEST(Quantize, ActivationBlocksFollowTheirDefinition) {
 }
 
 TEST(Rope, BothLayoutsRotateTheirPairs) {
-  const Kernels& k = reference_kernels();
+  const Kernels k = cpu_kernels(reference_kernels());
   const int64_t hd = 8, heads = 2;
   auto x = random_floats(hd * heads, 6);
   float inv_freq[4] = {1.0f, 0.1f, 0.01f, 0.001f};
@@ -223,7 +224,7 @@ TEST(Rope, BothLayoutsRotateTheirPairs) {
 
 // Paged attention over a shuffled block table equals dense causal attention computed here.
 TEST(PagedAttention, MatchesDenseCausalAttentionWithGqaAndWindow) {
-  const Kernels& k = reference_kernels();
+  const Kernels k = cpu_kernels(reference_kernels());
   const int64_t heads = 4, kv_heads = 2, hd = 8, block = 4, ctx = 11, nq = 3;
   KvLayerView cache{nullptr, nullptr, 6, block, kv_heads, hd};
   std::vector<float> kc(6 * block * kv_heads * hd), vc(kc.size());
@@ -270,7 +271,7 @@ TEST(PagedAttention, MatchesDenseCausalAttentionWithGqaAndWindow) {
 // subnormal below them; int8: half a step of the row's scale), and the attention reads exactly
 // what was stored (float64 attention over the rows read back agrees to f32 rounding).
 TEST(PagedAttention, EveryCacheDtypeStoresWithinItsRoundingAndReadsWhatItStored) {
-  const Kernels& k = reference_kernels();
+  const Kernels k = cpu_kernels(reference_kernels());
   const int64_t heads = 4, kv_heads = 2, hd = 8, block = 4, ctx = 9, blocks = 3;
   auto keys = random_floats(ctx * kv_heads * hd, 21);
   auto vals = random_floats(ctx * kv_heads * hd, 22);
@@ -333,7 +334,7 @@ TEST(PagedAttention, EveryCacheDtypeStoresWithinItsRoundingAndReadsWhatItStored)
 }
 
 TEST(Elementwise, RmsNormSiluAdd) {
-  const Kernels& k = reference_kernels();
+  const Kernels k = cpu_kernels(reference_kernels());
   auto x = random_floats(2 * 16, 10);
   auto w = random_floats(16, 11);
   std::vector<float> y(32);

@@ -11,7 +11,7 @@
 
 #include "backend/kernels.h"
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/testing_context.h"
 #include "backend/cpu/x86/x86_kernels.h"
 
 namespace pagoda::cpu {
@@ -41,7 +41,7 @@ void run_paged_attention(benchmark::State& state, PooledAttention attention) {
   const AttentionSeq seq{0, num_query, context, table.data()};
   const AttentionParams params{kHeads, kKvHeads, kHeadDim, 0.125f, 0};
   for (auto _ : state) {
-    attention(q.data(), &seq, 1, cache, params, out.data(), threaded ? &cpu_thread_pool() : nullptr);
+    attention(q.data(), &seq, 1, cache, params, out.data(), threaded ? &testing_context().pool() : nullptr);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -51,7 +51,7 @@ void run_paged_attention(benchmark::State& state, PooledAttention attention) {
   for (int64_t j = 0; j < num_query; ++j) keys_read += first + j + 1;
   state.SetItemsProcessed(state.iterations() * keys_read * kHeads * kHeadDim * 2);
   state.SetBytesProcessed(state.iterations() * context * kKvHeads * kHeadDim * 4 * 2);
-  state.SetLabel(threaded ? "threads=" + std::to_string(cpu_thread_pool().num_threads()) : "1 thread");
+  state.SetLabel(threaded ? "threads=" + std::to_string(testing_context().pool().num_threads()) : "1 thread");
 }
 
 void BM_PagedAttentionAvx2(benchmark::State& state) {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "backend/kernels.h"
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "base/check.h"
@@ -161,9 +161,9 @@ void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64
   paged_attention_pooled(q, seqs, num_seqs, cache, params, out, pool, {attention_tile_lanes_avx2, 8});
 }
 
-void paged_attention_avx2(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+void paged_attention_avx2(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                           const KvLayerView& cache, const AttentionParams& params, float* out) {
-  paged_attention_avx2_pooled(q, seqs, num_seqs, cache, params, out, &cpu_thread_pool());
+  paged_attention_avx2_pooled(q, seqs, num_seqs, cache, params, out, &pool_of(ctx));
 }
 
 void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
@@ -173,9 +173,9 @@ void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int
                          {attention_tile_lanes_avx512, 16, attention_tile_lanes_avx2});
 }
 
-void paged_attention_avx512(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+void paged_attention_avx512(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                             const KvLayerView& cache, const AttentionParams& params, float* out) {
-  paged_attention_avx512_pooled(q, seqs, num_seqs, cache, params, out, &cpu_thread_pool());
+  paged_attention_avx512_pooled(q, seqs, num_seqs, cache, params, out, &pool_of(ctx));
 }
 
 }  // namespace pagoda::cpu

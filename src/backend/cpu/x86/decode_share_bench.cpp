@@ -1,5 +1,5 @@
 // decode_share_bench: how near each weight type's decode product (m = 1, 5632 x 2048, the
-// engine's kernel table over cpu_thread_pool()), and its products of a few rows (--rows: what
+// engine's kernel table over testing_context().pool()), and its products of a few rows (--rows: what
 // speculative verification and small batches run), come to the memory's read bandwidth, and whether
 // it is held back by the memory or by its own arithmetic. The machines here are shared and their
 // bandwidth moves by 1.5x within minutes, so nothing is compared across runs: each pass runs,
@@ -24,7 +24,7 @@
 
 #include "backend/kernels.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/testing_context.h"
 #include "backend/cpu/x86/peak_loops.h"
 #include "base/thread_pool.h"
 #include "tensor/convert.h"
@@ -55,8 +55,9 @@ Packed pack_random(const Kernels& kernels, DType t, int64_t n) {
     quantize_row(t, row.data(), p.stored.data() + r * row_bytes, kK);
   }
   const Tensor w(p.stored.data(), t, {n, kK});
-  p.tensor = kernels.pack_matmul_weight != nullptr ? kernels.pack_matmul_weight(w, &p.storage) : w;
-  p.bytes = kernels.pack_matmul_weight != nullptr ? static_cast<int64_t>(p.storage.size()) : w.nbytes();
+  const bool packs = kernels.table().pack_matmul_weight != nullptr;
+  p.tensor = packs ? kernels.pack_matmul_weight(w, &p.storage) : w;
+  p.bytes = packs ? static_cast<int64_t>(p.storage.size()) : w.nbytes();
   return p;
 }
 
@@ -121,7 +122,7 @@ int run(int argc, char** argv) {
     }
   }
   const int64_t stream_bytes = stream_mib << 20;
-  ThreadPool& pool = cpu_thread_pool();
+  ThreadPool& pool = cpu::pool_of(kernels.context());
   std::printf("%s\n%d passes, %lld MiB streams, %d threads, %lld x %lld\n", (*backend)->description().c_str(), passes,
               static_cast<long long>(stream_mib), pool.num_threads(), static_cast<long long>(kStreamRows),
               static_cast<long long>(kK));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/testing_context.h"
 #include "backend/cpu/x86/x86_kernels.h"
 
 namespace pagoda::cpu {
@@ -27,7 +28,7 @@ void BM_RmsNormAvx2(benchmark::State& state) {
   std::vector<float> x(static_cast<size_t>(rows * dim), 0.5f), w(static_cast<size_t>(dim), 1.1f);
   std::vector<float> y(x.size());
   for (auto _ : state) {
-    rms_norm_avx2(x.data(), w.data(), rows, dim, 1e-5f, y.data());
+    rms_norm_avx2(testing_context(), x.data(), w.data(), rows, dim, 1e-5f, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -40,7 +41,7 @@ void BM_SiluMulAvx2(benchmark::State& state) {
   std::vector<float> gate(static_cast<size_t>(n), 0.3f), up(static_cast<size_t>(n), 0.7f);
   std::vector<float> out(gate.size());
   for (auto _ : state) {
-    silu_mul_avx2(gate.data(), up.data(), n, out.data());
+    silu_mul_avx2(testing_context(), gate.data(), up.data(), n, out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -52,7 +53,7 @@ void BM_AddAvx2(benchmark::State& state) {
   const int64_t n = state.range(0) * 5632;
   std::vector<float> y(static_cast<size_t>(n), 0.3f), x(static_cast<size_t>(n), 1e-7f);
   for (auto _ : state) {
-    add_avx2(y.data(), x.data(), n);
+    add_avx2(testing_context(), y.data(), x.data(), n);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -1,8 +1,8 @@
 // The Kernels entries of the AVX2 element-wise ops: the leaves of elementwise_avx2.cpp split over
-// cpu_thread_pool() when the op is large (a prefill), built with baseline flags (x86_kernels.h).
+// its context's pool when the op is large (a prefill), built with baseline flags (x86_kernels.h).
 #include <algorithm>
 
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 
@@ -14,31 +14,31 @@ constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 constexpr int64_t kChunk = 8192;
 
 template <class Fn>
-void split_elements(int64_t n, Fn&& fn) {
+void split_elements(const ExecContext& ctx, int64_t n, Fn&& fn) {
   if (n < kMinParallelElements) return fn(0, n);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  cpu_thread_pool().parallel_for(chunks, [&](int64_t begin, int64_t end) {
+  pool_of(ctx).parallel_for(chunks, [&](int64_t begin, int64_t end) {
     fn(begin * kChunk, std::min(n, end * kChunk));
   });
 }
 }  // namespace
 
-void rms_norm_avx2(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+void rms_norm_avx2(const ExecContext& ctx, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                    float* y) {
   if (rows < 2 || rows * dim < kMinParallelElements) return rms_norm_rows_avx2(x, weight, rows, dim, eps, y);
-  cpu_thread_pool().parallel_for(rows, [&](int64_t begin, int64_t end) {
+  pool_of(ctx).parallel_for(rows, [&](int64_t begin, int64_t end) {
     rms_norm_rows_avx2(x + begin * dim, weight, end - begin, dim, eps, y + begin * dim);
   });
 }
 
-void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out) {
-  split_elements(n, [&](int64_t begin, int64_t end) {
+void silu_mul_avx2(const ExecContext& ctx, const float* gate, const float* up, int64_t n, float* out) {
+  split_elements(ctx, n, [&](int64_t begin, int64_t end) {
     silu_mul_range_avx2(gate + begin, up + begin, end - begin, out + begin);
   });
 }
 
-void add_avx2(float* y, const float* x, int64_t n) {
-  split_elements(n, [&](int64_t begin, int64_t end) { add_range_avx2(y + begin, x + begin, end - begin); });
+void add_avx2(const ExecContext& ctx, float* y, const float* x, int64_t n) {
+  split_elements(ctx, n, [&](int64_t begin, int64_t end) { add_range_avx2(y + begin, x + begin, end - begin); });
 }
 
 }  // namespace pagoda::cpu

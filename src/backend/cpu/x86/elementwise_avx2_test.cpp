@@ -23,7 +23,7 @@ PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, RmsNormMatchesFloat64, "avx2", "rms_no
       auto x = random_floats(static_cast<size_t>(rows * dim), static_cast<uint32_t>(dim + rows), 3.0f);
       auto w = random_floats(static_cast<size_t>(dim), 7, 1.5f);
       std::vector<float> y(x.size());
-      rms_norm_avx2(x.data(), w.data(), rows, dim, 1e-5f, y.data());
+      rms_norm_avx2(kernel_table_testing::test_context(), x.data(), w.data(), rows, dim, 1e-5f, y.data());
       for (int64_t r = 0; r < rows; ++r) {
         double ss = 0;
         for (int64_t i = 0; i < dim; ++i) ss += double{x[r * dim + i]} * x[r * dim + i];
@@ -35,7 +35,7 @@ PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, RmsNormMatchesFloat64, "avx2", "rms_no
       }
       // In place (y aliases x), as the model calls it for q/k norms.
       std::vector<float> z = x;
-      rms_norm_avx2(z.data(), w.data(), rows, dim, 1e-5f, z.data());
+      rms_norm_avx2(kernel_table_testing::test_context(), z.data(), w.data(), rows, dim, 1e-5f, z.data());
       EXPECT_EQ(z, y);
     }
   }
@@ -50,14 +50,14 @@ PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, SiluMulMatchesFloat64, "avx2", "silu_m
       for (int i = 0; i < 8; ++i) g[static_cast<size_t>(i)] = extremes[i];
     }
     std::vector<float> out(static_cast<size_t>(n));
-    silu_mul_avx2(g.data(), u.data(), n, out.data());
+    silu_mul_avx2(kernel_table_testing::test_context(), g.data(), u.data(), n, out.data());
     for (int64_t i = 0; i < n; ++i) {
       const double want = g[i] / (1.0 + std::exp(-double{g[i]})) * u[i];
       ASSERT_NEAR(out[i], want, 2e-6 * (std::fabs(want) + 1e-3)) << "n=" << n << " g=" << g[i];
     }
     // out may alias gate.
     std::vector<float> in_place = g;
-    silu_mul_avx2(in_place.data(), u.data(), n, in_place.data());
+    silu_mul_avx2(kernel_table_testing::test_context(), in_place.data(), u.data(), n, in_place.data());
     EXPECT_EQ(in_place, out);
   }
 }
@@ -66,11 +66,11 @@ PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, ElementValueDoesNotDependOnBufferLengt
   auto g = random_floats(37, 3, 6.0f);
   auto u = random_floats(37, 4, 2.0f);
   std::vector<float> full(37);
-  silu_mul_avx2(g.data(), u.data(), 37, full.data());
+  silu_mul_avx2(kernel_table_testing::test_context(), g.data(), u.data(), 37, full.data());
   for (int64_t start = 0; start < 37; ++start) {
     for (int64_t n = 1; start + n <= 37; ++n) {
       std::vector<float> part(static_cast<size_t>(n));
-      silu_mul_avx2(g.data() + start, u.data() + start, n, part.data());
+      silu_mul_avx2(kernel_table_testing::test_context(), g.data() + start, u.data() + start, n, part.data());
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], full[start + i]) << start << " " << n;
     }
   }
@@ -82,7 +82,7 @@ PAGODA_KERNEL_TABLE_TEST(ElementwiseAvx2, AddIsExact, "avx2", "add") {
     auto x = random_floats(static_cast<size_t>(n), 2, 5.0f);
     std::vector<float> want = y;
     for (int64_t i = 0; i < n; ++i) want[i] += x[i];
-    add_avx2(y.data(), x.data(), n);
+    add_avx2(kernel_table_testing::test_context(), y.data(), x.data(), n);
     EXPECT_EQ(y, want);
   }
 }

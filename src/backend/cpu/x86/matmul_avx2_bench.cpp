@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/testing_context.h"
 #include "backend/cpu/scalar/reference_kernels.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "backend/kernels.h"
@@ -47,7 +47,7 @@ Weights random_weights(DType t, int64_t n, int64_t k) {
 
 enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni, kAvx512Bf16 };
 
-// Args: dtype, m, n, k, threaded (0: calling thread only; 1: cpu_thread_pool()); the reference
+// Args: dtype, m, n, k, threaded (0: calling thread only; 1: testing_context().pool()); the reference
 // kernel runs on the row-major weights, the others on the packed ones.
 void run(benchmark::State& state, Kernel kernel) {
   const CpuFeatures& f = cpu_features();
@@ -93,7 +93,7 @@ void run(benchmark::State& state, Kernel kernel) {
     for (size_t c = 1; c < copies.size(); ++c) copies[c] = random_weights(t, n, k);
   }
   for (Weights& w : copies) {
-    if (!reference) w.packed = pack_matmul_weight_avx2(w.w, &w.packed_storage);
+    if (!reference) w.packed = pack_matmul_weight_avx2(testing_context(), w.w, &w.packed_storage);
   }
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   size_t next = 0;
@@ -101,9 +101,9 @@ void run(benchmark::State& state, Kernel kernel) {
     const Weights& w = copies[next];
     next = (next + 1) % copies.size();
     if (reference) {
-      reference_kernels().matmul(x.data(), m, w.w, y.data());
+      reference_kernels().matmul(testing_context(), x.data(), m, w.w, y.data());
     } else {
-      packed_matmul(x.data(), m, w.packed, y.data(), threaded ? &cpu_thread_pool() : nullptr);
+      packed_matmul(x.data(), m, w.packed, y.data(), threaded ? &testing_context().pool() : nullptr);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -112,7 +112,7 @@ void run(benchmark::State& state, Kernel kernel) {
   state.SetBytesProcessed(state.iterations() * bytes);
   state.SetLabel(
       std::string(dtype_name(t)) +
-      (threaded ? " threads=" + std::to_string(cpu_thread_pool().num_threads()) : " 1 thread"));
+      (threaded ? " threads=" + std::to_string(testing_context().pool().num_threads()) : " 1 thread"));
 }
 
 void BM_MatmulAvx2(benchmark::State& state) { run(state, Kernel::kAvx2); }
@@ -194,12 +194,12 @@ void run_matmul_int(benchmark::State& state, MatmulIntPooled matmul_int) {
   const int64_t copies = m == 1 ? ((int64_t{64} << 20) + bytes - 1) / bytes : 1;
   std::vector<Buffer> storage(static_cast<size_t>(copies));
   std::vector<IntWeight> packed;
-  for (auto& s : storage) packed.push_back(pack_int_weight_avx2(w, &s));
+  for (auto& s : storage) packed.push_back(pack_int_weight_avx2(testing_context(), w, &s));
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
   size_t next = 0;
   for (auto _ : state) {
-    matmul_int(x.data(), m, packed[next], y.data(), threaded ? &cpu_thread_pool() : nullptr);
+    matmul_int(x.data(), m, packed[next], y.data(), threaded ? &testing_context().pool() : nullptr);
     next = (next + 1) % packed.size();
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -282,7 +282,7 @@ void BM_MoeExpertsAvx2(benchmark::State& state) {
     for (auto [w, n, k] : {std::tuple{&gate[e], kInter, kHidden}, std::tuple{&up[e], kInter, kHidden},
                            std::tuple{&down[e], kHidden, kInter}}) {
       *w = random_weights(t, n, k);
-      w->packed = pack_matmul_weight_avx2(w->w, &w->packed_storage);
+      w->packed = pack_matmul_weight_avx2(testing_context(), w->w, &w->packed_storage);
     }
   }
   // Each routing: tokens x kTopK distinct experts per token, as rows per expert.
@@ -317,12 +317,12 @@ void BM_MoeExpertsAvx2(benchmark::State& state) {
       } else {
         const Tensor* ws[2] = {&gate[e].packed, &up[e].packed};
         float* ys[2] = {g.data() + row * kInter, u.data() + row * kInter};
-        matmul_avx2_many(x.data() + row * kHidden, m, ws, ys, 2);
+        matmul_avx2_many(testing_context(), x.data() + row * kHidden, m, ws, ys, 2);
       }
       row += m;
     }
     if (grouped) {
-      matmul_avx2_grouped(x.data(), groups.data(), static_cast<int>(groups.size()));
+      matmul_avx2_grouped(testing_context(), x.data(), groups.data(), static_cast<int>(groups.size()));
       groups.clear();
     }
     row = 0;
@@ -332,18 +332,18 @@ void BM_MoeExpertsAvx2(benchmark::State& state) {
       if (grouped) {
         groups.push_back(MatmulGroup{row, m, &down[e].packed, out.data() + row * kHidden});
       } else {
-        matmul_avx2(g.data() + row * kInter, m, down[e].packed, out.data() + row * kHidden);
+        matmul_avx2(testing_context(), g.data() + row * kInter, m, down[e].packed, out.data() + row * kHidden);
       }
       row += m;
     }
-    if (grouped) matmul_avx2_grouped(g.data(), groups.data(), static_cast<int>(groups.size()));
+    if (grouped) matmul_avx2_grouped(testing_context(), g.data(), groups.data(), static_cast<int>(groups.size()));
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * rows * 3 * kInter * kHidden);
   state.SetBytesProcessed(bytes);
   state.SetLabel(std::string(dtype_name(t)) + (grouped ? " grouped" : " per expert") +
-                 " threads=" + std::to_string(cpu_thread_pool().num_threads()));
+                 " threads=" + std::to_string(testing_context().pool().num_threads()));
 }
 
 BENCHMARK(BM_MoeExpertsAvx2)

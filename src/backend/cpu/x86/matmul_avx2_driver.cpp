@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "backend/kernels.h"
 #include "base/check.h"
@@ -293,76 +293,76 @@ void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y,
   matmul_packed_pooled(x, m, w, y, pool, kAvxVnniLeaves);
 }
 
-void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y) {
-  matmul_avxvnni_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_avxvnni(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avxvnni_pooled(x, m, w, y, &pool_of(ctx));
 }
 
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
   matmul_packed_pooled(x, m, w, y, pool, kAvx512VnniLeaves);
 }
 
-void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y) {
-  matmul_avx512vnni_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_avx512vnni(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx512vnni_pooled(x, m, w, y, &pool_of(ctx));
 }
 
 void matmul_avx512_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
   matmul_packed_pooled(x, m, w, y, pool, kAvx512Leaves);
 }
 
-void matmul_avx512(const float* x, int64_t m, const Tensor& w, float* y) {
-  matmul_avx512_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_avx512(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx512_pooled(x, m, w, y, &pool_of(ctx));
 }
 
 void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool) {
   matmul_packed_pooled(x, m, w, y, pool, kAvx512Bf16Leaves);
 }
 
-void matmul_avx512bf16(const float* x, int64_t m, const Tensor& w, float* y) {
-  matmul_avx512bf16_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_avx512bf16(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx512bf16_pooled(x, m, w, y, &pool_of(ctx));
 }
 
-void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y) {
-  matmul_avx2_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_avx2(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y) {
+  matmul_avx2_pooled(x, m, w, y, &pool_of(ctx));
 }
 
-void matmul_avx2_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
-  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx2Leaves);
+void matmul_avx2_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &pool_of(ctx), kAvx2Leaves);
 }
 
-void matmul_avxvnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
-  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvxVnniLeaves);
+void matmul_avxvnni_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &pool_of(ctx), kAvxVnniLeaves);
 }
 
-void matmul_avx512_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
-  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512Leaves);
+void matmul_avx512_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &pool_of(ctx), kAvx512Leaves);
 }
 
-void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
-  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512VnniLeaves);
+void matmul_avx512vnni_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &pool_of(ctx), kAvx512VnniLeaves);
 }
 
-void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
-  matmul_packed_pooled(x, m, w, y, count, &cpu_thread_pool(), kAvx512Bf16Leaves);
+void matmul_avx512bf16_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count) {
+  matmul_packed_pooled(x, m, w, y, count, &pool_of(ctx), kAvx512Bf16Leaves);
 }
 
-void matmul_avx2_grouped(const float* x, const MatmulGroup* groups, int count) {
-  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx2Leaves);
+void matmul_avx2_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &pool_of(ctx), kAvx2Leaves);
 }
 
-void matmul_avxvnni_grouped(const float* x, const MatmulGroup* groups, int count) {
-  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvxVnniLeaves);
+void matmul_avxvnni_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &pool_of(ctx), kAvxVnniLeaves);
 }
 
-void matmul_avx512_grouped(const float* x, const MatmulGroup* groups, int count) {
-  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx512Leaves);
+void matmul_avx512_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &pool_of(ctx), kAvx512Leaves);
 }
 
-void matmul_avx512vnni_grouped(const float* x, const MatmulGroup* groups, int count) {
-  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx512VnniLeaves);
+void matmul_avx512vnni_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &pool_of(ctx), kAvx512VnniLeaves);
 }
 
-void matmul_avx512bf16_grouped(const float* x, const MatmulGroup* groups, int count) {
-  matmul_packed_pooled(x, groups, count, &cpu_thread_pool(), kAvx512Bf16Leaves);
+void matmul_avx512bf16_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count) {
+  matmul_packed_pooled(x, groups, count, &pool_of(ctx), kAvx512Bf16Leaves);
 }
 
 namespace {
@@ -433,24 +433,24 @@ void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float
   matmul_int_pooled(x, m, w, y, pool, matmul_int_packed_avx2);
 }
 
-void matmul_int_avx2(const float* x, int64_t m, const IntWeight& w, float* y) {
-  matmul_int_avx2_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_int_avx2(const ExecContext& ctx, const float* x, int64_t m, const IntWeight& w, float* y) {
+  matmul_int_avx2_pooled(x, m, w, y, &pool_of(ctx));
 }
 
 void matmul_int_avxvnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
   matmul_int_pooled(x, m, w, y, pool, matmul_int_packed_avxvnni);
 }
 
-void matmul_int_avxvnni(const float* x, int64_t m, const IntWeight& w, float* y) {
-  matmul_int_avxvnni_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_int_avxvnni(const ExecContext& ctx, const float* x, int64_t m, const IntWeight& w, float* y) {
+  matmul_int_avxvnni_pooled(x, m, w, y, &pool_of(ctx));
 }
 
 void matmul_int_avx512vnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool) {
   matmul_int_pooled(x, m, w, y, pool, matmul_int_packed_avx512vnni, /*unsigned_int8=*/true);
 }
 
-void matmul_int_avx512vnni(const float* x, int64_t m, const IntWeight& w, float* y) {
-  matmul_int_avx512vnni_pooled(x, m, w, y, &cpu_thread_pool());
+void matmul_int_avx512vnni(const ExecContext& ctx, const float* x, int64_t m, const IntWeight& w, float* y) {
+  matmul_int_avx512vnni_pooled(x, m, w, y, &pool_of(ctx));
 }
 
 }  // namespace pagoda::cpu

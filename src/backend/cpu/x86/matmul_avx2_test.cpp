@@ -53,7 +53,7 @@ struct Problem {
   std::vector<float> x;
 };
 
-using PackFn = Tensor (*)(const Tensor& w, Buffer* storage);
+using PackFn = Tensor (*)(const ExecContext& ctx, const Tensor& w, Buffer* storage);
 
 Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed, PackFn pack = pack_matmul_weight_avx2) {
   std::mt19937 rng(seed);
@@ -66,7 +66,7 @@ Problem make_problem(DType t, int64_t m, int64_t k, int64_t n, uint32_t seed, Pa
   for (int64_t r = 0; r < n; ++r)
     quantize_row(t, wf.data() + r * k, p.w_bytes.data() + r * row_bytes, k);
   p.w = Tensor(p.w_bytes.data(), t, {n, k});
-  p.packed = pack(p.w, &p.packed_storage);
+  p.packed = pack(kernel_table_testing::test_context(), p.w, &p.packed_storage);
   p.x.resize(static_cast<size_t>(m * k));
   for (auto& v : p.x) v = dist(rng);
   return p;
@@ -80,7 +80,7 @@ void expect_matches_reference(const Problem& p, int64_t m, const std::vector<flo
                               const std::string& what, double half_tol = 1e-5) {
   const int64_t n = p.w.num_rows(), k = p.w.row_len();
   std::vector<float> want(static_cast<size_t>(m * n));
-  reference_kernels().matmul(p.x.data(), m, p.w, want.data());
+  reference_kernels().matmul(kernel_table_testing::test_context(), p.x.data(), m, p.w, want.data());
   std::vector<float> row(static_cast<size_t>(k));
   int failures = 0;
   for (int64_t j = 0; j < n && failures < 5; ++j) {
@@ -111,9 +111,9 @@ std::string describe(DType t, int64_t m, int64_t k, int64_t n) {
 // f16 / bf16 weights (expect_matches_reference).
 struct MatmulEntry {
   void (*pooled)(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
-  void (*shared)(const float* x, int64_t m, const Tensor& w, float* y);
-  void (*many)(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
-  void (*grouped)(const float* x, const MatmulGroup* groups, int count);
+  void (*shared)(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y);
+  void (*many)(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+  void (*grouped)(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
   double half_tol = 1e-5;
   PackFn pack = pack_matmul_weight_avx2;  // the table's Kernels::pack_matmul_weight
 };
@@ -159,7 +159,7 @@ void check_long_rows_threaded(const MatmulEntry& matmul) {
           matmul.pooled(p.x.data(), m, p.packed, y.data(), &pool);
           expect_matches_reference(p, m, y, describe(t, m, k, n) + " pool(3)", matmul.half_tol);
           std::vector<float> y2(static_cast<size_t>(m * n), NAN);
-          matmul.shared(p.x.data(), m, p.packed, y2.data());
+          matmul.shared(kernel_table_testing::test_context(), p.x.data(), m, p.packed, y2.data());
           expect_matches_reference(p, m, y2, describe(t, m, k, n) + " shared pool", matmul.half_tol);
         }
       }
@@ -216,16 +216,16 @@ void check_many_matches_one_at_a_time(const MatmulEntry& matmul) {
         for (int i = 0; i < 3; ++i) {
           want[i].assign(static_cast<size_t>(m * ns[i]), NAN);
           got[i].assign(static_cast<size_t>(m * ns[i]), NAN);
-          matmul.shared(x.data(), m, p[i].packed, want[i].data());
+          matmul.shared(kernel_table_testing::test_context(), x.data(), m, p[i].packed, want[i].data());
           ws[i] = &p[i].packed;
           ys[i] = got[i].data();
         }
-        matmul.many(x.data(), m, ws, ys, 3);
+        matmul.many(kernel_table_testing::test_context(), x.data(), m, ws, ys, 3);
         for (int i = 0; i < 3; ++i) {
           EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
               << describe(t, m, k, ns[i]) << ": weight " << i << " of 3";
         }
-        matmul.many(x.data(), m, ws, ys, 1);  // one weight: matmul itself
+        matmul.many(kernel_table_testing::test_context(), x.data(), m, ws, ys, 1);  // one weight: matmul itself
         EXPECT_EQ(0, std::memcmp(want[0].data(), got[0].data(), want[0].size() * sizeof(float)))
             << describe(t, m, k, ns[0]) << " alone";
       }
@@ -280,12 +280,12 @@ void check_grouped_matches_each_matmul(const MatmulEntry& matmul) {
           weights.push_back(make_problem(t, 1, k, n, ++seed, matmul.pack));
           want.emplace_back(static_cast<size_t>(std::max<int64_t>(ms[e], 1) * n), NAN);
           got.emplace_back(want.back().size(), NAN);
-          if (ms[e] > 0) matmul.shared(x.data() + row * k, ms[e], weights.back().packed, want.back().data());
+          if (ms[e] > 0) matmul.shared(kernel_table_testing::test_context(), x.data() + row * k, ms[e], weights.back().packed, want.back().data());
           groups.push_back(MatmulGroup{row, ms[e], &weights.back().packed, got.back().data()});
         }
         row += ms[e];
       }
-      matmul.grouped(x.data(), groups.data(), static_cast<int>(groups.size()));
+      matmul.grouped(kernel_table_testing::test_context(), x.data(), groups.data(), static_cast<int>(groups.size()));
       for (size_t g = 0; g < groups.size(); ++g) {
         const std::string what = describe(t, groups[g].m, k, weights[g].packed.num_rows()) + ", group " +
                                  std::to_string(g) + " of " + std::to_string(groups.size());
@@ -731,7 +731,7 @@ IntProblem make_int_problem(int bits, int64_t m, int64_t k, int64_t n, int64_t g
     for (auto& z : p.zeros) z = static_cast<int32_t>(rng() % (2 * top + 1)) - top;
     p.w.zero_points = p.zeros.data();
   }
-  p.packed = pack_int_weight_avx2(p.w, &p.packed_storage);
+  p.packed = pack_int_weight_avx2(kernel_table_testing::test_context(), p.w, &p.packed_storage);
   p.x.resize(static_cast<size_t>(m * k));
   for (auto& v : p.x) v = xdist(rng);
   if (m > 2) {
@@ -762,7 +762,7 @@ void check_matmul_int_matches_reference(MatmulIntPooled matmul_int) {
             for (int64_t n : {1, 8, 13, 67}) {
               IntProblem p = make_int_problem(bits, m, k, n, group, scale, seed++, zeros);
               std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), NAN), threaded(want.size(), NAN);
-              reference_kernels().matmul_int(p.x.data(), m, p.w, want.data());
+              reference_kernels().matmul_int(kernel_table_testing::test_context(), p.x.data(), m, p.w, want.data());
               matmul_int(p.x.data(), m, p.packed, got.data(), nullptr);
               matmul_int(p.x.data(), m, p.packed, threaded.data(), &pool);
               ASSERT_EQ(got, want) << "bits " << bits << " k " << k << " group " << group << " input_scale "
@@ -903,8 +903,8 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto forced = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kScalar});
   ASSERT_TRUE(forced.ok());
   const CpuBackend& reference = **forced;
-  EXPECT_EQ(reference.kernels().matmul, reference_kernels().matmul);
-  EXPECT_EQ(reference.kernels().paged_attention, reference_kernels().paged_attention);
+  EXPECT_EQ(reference.kernels().table().matmul, reference_kernels().matmul);
+  EXPECT_EQ(reference.kernels().table().paged_attention, reference_kernels().paged_attention);
   EXPECT_NE(reference.description().find("reference"), std::string::npos);
   auto best = CpuBackend::create();
   ASSERT_TRUE(best.ok());
@@ -912,10 +912,10 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto avx2 = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx2});
   EXPECT_EQ(avx2.ok(), has_avx2()) << (avx2.ok() ? "" : avx2.status().message());
   if (avx2.ok()) {
-    EXPECT_EQ((*avx2)->kernels().matmul, &matmul_avx2);
-    EXPECT_EQ((*avx2)->kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_EQ((*avx2)->kernels().table().matmul, &matmul_avx2);
+    EXPECT_EQ((*avx2)->kernels().table().pack_matmul_weight, &pack_matmul_weight_avx2);
   }
-  EXPECT_EQ(reference.kernels().pack_matmul_weight, nullptr);
+  EXPECT_EQ(reference.kernels().table().pack_matmul_weight, nullptr);
   const bool vnni = has_avx2() && cpu_features().avxvnni;
   auto avxvnni = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvxVnni});
   EXPECT_EQ(avxvnni.ok(), vnni) << (avxvnni.ok() ? "" : avxvnni.status().message());
@@ -927,58 +927,58 @@ TEST(CpuBackend, PicksAvx2KernelsUnlessForcedToReference) {
   auto avx512_table = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512});
   EXPECT_EQ(avx512_table.ok(), avx512_fma) << (avx512_table.ok() ? "" : avx512_table.status().message());
   if (avx512_fma) {
-    EXPECT_EQ((*avx512_table)->kernels().matmul, &matmul_avx512);
-    EXPECT_EQ((*avx512_table)->kernels().matmul_int, &matmul_int_avx2);
+    EXPECT_EQ((*avx512_table)->kernels().table().matmul, &matmul_avx512);
+    EXPECT_EQ((*avx512_table)->kernels().table().matmul_int, &matmul_int_avx2);
   }
   const bool bf16 = avx512 && cpu_features().avx512bf16;
   auto avx512bf16 = CpuBackend::create(CpuBackendOptions{.isa = CpuIsa::kAvx512Bf16});
   EXPECT_EQ(avx512bf16.ok(), bf16) << (avx512bf16.ok() ? "" : avx512bf16.status().message());
   if (bf16) {
-    EXPECT_EQ(fast.kernels().matmul, &matmul_avx512bf16);
-    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
-    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx512bf16);
+    EXPECT_EQ(fast.kernels().table().matmul, &matmul_avx512bf16);
+    EXPECT_EQ(fast.kernels().table().matmul_int, &matmul_int_avx512vnni);
+    EXPECT_EQ(fast.kernels().table().pack_matmul_weight, &pack_matmul_weight_avx512bf16);
     EXPECT_NE(fast.description().find("avx512bf16"), std::string::npos) << fast.description();
-    EXPECT_EQ((*avx512vnni)->kernels().matmul, &matmul_avx512vnni);
+    EXPECT_EQ((*avx512vnni)->kernels().table().matmul, &matmul_avx512vnni);
   } else if (avx512) {
-    EXPECT_EQ(fast.kernels().matmul, &matmul_avx512vnni);
-    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx512vnni);
-    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_EQ(fast.kernels().table().matmul, &matmul_avx512vnni);
+    EXPECT_EQ(fast.kernels().table().matmul_int, &matmul_int_avx512vnni);
+    EXPECT_EQ(fast.kernels().table().pack_matmul_weight, &pack_matmul_weight_avx2);
     EXPECT_NE(fast.description().find("avx512vnni"), std::string::npos) << fast.description();
-    EXPECT_EQ(fast.kernels().rms_norm, &rms_norm_avx2);
+    EXPECT_EQ(fast.kernels().table().rms_norm, &rms_norm_avx2);
     if (vnni) {
-      EXPECT_EQ((*avxvnni)->kernels().matmul_int, &matmul_int_avxvnni);
+      EXPECT_EQ((*avxvnni)->kernels().table().matmul_int, &matmul_int_avxvnni);
     }
   } else if (avx512_fma) {
-    EXPECT_EQ(fast.kernels().matmul, &matmul_avx512);
+    EXPECT_EQ(fast.kernels().table().matmul, &matmul_avx512);
     EXPECT_NE(fast.description().find("avx512"), std::string::npos) << fast.description();
   } else if (vnni) {
-    EXPECT_EQ(fast.kernels().matmul, &matmul_avxvnni);
-    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avxvnni);
-    EXPECT_EQ(fast.kernels().pack_matmul_weight, &pack_matmul_weight_avx2);
+    EXPECT_EQ(fast.kernels().table().matmul, &matmul_avxvnni);
+    EXPECT_EQ(fast.kernels().table().matmul_int, &matmul_int_avxvnni);
+    EXPECT_EQ(fast.kernels().table().pack_matmul_weight, &pack_matmul_weight_avx2);
     EXPECT_NE(fast.description().find("avxvnni"), std::string::npos) << fast.description();
   } else if (has_avx2()) {
-    EXPECT_EQ(fast.kernels().matmul, &matmul_avx2);
-    EXPECT_EQ(fast.kernels().matmul_int, &matmul_int_avx2);
+    EXPECT_EQ(fast.kernels().table().matmul, &matmul_avx2);
+    EXPECT_EQ(fast.kernels().table().matmul_int, &matmul_int_avx2);
     EXPECT_NE(fast.description().find("avx2"), std::string::npos) << fast.description();
   } else {
-    EXPECT_EQ(fast.kernels().matmul, reference_kernels().matmul);
+    EXPECT_EQ(fast.kernels().table().matmul, reference_kernels().matmul);
   }
-  const Kernels& ref = reference_kernels();
+  const KernelTable& ref = reference_kernels();
   if (has_avx2()) {
     // The AVX-512 tables (avx512, avx512vnni, avx512bf16) take the 16-lane attention.
-    EXPECT_EQ(fast.kernels().paged_attention,
+    EXPECT_EQ(fast.kernels().table().paged_attention,
               avx512_fma ? &paged_attention_avx512 : &paged_attention_avx2);
-    EXPECT_EQ(fast.kernels().rms_norm, &rms_norm_avx2);
-    EXPECT_EQ(fast.kernels().silu_mul, &silu_mul_avx2);
-    EXPECT_EQ(fast.kernels().add, &add_avx2);
+    EXPECT_EQ(fast.kernels().table().rms_norm, &rms_norm_avx2);
+    EXPECT_EQ(fast.kernels().table().silu_mul, &silu_mul_avx2);
+    EXPECT_EQ(fast.kernels().table().add, &add_avx2);
   } else {
-    EXPECT_EQ(fast.kernels().paged_attention, ref.paged_attention);
-    EXPECT_EQ(fast.kernels().rms_norm, ref.rms_norm);
+    EXPECT_EQ(fast.kernels().table().paged_attention, ref.paged_attention);
+    EXPECT_EQ(fast.kernels().table().rms_norm, ref.rms_norm);
   }
   // These stay on the reference kernels.
-  EXPECT_EQ(fast.kernels().embedding, ref.embedding);
-  EXPECT_EQ(fast.kernels().rope, ref.rope);
-  EXPECT_EQ(fast.kernels().store_kv, ref.store_kv);
+  EXPECT_EQ(fast.kernels().table().embedding, ref.embedding);
+  EXPECT_EQ(fast.kernels().table().rope, ref.rope);
+  EXPECT_EQ(fast.kernels().table().store_kv, ref.store_kv);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cpu/cpu_thread_pool.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "base/check.h"
 #include "backend/kernels.h"
@@ -144,7 +144,7 @@ int64_t packed_panel_bytes(DType type, int64_t k) {
   return kPanelRows * (k / block_elems(type)) * block_bytes(type);
 }
 
-Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
+Tensor pack_matmul_weight_avx2(const ExecContext& ctx, const Tensor& w, Buffer* storage) {
   PAGODA_CHECK(w.layout == TensorLayout::kRowMajor);
   const int64_t n = w.num_rows();
   const int64_t k = w.row_len();
@@ -153,10 +153,10 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
   if (n == 0) return packed;  // nothing to read; the matmul returns before looking
   const int64_t num_panels = (n + kPanelRows - 1) / kPanelRows;
   const int64_t panel_bytes = packed_panel_bytes(w.dtype, k);
-  *storage = Buffer(static_cast<size_t>(num_panels * panel_bytes));  // zero: padding rows
+  *storage = ctx.allocate(static_cast<size_t>(num_panels * panel_bytes));  // zero: padding rows
   auto* out = storage->as<uint8_t>();
   const DType type = w.dtype;
-  cpu_thread_pool().parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
+  pool_of(ctx).parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       uint8_t* panel = out + p * panel_bytes;
       for (int64_t c = 0; c < kPanelRows && p * kPanelRows + c < n; ++c) {
@@ -204,13 +204,13 @@ Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage) {
   return packed;
 }
 
-Tensor pack_matmul_weight_avx512bf16(const Tensor& w, Buffer* storage) {
-  Tensor packed = pack_matmul_weight_avx2(w, storage);
+Tensor pack_matmul_weight_avx512bf16(const ExecContext& ctx, const Tensor& w, Buffer* storage) {
+  Tensor packed = pack_matmul_weight_avx2(ctx, w, storage);
   if (packed.dtype == DType::kF16 && storage->size() > 0) {
     const int64_t words = static_cast<int64_t>(storage->size() / 2);
     constexpr int64_t kChunk = 1 << 16;  // words per piece of the split
     auto* data = storage->as<uint16_t>();
-    cpu_thread_pool().parallel_for((words + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
+    pool_of(ctx).parallel_for((words + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
       const int64_t begin = c0 * kChunk, end = std::min(words, c1 * kChunk);
       convert_f16_to_bf16_avx512bf16(data + begin, end - begin);
     });
@@ -218,7 +218,7 @@ Tensor pack_matmul_weight_avx512bf16(const Tensor& w, Buffer* storage) {
   return packed;
 }
 
-IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
+IntWeight pack_int_weight_avx2(const ExecContext& ctx, const IntWeight& w, Buffer* storage) {
   PAGODA_CHECK(w.layout == TensorLayout::kRowMajor && (w.bits == 8 || w.bits == 4));
   PAGODA_CHECK(w.group_size > 0 && w.k % w.group_size == 0 && (w.group_size == w.k || w.group_size % 8 == 0));
   const int64_t n = w.n, k = w.k, kp = (k + 7) / 8 * 8, groups = w.groups();
@@ -229,12 +229,12 @@ IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage) {
   // int4 codes are stored offset by 8 (unsigned, for vpmaddubsw), with the zero points + 8 to
   // match where the weight has them (a weight without them: the kernels take 8 as its zero).
   const int64_t zero_ints = w.zero_points != nullptr ? scale_floats : 0;
-  *storage = Buffer(static_cast<size_t>(code_bytes + (scale_floats + zero_ints) * 4));  // zero: padding
+  *storage = ctx.allocate(static_cast<size_t>(code_bytes + (scale_floats + zero_ints) * 4));  // zero: padding
   auto* codes = storage->as<uint8_t>();
   auto* scales = reinterpret_cast<float*>(codes + code_bytes);
   auto* zeros = zero_ints > 0 ? reinterpret_cast<int32_t*>(scales + scale_floats) : nullptr;
   const auto* src = static_cast<const uint8_t*>(w.codes);
-  cpu_thread_pool().parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
+  pool_of(ctx).parallel_for(num_panels, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       uint8_t* panel = codes + p * panel_bytes;
       for (int64_t c = 0; c < kPanelRows && p * kPanelRows + c < n; ++c) {

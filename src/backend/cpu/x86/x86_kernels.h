@@ -25,6 +25,7 @@ struct AttentionParams;
 struct KvLayerView;
 struct IntWeight;
 struct MatmulGroup;
+class ExecContext;
 }  // namespace pagoda
 
 namespace pagoda::cpu {
@@ -91,13 +92,13 @@ struct NibblePanelLayout {
 int64_t packed_panel_bytes(DType type, int64_t k);
 
 // The Kernels::pack_matmul_weight entry of the AVX2 table: every type packs (w must be
-// row-major), and the AVX2 matmul takes only packed weights. Split over cpu_thread_pool().
-Tensor pack_matmul_weight_avx2(const Tensor& w, Buffer* storage);
+// row-major), and the AVX2 matmul takes only packed weights. Split over pool_of(ctx).
+Tensor pack_matmul_weight_avx2(const ExecContext& ctx, const Tensor& w, Buffer* storage);
 // The avx512bf16 table's: the same panels, but an f16 weight's values are stored as their bf16
 // roundings (nearest even, denormals to zero: the rounding its vdpbf16ps leaf gives them anyway),
 // so that its loops only load them. The tensor keeps its f16 dtype; only this table's matmul
 // reads such panels.
-Tensor pack_matmul_weight_avx512bf16(const Tensor& w, Buffer* storage);
+Tensor pack_matmul_weight_avx512bf16(const ExecContext& ctx, const Tensor& w, Buffer* storage);
 
 // AVX2 + FMA + F16C. y[i, j] = sum_t x[i, t] * w[j, t] for i < m and the rows j of panels
 // [panel_begin, panel_end) that exist (j < n), from f32 / f16 / bf16 panels; x is [m, k] f32,
@@ -172,7 +173,7 @@ void activation_block_sums_avx2(const BlockQ8Act* x, int64_t num_blocks, int32_t
 // The scales follow all the panels: panel p's at p * 8 * groups floats, group g's 8 rows at g * 8;
 // the zero points (where the weight has them) follow the scales, int32, laid out as they are.
 // A per-channel weight (group_size == k) has one group of kp columns.
-IntWeight pack_int_weight_avx2(const IntWeight& w, Buffer* storage);
+IntWeight pack_int_weight_avx2(const ExecContext& ctx, const IntWeight& w, Buffer* storage);
 
 // AVX2. One activation row of k floats to int8 codes q[0, kp) (zeros past k), bit for bit as
 // quantize_activation_row_int8 (tensor/convert.h); returns the row's scale.
@@ -205,19 +206,19 @@ void matmul_int_packed_avx512vnni(const int8_t* xq, const float* s_x, const int3
 // cpu_thread_pool() (the pooled forms take the pool, nullptr: the calling thread), multiplied by
 // matmul_int_packed_avx2, _avxvnni or _avx512vnni. All take pack_int_weight_avx2's layout.
 void matmul_int_avx2_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
-void matmul_int_avx2(const float* x, int64_t m, const IntWeight& w, float* y);
+void matmul_int_avx2(const ExecContext& ctx, const float* x, int64_t m, const IntWeight& w, float* y);
 void matmul_int_avxvnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
-void matmul_int_avxvnni(const float* x, int64_t m, const IntWeight& w, float* y);
+void matmul_int_avxvnni(const ExecContext& ctx, const float* x, int64_t m, const IntWeight& w, float* y);
 void matmul_int_avx512vnni_pooled(const float* x, int64_t m, const IntWeight& w, float* y, ThreadPool* pool);
-void matmul_int_avx512vnni(const float* x, int64_t m, const IntWeight& w, float* y);
+void matmul_int_avx512vnni(const ExecContext& ctx, const float* x, int64_t m, const IntWeight& w, float* y);
 
 // y[m, n] = x[m, k] * w[n, k]^T (the Kernels::matmul contract) for w from
 // pack_matmul_weight_avx2, its panels split over `pool` in chunks (pool == nullptr, or a small
 // product: the calling thread only).
 void matmul_avx2_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
 
-// The Kernels::matmul entry: matmul_avx2_pooled over cpu_thread_pool().
-void matmul_avx2(const float* x, int64_t m, const Tensor& w, float* y);
+// The Kernels::matmul entry: matmul_avx2_pooled over pool_of(ctx).
+void matmul_avx2(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y);
 
 // AVX-512 VNNI (the avx512vnni table): matmul_packed_q8act_avx2 for m > 1, two panels per 512-bit
 // vector; for q8_0 the input codes come unsigned (each code + 128: the XOR 0x80 of
@@ -248,34 +249,34 @@ void matmul_bf16_rows_avx512bf16(const uint16_t* xb, int64_t ldx, int64_t m, int
 
 // The avxvnni table's: the same, with every block type's product on its _avxvnni leaf.
 void matmul_avxvnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
-void matmul_avxvnni(const float* x, int64_t m, const Tensor& w, float* y);
+void matmul_avxvnni(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y);
 // The avx512vnni table's: the avxvnni one on the _avx512vl leaves (EVEX vpdpbusd), with batched
 // products (m > 1) of q8_0, q4_0, q4_1, q5_0 and q5_1 on matmul_q8act_batched_avx512vnni, of f32,
 // f16 and bf16 on matmul_float_batched_avx512.
 void matmul_avx512vnni_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
-void matmul_avx512vnni(const float* x, int64_t m, const Tensor& w, float* y);
+void matmul_avx512vnni(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y);
 // The avx512 table's: the avx2 one, with batched products (m > 1) of f32, f16 and bf16 on
 // matmul_float_batched_avx512.
 void matmul_avx512_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
-void matmul_avx512(const float* x, int64_t m, const Tensor& w, float* y);
+void matmul_avx512(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y);
 // The avx512bf16 table's: the avx512vnni one, with f16 and bf16 weights (every m) on
 // matmul_bf16_rows_avx512bf16.
 void matmul_avx512bf16_pooled(const float* x, int64_t m, const Tensor& w, float* y, ThreadPool* pool);
-void matmul_avx512bf16(const float* x, int64_t m, const Tensor& w, float* y);
+void matmul_avx512bf16(const ExecContext& ctx, const float* x, int64_t m, const Tensor& w, float* y);
 // The Kernels::matmul_many entries of the tables above: their matmuls of several weights (one
 // dtype and k) over cpu_thread_pool() in one parallel step.
-void matmul_avx2_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
-void matmul_avxvnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
-void matmul_avx512_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
-void matmul_avx512vnni_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
-void matmul_avx512bf16_many(const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx2_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avxvnni_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx512_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx512vnni_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
+void matmul_avx512bf16_many(const ExecContext& ctx, const float* x, int64_t m, const Tensor* const* w, float* const* y, int count);
 // The Kernels::matmul_grouped entries: products of different rows of one input with different
 // weights (one dtype and k), over cpu_thread_pool() in one parallel step.
-void matmul_avx2_grouped(const float* x, const MatmulGroup* groups, int count);
-void matmul_avxvnni_grouped(const float* x, const MatmulGroup* groups, int count);
-void matmul_avx512_grouped(const float* x, const MatmulGroup* groups, int count);
-void matmul_avx512vnni_grouped(const float* x, const MatmulGroup* groups, int count);
-void matmul_avx512bf16_grouped(const float* x, const MatmulGroup* groups, int count);
+void matmul_avx2_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
+void matmul_avxvnni_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
+void matmul_avx512_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
+void matmul_avx512vnni_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
+void matmul_avx512bf16_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
 
 // One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
 // one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
@@ -317,26 +318,26 @@ void attention_tile_lanes_avx512(const AttentionTile& tile);
 void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                                  const KvLayerView& cache, const AttentionParams& params,
                                  float* out, ThreadPool* pool);
-void paged_attention_avx2(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+void paged_attention_avx2(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                           const KvLayerView& cache, const AttentionParams& params, float* out);
 // The same with attention_tile_lanes_avx512 for the groups of 4 or more (AVX-512 F; a tile of at
 // most 8 query vectors, a decode step's, keeps the 8-lane kernel): the same bits as the AVX2 entry.
 void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                                    const KvLayerView& cache, const AttentionParams& params, float* out,
                                    ThreadPool* pool);
-void paged_attention_avx512(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
+void paged_attention_avx512(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                             const KvLayerView& cache, const AttentionParams& params, float* out);
 
 // AVX2 + FMA element-wise leaves, on the calling thread, with the Kernels contracts of rms_norm,
 // silu_mul (over [0, n)) and add. Each element's value does not depend on n or its place in the
-// buffer. The *_avx2 entries without a suffix split large calls over cpu_thread_pool().
+// buffer. The *_avx2 entries without a suffix split large calls over pool_of(ctx).
 void rms_norm_rows_avx2(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                         float* y);
 void silu_mul_range_avx2(const float* gate, const float* up, int64_t n, float* out);
 void add_range_avx2(float* y, const float* x, int64_t n);
-void rms_norm_avx2(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+void rms_norm_avx2(const ExecContext& ctx, const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                    float* y);
-void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
-void add_avx2(float* y, const float* x, int64_t n);
+void silu_mul_avx2(const ExecContext& ctx, const float* gate, const float* up, int64_t n, float* out);
+void add_avx2(const ExecContext& ctx, float* y, const float* x, int64_t n);
 
 }  // namespace pagoda::cpu
