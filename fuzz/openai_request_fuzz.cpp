@@ -17,7 +17,8 @@
 
 #include "fuzz_support.h"
 #include "loader/gguf_file.h"
-#include "server/openai_protocol.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

@@ -20,7 +20,7 @@
 #include "launch/cli_flags.h"
 #include "launch/engine_setup.h"
 #include "engine/llm.h"
-#include "server/openai_protocol.h"
+#include "server/openai_request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/unicode.h"
 

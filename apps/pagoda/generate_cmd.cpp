@@ -1,6 +1,6 @@
 // `pagoda generate`: one prompt streamed to stdout, or a JSONL file of requests run as one batch.
 //
-// Both go through the server's request parser (server/openai_protocol.h): a --prompt is turned
+// Both go through the server's request parser (server/openai_request.h): a --prompt is turned
 // into the completions body its flags describe, and every line of an --input-file is a
 // completions body. So the CLI and the server accept, default, validate and refuse requests by
 // the same rules, and offline logprobs come out in the same OpenAI shape.
@@ -15,7 +15,8 @@
 #include "launch/ranks.h"
 #include "base/log.h"
 #include "engine/llm.h"
-#include "server/openai_protocol.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
 
 namespace pagoda::app {
 

@@ -103,7 +103,7 @@ class Engine {
   // max_queued_requests and with unavailable once the engine stops or fails.
   Result<RequestStream> submit(GenerateRequest request);
   Result<RequestId> submit(GenerateRequest request, ChunkCallback on_chunk);
-  // The same for a request a parser has checked already (server/openai_protocol.h): queued as it is.
+  // The same for a request a parser has checked already (server/openai_request.h): queued as it is.
   Result<RequestStream> submit(PreparedRequest request);
   Result<RequestId> submit(PreparedRequest request, ChunkCallback on_chunk);
 

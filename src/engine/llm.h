@@ -42,7 +42,7 @@ class LLM {
   Result<std::vector<RequestOutput>> generate(std::vector<GenerateRequest> requests,
                                               const std::function<void(size_t done, size_t total)>& progress = {},
                                               const std::function<bool()>& interrupted = {});
-  // The same for requests a parser checked already (server/openai_protocol.h), as they are.
+  // The same for requests a parser checked already (server/openai_request.h), as they are.
   Result<std::vector<RequestOutput>> generate(const std::vector<PreparedRequest>& requests,
                                               const std::function<void(size_t done, size_t total)>& progress = {},
                                               const std::function<bool()>& interrupted = {});

@@ -8,7 +8,7 @@
 #include "launch/engine_flags.h"
 #include "launch/model_loading.h"
 #include "engine/llm_engine.h"
-#include "server/openai_protocol.h"
+#include "server/openai_request.h"
 
 namespace pagoda::app {
 

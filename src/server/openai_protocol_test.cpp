@@ -3,7 +3,8 @@
 // valid bodies map field for field onto GenerateRequest; responses and SSE chunks have OpenAI's
 // (and vLLM's) shapes; and a mutation fuzz of valid bodies never crashes (this binary runs
 // under ASan and UBSan).
-#include "server/openai_protocol.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
 
 #include <gtest/gtest.h>
 

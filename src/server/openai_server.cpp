@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "server/openai_response.h"
 
 #ifndef PAGODA_VERSION
 #define PAGODA_VERSION "0.0.0"

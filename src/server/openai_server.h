@@ -2,7 +2,7 @@
 // /v1/completions, /v1/chat/completions (both with SSE streaming), /v1/models, /health,
 // /metrics (Prometheus, vLLM's names), /tokenize, /detokenize, /version.
 //
-// Request path: an I/O thread parses and validates the body (openai_protocol), tokenizes, and
+// Request path: an I/O thread parses and validates the body (openai_request), tokenizes, and
 // submits to the engine with a callback; the engine thread's chunks are posted back to the
 // connection's strand, turned into JSON there (never on the engine thread) and written. A client
 // that goes away aborts its request; the engine frees its blocks within one step.
@@ -24,7 +24,7 @@
 #include "engine/engine.h"
 #include "metrics/engine_metrics.h"
 #include "server/http_server.h"
-#include "server/openai_protocol.h"
+#include "server/openai_request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

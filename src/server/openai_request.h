@@ -1,7 +1,7 @@
-// OpenAI protocol: turns the JSON bodies of /v1/completions, /v1/chat/completions, /tokenize and
-// /detokenize into engine requests, and the engine's output chunks into OpenAI response objects
-// and server-sent-event chunks, field for field as the OpenAI API reference (and vLLM's
-// extensions: stop_reason, prompt_token_ids-free usage details) shapes them.
+// OpenAI protocol, requests: turns the JSON bodies of /v1/completions, /v1/chat/completions,
+// /tokenize and /detokenize into engine requests (and the last two into their answers), field for
+// field as the OpenAI API reference and vLLM's extensions define them. openai_response.h builds
+// the responses of a parsed request; the error object both use is in openai_common.h.
 //
 // Sits between the HTTP routes (openai_server) and the engine: no I/O, no threads. Every
 // function is a pure transformation, so the whole protocol is unit-tested without a socket.
@@ -24,33 +24,15 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "engine/engine_types.h"
 #include "engine/request_validation.h"
+#include "server/openai_common.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
-
-// The OpenAI error object: {"error": {"message", "type", "param", "code"}}; param and code are
-// null when empty. `status` is the HTTP status that carries it.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";  // authentication_error, not_found_error, ...
-  std::string param;
-  std::string code;  // OpenAI's string codes: context_length_exceeded, model_not_found, ...
-
-  std::string to_json() const;  // the body, one line, valid UTF-8 whatever the message holds
-};
-
-// 400 invalid_request_error.
-ApiError bad_request(std::string message, std::string param = "", std::string code = "");
-
-template <typename T>
-using ApiResult = std::variant<T, ApiError>;
 
 // Caps on what one request may ask for, checked before anything is allocated for it.
 struct ProtocolLimits {
@@ -147,65 +129,6 @@ class IgnoredFieldNames {
   std::set<std::string> seen_;  // guarded by mu_
 };
 
-// Builds the response of one request from the engine's chunks. Not thread-safe: one builder
-// per request, fed in the order the chunks arrive.
-class ResponseBuilder {
- public:
-  // `id` is the response id ("cmpl-..." / "chatcmpl-..."), `created` unix seconds.
-  ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id,
-                  int64_t created);
-
-  // Non-streaming: add every chunk of prompt `prompt_index`, then body() once all finished.
-  void add(size_t prompt_index, const OutputChunk& chunk);
-  // text_completion / chat.completion, with usage (prompt_tokens counted once per prompt,
-  // completion_tokens over all choices, prompt_tokens_details.cached_tokens). Each choice has
-  // vLLM's stop_reason: the stop string, or the stop token id when one other than the
-  // tokenizer's EOS ended it, else null. Logprobs of -inf are sent as -9999.0, as OpenAI does.
-  std::string body() const;
-
-  // Streaming: the SSE events ("data: {...}\n\n", possibly several, possibly none) for this
-  // chunk. Chat sends {"role":"assistant","content":""} as the first delta of each choice; the
-  // last chunk of a choice carries its finish_reason. With include_usage every chunk has
-  // "usage": null.
-  std::string stream_events(size_t prompt_index, const OutputChunk& chunk);
-  // When every choice has finished: the usage chunk (choices: []) if include_usage, then
-  // "data: [DONE]\n\n".
-  std::string stream_end();
-
-  bool all_finished() const;
-
- private:
-  struct Choice {
-    std::string text;
-    std::vector<TokenId> token_ids;
-    std::vector<SampledOutput> logprobs;
-    std::vector<SampledOutput> prompt_logprobs;
-    std::string finish_reason;           // "" while running
-    std::optional<std::string> stop_reason_text;
-    std::optional<TokenId> stop_reason_token;
-    bool started = false;                // streaming: the first event was sent
-    int64_t text_offset = 0;             // completions logprobs: bytes of text so far
-  };
-  // The choice a chunk of prompt `prompt_index` belongs to (PAGODA_CHECKs the indices).
-  Choice& choice(size_t prompt_index, const OutputChunk& chunk);
-  // Bookkeeping for a chunk whose text and tokens `c` already holds: finish reason, stop
-  // reason and usage when it is the choice's last.
-  void record(size_t prompt_index, Choice& c, const OutputChunk& chunk);
-
-  const ParsedRequest& request_;
-  const Tokenizer& tokenizer_;
-  std::string id_;
-  int64_t created_;
-  std::vector<Choice> choices_;          // prompts.size() * n
-  std::vector<int64_t> prompt_tokens_;   // per prompt, from the last chunk of any of its choices
-  std::vector<int64_t> cached_tokens_;
-  int64_t completion_tokens_ = 0;
-  size_t finished_ = 0;
-};
-
-// One SSE event carrying an error (after a stream has begun), then "data: [DONE]\n\n".
-std::string stream_error_events(const ApiError& error);
-
 // /tokenize: {"prompt": str, "add_special_tokens": bool (default true)} or
 // {"messages": [...], "add_generation_prompt": bool} (rendered with the chat template), with an
 // optional "model". Returns the response body:
@@ -214,9 +137,5 @@ ApiResult<std::string> handle_tokenize(std::string_view body, const ModelContext
 // /detokenize: {"tokens": [ids], "model"?} -> {"prompt": "text"}. Ids outside the vocabulary
 // are a 400.
 ApiResult<std::string> handle_detokenize(std::string_view body, const ModelContext& model);
-
-// /v1/models: {"object":"list","data":[{"id", "object":"model", "created", "owned_by":"pagoda",
-// "root", "parent": null, "max_model_len"}]} with one entry per served name.
-std::string models_list(const ModelContext& model, const std::string& root, int64_t created);
 
 }  // namespace pagoda::server
