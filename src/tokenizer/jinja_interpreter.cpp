@@ -14,6 +14,7 @@
 #include <ctime>
 #include <optional>
 #include <string_view>
+#include <unordered_map>
 
 #include "tokenizer/jinja_ast.h"
 
@@ -1450,287 +1451,361 @@ class Interpreter {
     }
   }
 
+  // One member function a filter, or a family of aliases (first / last, min / max, select /
+  // reject / selectattr / rejectattr): a family's function reads the name it was called by.
+  using FilterFn = Value (Interpreter::*)(const std::string& name, const Value& v, CallArgs& a);
+
+  // Every filter by each of its names, built once.
+  static const std::unordered_map<std::string_view, FilterFn>& filters() {
+    static const std::unordered_map<std::string_view, FilterFn> table = {
+        {"trim", &Interpreter::filter_trim},
+        {"length", &Interpreter::filter_length}, {"count", &Interpreter::filter_length},
+        {"upper", &Interpreter::filter_upper},
+        {"lower", &Interpreter::filter_lower},
+        {"capitalize", &Interpreter::filter_capitalize},
+        {"title", &Interpreter::filter_title},
+        {"string", &Interpreter::filter_string},
+        {"safe", &Interpreter::filter_safe},
+        {"e", &Interpreter::filter_escape}, {"escape", &Interpreter::filter_escape},
+        {"forceescape", &Interpreter::filter_escape},
+        {"tojson", &Interpreter::filter_tojson},
+        {"first", &Interpreter::filter_first_last}, {"last", &Interpreter::filter_first_last},
+        {"join", &Interpreter::filter_join},
+        {"default", &Interpreter::filter_default}, {"d", &Interpreter::filter_default},
+        {"replace", &Interpreter::filter_replace},
+        {"int", &Interpreter::filter_int},
+        {"float", &Interpreter::filter_float},
+        {"abs", &Interpreter::filter_abs},
+        {"round", &Interpreter::filter_round},
+        {"list", &Interpreter::filter_list},
+        {"items", &Interpreter::filter_items},
+        {"reverse", &Interpreter::filter_reverse},
+        {"unique", &Interpreter::filter_unique},
+        {"sort", &Interpreter::filter_sort},
+        {"min", &Interpreter::filter_min_max}, {"max", &Interpreter::filter_min_max},
+        {"sum", &Interpreter::filter_sum},
+        {"indent", &Interpreter::filter_indent},
+        {"selectattr", &Interpreter::filter_select}, {"rejectattr", &Interpreter::filter_select},
+        {"select", &Interpreter::filter_select}, {"reject", &Interpreter::filter_select},
+        {"map", &Interpreter::filter_map},
+        {"dictsort", &Interpreter::filter_dictsort},
+    };
+    return table;
+  }
+
   Value filter(const std::string& name, const Value& v, CallArgs& a) {
-    if (name == "trim") return Value(py_strip(as_text(v), arg(a, 0, "chars"), true, true));
-    if (name == "length" || name == "count") return Value(length_of(v));
-    if (name == "upper") return Value(case_map(as_text(v), true));
-    if (name == "lower") return Value(case_map(as_text(v), false));
-    if (name == "capitalize") return Value(py_title(case_map(as_text(v), false), true));
-    if (name == "title") return Value(py_title(as_text(v), false));
-    if (name == "string") return Value(as_text(v));
-    if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") {
-      if (name == "safe") return v;
-      std::string out;
-      for (char c : as_text(v)) {
-        switch (c) {
-          case '&':
-            out += "&amp;";
-            break;
-          case '<':
-            out += "&lt;";
-            break;
-          case '>':
-            out += "&gt;";
-            break;
-          case '"':
-            out += "&#34;";
-            break;
-          case '\'':
-            out += "&#39;";
-            break;
-          default:
-            out += c;
-        }
+    const auto& table = filters();
+    const auto it = table.find(name);
+    if (it == table.end()) error("unknown filter '" + name + "'");
+    return (this->*it->second)(name, v, a);
+  }
+
+  Value filter_trim(const std::string&, const Value& v, CallArgs& a) {
+    return Value(py_strip(as_text(v), arg(a, 0, "chars"), true, true));
+  }
+
+  Value filter_length(const std::string&, const Value& v, CallArgs&) { return Value(length_of(v)); }
+  Value filter_upper(const std::string&, const Value& v, CallArgs&) { return Value(case_map(as_text(v), true)); }
+  Value filter_lower(const std::string&, const Value& v, CallArgs&) { return Value(case_map(as_text(v), false)); }
+
+  Value filter_capitalize(const std::string&, const Value& v, CallArgs&) {
+    return Value(py_title(case_map(as_text(v), false), true));
+  }
+
+  Value filter_title(const std::string&, const Value& v, CallArgs&) { return Value(py_title(as_text(v), false)); }
+  Value filter_string(const std::string&, const Value& v, CallArgs&) { return Value(as_text(v)); }
+  Value filter_safe(const std::string&, const Value& v, CallArgs&) { return v; }
+
+  Value filter_escape(const std::string&, const Value& v, CallArgs&) {
+    std::string out;
+    for (char c : as_text(v)) {
+      switch (c) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&#34;";
+          break;
+        case '\'':
+          out += "&#39;";
+          break;
+        default:
+          out += c;
       }
-      return Value(std::move(out));
     }
-    if (name == "tojson") {
-      Value indent = arg_or(a, 0, "indent", Value::none());
-      if (!indent.is_none() && !indent.is_int()) error("tojson: indent must be an integer");
-      std::string out;
-      to_json(out, v, indent.is_none() ? -1 : static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 16)),
-              0, 0);
-      return Value(std::move(out));
+    return Value(std::move(out));
+  }
+
+  Value filter_tojson(const std::string&, const Value& v, CallArgs& a) {
+    Value indent = arg_or(a, 0, "indent", Value::none());
+    if (!indent.is_none() && !indent.is_int()) error("tojson: indent must be an integer");
+    std::string out;
+    to_json(out, v, indent.is_none() ? -1 : static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 16)),
+            0, 0);
+    return Value(std::move(out));
+  }
+
+  Value filter_first_last(const std::string& name, const Value& v, CallArgs&) {
+    List items = iterate(v, 0, 0);
+    if (items.empty()) return Value::undefined("no " + name + " item of an empty sequence");
+    return name == "first" ? items.front() : items.back();
+  }
+
+  Value filter_join(const std::string&, const Value& v, CallArgs& a) {
+    std::string sep = as_text(arg_or(a, 0, "d", Value("")));
+    Value attribute = arg_or(a, 1, "attribute", Value());
+    std::string out;
+    bool first = true;
+    for (const Value& x : iterate(v, 0, 0)) {
+      if (!first) out += sep;
+      first = false;
+      out += as_text(attribute.is_undefined() ? x : attribute_of(x, attribute));
+      check_size(out);
     }
-    if (name == "first" || name == "last") {
-      List items = iterate(v, 0, 0);
-      if (items.empty()) return Value::undefined("no " + name + " item of an empty sequence");
-      return name == "first" ? items.front() : items.back();
+    return Value(std::move(out));
+  }
+
+  Value filter_default(const std::string&, const Value& v, CallArgs& a) {
+    Value fallback = arg_or(a, 0, "default_value", Value(""));
+    bool boolean = truthy(arg_or(a, 1, "boolean", Value(false)));
+    if (v.is_undefined() || (boolean && !truthy(v))) return fallback;
+    return v;
+  }
+
+  Value filter_replace(const std::string&, const Value& v, CallArgs& a) {
+    Value from = arg_or(a, 0, "old", Value()), to = arg_or(a, 1, "new", Value());
+    return Value(py_replace(as_text(v), as_text(from), as_text(to), arg_or(a, 2, "count", Value(-1))));
+  }
+
+  Value filter_int(const std::string&, const Value& v, CallArgs& a) {
+    Value fallback = arg_or(a, 0, "default", Value(0));
+    if (v.is_int() || v.is_bool()) return Value(v.as_int());
+    if (v.is_float()) {
+      double d = v.as_double();
+      if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) return fallback;
+      return Value(static_cast<int64_t>(d));
     }
-    if (name == "join") {
-      std::string sep = as_text(arg_or(a, 0, "d", Value("")));
-      Value attribute = arg_or(a, 1, "attribute", Value());
-      std::string out;
-      bool first = true;
-      for (const Value& x : iterate(v, 0, 0)) {
-        if (!first) out += sep;
-        first = false;
-        out += as_text(attribute.is_undefined() ? x : attribute_of(x, attribute));
-        check_size(out);
-      }
-      return Value(std::move(out));
-    }
-    if (name == "default" || name == "d") {
-      Value fallback = arg_or(a, 0, "default_value", Value(""));
-      bool boolean = truthy(arg_or(a, 1, "boolean", Value(false)));
-      if (v.is_undefined() || (boolean && !truthy(v))) return fallback;
-      return v;
-    }
-    if (name == "replace") {
-      Value from = arg_or(a, 0, "old", Value()), to = arg_or(a, 1, "new", Value());
-      return Value(py_replace(as_text(v), as_text(from), as_text(to), arg_or(a, 2, "count", Value(-1))));
-    }
-    if (name == "int") {
-      Value fallback = arg_or(a, 0, "default", Value(0));
-      if (v.is_int() || v.is_bool()) return Value(v.as_int());
-      if (v.is_float()) {
-        double d = v.as_double();
-        if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) return fallback;
+    if (v.is_string()) {
+      std::string s = py_strip(v.str(), nullptr, true, true);
+      std::string digits;
+      for (char c : s)
+        if (c != '_') digits.push_back(c);
+      int64_t out = 0;
+      const char* b = digits.data() + (!digits.empty() && digits[0] == '+' ? 1 : 0);
+      auto res = std::from_chars(b, digits.data() + digits.size(), out);
+      if (res.ec == std::errc() && res.ptr == digits.data() + digits.size() && !digits.empty())
+        return Value(out);
+      char* end = nullptr;
+      double d = std::strtod(s.c_str(), &end);
+      if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
         return Value(static_cast<int64_t>(d));
       }
-      if (v.is_string()) {
-        std::string s = py_strip(v.str(), nullptr, true, true);
-        std::string digits;
-        for (char c : s)
-          if (c != '_') digits.push_back(c);
-        int64_t out = 0;
-        const char* b = digits.data() + (!digits.empty() && digits[0] == '+' ? 1 : 0);
-        auto res = std::from_chars(b, digits.data() + digits.size(), out);
-        if (res.ec == std::errc() && res.ptr == digits.data() + digits.size() && !digits.empty())
-          return Value(out);
-        char* end = nullptr;
-        double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
-          return Value(static_cast<int64_t>(d));
-        }
-      }
-      return fallback;
     }
-    if (name == "float") {
-      Value fallback = arg_or(a, 0, "default", Value(0.0));
-      if (v.is_number()) return Value(v.as_double());
-      if (v.is_string()) {
-        std::string s = py_strip(v.str(), nullptr, true, true);
-        char* end = nullptr;
-        double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size()) return Value(d);
-      }
-      return fallback;
+    return fallback;
+  }
+
+  Value filter_float(const std::string&, const Value& v, CallArgs& a) {
+    Value fallback = arg_or(a, 0, "default", Value(0.0));
+    if (v.is_number()) return Value(v.as_double());
+    if (v.is_string()) {
+      std::string s = py_strip(v.str(), nullptr, true, true);
+      char* end = nullptr;
+      double d = std::strtod(s.c_str(), &end);
+      if (!s.empty() && end == s.c_str() + s.size()) return Value(d);
     }
-    if (name == "abs") {
-      if (v.is_float()) return Value(std::fabs(v.as_double()));
-      if (v.is_int() || v.is_bool()) {
-        if (v.as_int() == INT64_MIN) error("integer overflow");
-        return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-      }
-      error("bad operand type for abs()");
+    return fallback;
+  }
+
+  Value filter_abs(const std::string&, const Value& v, CallArgs&) {
+    if (v.is_float()) return Value(std::fabs(v.as_double()));
+    if (v.is_int() || v.is_bool()) {
+      if (v.as_int() == INT64_MIN) error("integer overflow");
+      return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
     }
-    if (name == "round") {
-      if (!v.is_number()) error("round: expected a number");
-      int64_t precision = arg_or(a, 0, "precision", Value(0)).as_int();
-      std::string method = as_text(arg_or(a, 1, "method", Value("common")));
-      double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -300, 300)));
-      double x = v.as_double() * scale;
-      x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
-      return Value(x / scale);
-    }
-    if (name == "list") return Value(iterate(v, 0, 0));
-    if (name == "items") {
-      if (v.is_undefined()) return Value(List{});
-      if (!v.is_dict()) error("items: expected a mapping");
-      List out;
-      for (const auto& [k, x] : v.dict()) out.emplace_back(List{k, x});
+    error("bad operand type for abs()");
+  }
+
+  Value filter_round(const std::string&, const Value& v, CallArgs& a) {
+    if (!v.is_number()) error("round: expected a number");
+    int64_t precision = arg_or(a, 0, "precision", Value(0)).as_int();
+    std::string method = as_text(arg_or(a, 1, "method", Value("common")));
+    double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -300, 300)));
+    double x = v.as_double() * scale;
+    x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+    return Value(x / scale);
+  }
+
+  Value filter_list(const std::string&, const Value& v, CallArgs&) { return Value(iterate(v, 0, 0)); }
+
+  Value filter_items(const std::string&, const Value& v, CallArgs&) {
+    if (v.is_undefined()) return Value(List{});
+    if (!v.is_dict()) error("items: expected a mapping");
+    List out;
+    for (const auto& [k, x] : v.dict()) out.emplace_back(List{k, x});
+    return Value(std::move(out));
+  }
+
+  Value filter_reverse(const std::string&, const Value& v, CallArgs&) {
+    if (v.is_string()) {
+      std::vector<std::string_view> cs = chars_of(v.str());
+      std::string out;
+      for (auto it = cs.rbegin(); it != cs.rend(); ++it) out += *it;
       return Value(std::move(out));
     }
-    if (name == "reverse") {
-      if (v.is_string()) {
-        std::vector<std::string_view> cs = chars_of(v.str());
-        std::string out;
-        for (auto it = cs.rbegin(); it != cs.rend(); ++it) out += *it;
-        return Value(std::move(out));
+    List items = iterate(v, 0, 0);
+    std::reverse(items.begin(), items.end());
+    return Value(std::move(items));
+  }
+
+  Value filter_unique(const std::string&, const Value& v, CallArgs& a) {
+    bool case_sensitive = truthy(arg_or(a, 0, "case_sensitive", Value(false)));
+    auto key = [&](const Value& x) {
+      return !case_sensitive && x.is_string() ? Value(case_map(x.str(), false)) : x;
+    };
+    List out, keys;
+    for (const Value& x : iterate(v, 0, 0)) {
+      Value k = key(x);
+      bool seen = false;
+      for (const Value& y : keys) {
+        count_iteration();
+        if (equals(k, y)) seen = true;
       }
-      List items = iterate(v, 0, 0);
-      std::reverse(items.begin(), items.end());
-      return Value(std::move(items));
-    }
-    if (name == "unique") {
-      bool case_sensitive = truthy(arg_or(a, 0, "case_sensitive", Value(false)));
-      auto key = [&](const Value& x) {
-        return !case_sensitive && x.is_string() ? Value(case_map(x.str(), false)) : x;
-      };
-      List out, keys;
-      for (const Value& x : iterate(v, 0, 0)) {
-        Value k = key(x);
-        bool seen = false;
-        for (const Value& y : keys) {
-          count_iteration();
-          if (equals(k, y)) seen = true;
-        }
-        if (!seen) {
-          out.push_back(x);
-          keys.push_back(std::move(k));
-        }
+      if (!seen) {
+        out.push_back(x);
+        keys.push_back(std::move(k));
       }
-      return Value(std::move(out));
     }
-    if (name == "sort") {
-      List items = iterate(v, 0, 0);
-      bool reverse = truthy(arg_or(a, 0, "reverse", Value(false)));
-      Value attribute = arg_or(a, 2, "attribute", Value());
-      std::vector<std::pair<Value, Value>> keyed;
-      for (const Value& x : items) {
-        Value key = attribute.is_undefined() ? x : attribute_of(x, attribute);
-        if (key.is_string()) key = Value(case_map(key.str(), false));
-        keyed.emplace_back(key, x);
-      }
-      for (size_t i = 0; i < keyed.size(); ++i) count_iteration();
-      std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-        return reverse ? compare(y.first, x.first) < 0 : compare(x.first, y.first) < 0;
-      });
-      List out;
-      for (auto& kv : keyed) out.push_back(std::move(kv.second));
-      return Value(std::move(out));
+    return Value(std::move(out));
+  }
+
+  Value filter_sort(const std::string&, const Value& v, CallArgs& a) {
+    List items = iterate(v, 0, 0);
+    bool reverse = truthy(arg_or(a, 0, "reverse", Value(false)));
+    Value attribute = arg_or(a, 2, "attribute", Value());
+    std::vector<std::pair<Value, Value>> keyed;
+    for (const Value& x : items) {
+      Value key = attribute.is_undefined() ? x : attribute_of(x, attribute);
+      if (key.is_string()) key = Value(case_map(key.str(), false));
+      keyed.emplace_back(key, x);
     }
-    if (name == "min" || name == "max") {
-      List items = iterate(v, 0, 0);
-      if (items.empty()) return Value::undefined("empty sequence");
-      Value best = items[0];
-      for (const Value& x : items) {
-        int c = compare(x, best);
-        if (name == "min" ? c < 0 : c > 0) best = x;
-      }
-      return best;
+    for (size_t i = 0; i < keyed.size(); ++i) count_iteration();
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+      return reverse ? compare(y.first, x.first) < 0 : compare(x.first, y.first) < 0;
+    });
+    List out;
+    for (auto& kv : keyed) out.push_back(std::move(kv.second));
+    return Value(std::move(out));
+  }
+
+  Value filter_min_max(const std::string& name, const Value& v, CallArgs&) {
+    List items = iterate(v, 0, 0);
+    if (items.empty()) return Value::undefined("empty sequence");
+    Value best = items[0];
+    for (const Value& x : items) {
+      int c = compare(x, best);
+      if (name == "min" ? c < 0 : c > 0) best = x;
     }
-    if (name == "sum") {
-      Value attribute = arg_or(a, 0, "attribute", Value());
-      Value total = arg_or(a, 1, "start", Value(0));
-      for (const Value& x : iterate(v, 0, 0))
-        total = binary("+", total, attribute.is_undefined() ? x : attribute_of(x, attribute), 0, 0);
-      return total;
+    return best;
+  }
+
+  Value filter_sum(const std::string&, const Value& v, CallArgs& a) {
+    Value attribute = arg_or(a, 0, "attribute", Value());
+    Value total = arg_or(a, 1, "start", Value(0));
+    for (const Value& x : iterate(v, 0, 0))
+      total = binary("+", total, attribute.is_undefined() ? x : attribute_of(x, attribute), 0, 0);
+    return total;
+  }
+
+  Value filter_indent(const std::string&, const Value& v, CallArgs& a) {
+    int64_t width = arg_or(a, 0, "width", Value(4)).as_int();
+    bool first = truthy(arg_or(a, 1, "first", Value(false)));
+    bool blank = truthy(arg_or(a, 2, "blank", Value(false)));
+    std::string pad(static_cast<size_t>(std::clamp<int64_t>(width, 0, 256)), ' ');
+    std::string s = as_text(v), out;
+    size_t at = 0;
+    bool first_line = true;
+    while (true) {
+      size_t nl = s.find('\n', at);
+      std::string line = s.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+      bool pad_it = first_line ? first : (blank || !line.empty());
+      if (pad_it && !(first_line && line.empty() && !blank && !first)) out += pad;
+      out += line;
+      if (nl == std::string::npos) break;
+      out += '\n';
+      at = nl + 1;
+      first_line = false;
+      check_size(out);
     }
-    if (name == "indent") {
-      int64_t width = arg_or(a, 0, "width", Value(4)).as_int();
-      bool first = truthy(arg_or(a, 1, "first", Value(false)));
-      bool blank = truthy(arg_or(a, 2, "blank", Value(false)));
-      std::string pad(static_cast<size_t>(std::clamp<int64_t>(width, 0, 256)), ' ');
-      std::string s = as_text(v), out;
-      size_t at = 0;
-      bool first_line = true;
-      while (true) {
-        size_t nl = s.find('\n', at);
-        std::string line = s.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-        bool pad_it = first_line ? first : (blank || !line.empty());
-        if (pad_it && !(first_line && line.empty() && !blank && !first)) out += pad;
-        out += line;
-        if (nl == std::string::npos) break;
-        out += '\n';
-        at = nl + 1;
-        first_line = false;
-        check_size(out);
-      }
-      return Value(std::move(out));
+    return Value(std::move(out));
+  }
+
+  Value filter_select(const std::string& name, const Value& v, CallArgs& a) {
+    bool by_attr = name == "selectattr" || name == "rejectattr";
+    bool keep_if = name == "selectattr" || name == "select";
+    size_t at = 0;
+    Value attribute;
+    if (by_attr) {
+      if (a.positional.empty()) error(name + ": missing attribute name");
+      attribute = a.positional[at++];
     }
-    if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
-      bool by_attr = name == "selectattr" || name == "rejectattr";
-      bool keep_if = name == "selectattr" || name == "select";
-      size_t at = 0;
-      Value attribute;
-      if (by_attr) {
-        if (a.positional.empty()) error(name + ": missing attribute name");
-        attribute = a.positional[at++];
-      }
-      std::string test_name = at < a.positional.size() ? as_text(a.positional[at++]) : "";
-      CallArgs test_args;
-      test_args.positional.assign(
-          a.positional.begin() + static_cast<std::ptrdiff_t>(std::min(at, a.positional.size())),
-          a.positional.end());
-      List out;
+    std::string test_name = at < a.positional.size() ? as_text(a.positional[at++]) : "";
+    CallArgs test_args;
+    test_args.positional.assign(
+        a.positional.begin() + static_cast<std::ptrdiff_t>(std::min(at, a.positional.size())),
+        a.positional.end());
+    List out;
+    for (const Value& x : iterate(v, 0, 0)) {
+      count_iteration();
+      Value subject = by_attr ? attribute_of(x, attribute) : x;
+      bool ok = test_name.empty() ? truthy(subject) : test(test_name, subject, test_args);
+      if (ok == keep_if) out.push_back(x);
+    }
+    return Value(std::move(out));
+  }
+
+  Value filter_map(const std::string&, const Value& v, CallArgs& a) {
+    List out;
+    Value attribute = arg_or(a, 99, "attribute", Value());
+    if (!attribute.is_undefined()) {
+      Value fallback = arg_or(a, 99, "default", Value());
       for (const Value& x : iterate(v, 0, 0)) {
         count_iteration();
-        Value subject = by_attr ? attribute_of(x, attribute) : x;
-        bool ok = test_name.empty() ? truthy(subject) : test(test_name, subject, test_args);
-        if (ok == keep_if) out.push_back(x);
+        Value y = attribute_of(x, attribute);
+        out.push_back(y.is_undefined() && !fallback.is_undefined() ? fallback : y);
       }
       return Value(std::move(out));
     }
-    if (name == "map") {
-      List out;
-      Value attribute = arg_or(a, 99, "attribute", Value());
-      if (!attribute.is_undefined()) {
-        Value fallback = arg_or(a, 99, "default", Value());
-        for (const Value& x : iterate(v, 0, 0)) {
-          count_iteration();
-          Value y = attribute_of(x, attribute);
-          out.push_back(y.is_undefined() && !fallback.is_undefined() ? fallback : y);
-        }
-        return Value(std::move(out));
-      }
-      if (a.positional.empty()) error("map: expected a filter name or attribute=");
-      std::string inner = as_text(a.positional[0]);
-      CallArgs inner_args;
-      inner_args.positional.assign(a.positional.begin() + 1, a.positional.end());
-      inner_args.keyword = a.keyword;
-      for (const Value& x : iterate(v, 0, 0)) {
-        count_iteration();
-        out.push_back(filter(inner, x, inner_args));
-      }
-      return Value(std::move(out));
+    if (a.positional.empty()) error("map: expected a filter name or attribute=");
+    std::string inner = as_text(a.positional[0]);
+    CallArgs inner_args;
+    inner_args.positional.assign(a.positional.begin() + 1, a.positional.end());
+    inner_args.keyword = a.keyword;
+    for (const Value& x : iterate(v, 0, 0)) {
+      count_iteration();
+      out.push_back(filter(inner, x, inner_args));
     }
-    if (name == "dictsort") {
-      if (!v.is_dict()) error("dictsort: expected a mapping");
-      List items;
-      for (const auto& [k, x] : v.dict()) items.emplace_back(List{k, x});
-      bool by_value = as_text(arg_or(a, 1, "by", Value("key"))) == "value";
-      bool reverse = truthy(arg_or(a, 2, "reverse", Value(false)));
-      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-        Value kx = x.list()[by_value ? 1 : 0], ky = y.list()[by_value ? 1 : 0];
-        if (kx.is_string()) kx = Value(case_map(kx.str(), false));
-        if (ky.is_string()) ky = Value(case_map(ky.str(), false));
-        return reverse ? compare(ky, kx) < 0 : compare(kx, ky) < 0;
-      });
-      return Value(std::move(items));
-    }
-    error("unknown filter '" + name + "'");
+    return Value(std::move(out));
+  }
+
+  Value filter_dictsort(const std::string&, const Value& v, CallArgs& a) {
+    if (!v.is_dict()) error("dictsort: expected a mapping");
+    List items;
+    for (const auto& [k, x] : v.dict()) items.emplace_back(List{k, x});
+    bool by_value = as_text(arg_or(a, 1, "by", Value("key"))) == "value";
+    bool reverse = truthy(arg_or(a, 2, "reverse", Value(false)));
+    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+      Value kx = x.list()[by_value ? 1 : 0], ky = y.list()[by_value ? 1 : 0];
+      if (kx.is_string()) kx = Value(case_map(kx.str(), false));
+      if (ky.is_string()) ky = Value(case_map(ky.str(), false));
+      return reverse ? compare(ky, kx) < 0 : compare(kx, ky) < 0;
+    });
+    return Value(std::move(items));
   }
 
   // ---- tests ----
