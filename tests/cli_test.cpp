@@ -309,6 +309,42 @@ TEST(Cli, TensorParallelRanksEachRunTheDraftModel) {
   EXPECT_EQ(accepted, drafted) << r.err;
 }
 
+// The device seam (backend/kernels.h) holds: on the "guarded" test backend, whose memory the host
+// cannot read or write outside its kernel entries (any access above the backend dies of SIGSEGV),
+// stories260K gives its golden text alone, over 2 tensor-parallel ranks and over 2 pipeline
+// stages; W8A8 codes (pack_int_weight, matmul_int) and a mixture of experts with a shared expert
+// (moe_route, gather_rows, moe_combine) give exactly what the CPU's scalar kernels give, the latter
+// over 2 tensor-parallel ranks too.
+TEST(Cli, TheGuardedBackendKeepsTheDeviceSeam) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  const std::string golden = golden_text(txt);
+  for (const char* parallel : {"", " -tp 2", " -pp 2"}) {
+    RunResult r = run_pagoda(greedy_256_args(model) + " --backend guarded -v" + parallel);
+    ASSERT_EQ(r.exit_code, 0) << parallel << ": " << r.err;
+    EXPECT_EQ(r.out, golden) << parallel;
+    EXPECT_NE(r.err.find("guarded: the scalar reference kernels"), std::string::npos) << r.err;
+  }
+  const std::string dir = pagoda::testing::make_temp_dir();
+  std::ofstream(dir + "/config.json") << R"({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 128,
+      "intermediate_size": 256, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 96,
+      "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": false, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 512,
+      "rms_norm_eps": 1e-6, "rope_theta": 1000000.0})";
+  const std::string moe = "generate --model " + quote(dir) + " --load-format dummy --tokenizer " + quote(model) +
+                          " --prompt 'Once upon a time' --max-tokens 32 --temperature 0";
+  const std::string w8a8 = "generate --model " + quote(model) + " --prompt '' --max-tokens 48 --temperature 0 --quantization w8a8";
+  for (const std::string& args : {moe, moe + " -tp 2", w8a8}) {
+    RunResult scalar = run_pagoda(args, "PAGODA_CPU_ISA=scalar");
+    RunResult guarded = run_pagoda(args + " --backend guarded");
+    ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
+    ASSERT_EQ(guarded.exit_code, 0) << guarded.err;
+    EXPECT_FALSE(guarded.out.empty());
+    EXPECT_EQ(guarded.out, scalar.out) << args;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, DtypeConvertsFileWeights) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");

@@ -6,6 +6,7 @@
 
 #include "launch/ranks.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/guarded/guarded_backend.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "executor/group_executor.h"
@@ -18,6 +19,7 @@ Status register_backends() {
     Result<cpu::CpuIsa> isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
     if (!isa.ok()) return Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message());
     cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
+    guarded::register_guarded_backend();
     return Status::ok_status();
   }();
   return registered;
