@@ -8,8 +8,9 @@
 
 #include "fuzz_support.h"
 #include "loader/model_source.h"
-#include "loader/packed_linear.h"
+#include "loader/packed_names.h"
 #include "loader/safetensors_file.h"
+#include "model/quant/packed_linear.h"
 
 using namespace pagoda;
 

@@ -31,7 +31,8 @@
 #include "backend/cpu/scalar/reference_kernels.h"
 #include "loader/gguf_writer.h"
 #include "loader/model_source.h"
-#include "loader/quant_mix.h"
+#include "model/quant/quant_method.h"
+#include "model/quant/quant_mix.h"
 #include "tensor/convert.h"
 #include "tensor/half.h"
 #include "support/small_config.h"
@@ -648,7 +649,7 @@ std::unique_ptr<cpu::CpuBackend> cpu_backend(cpu::CpuIsa isa) {
 void expect_fast_matches_scalar(const std::function<Result<ModelSource>()>& load,
                                 const std::vector<TokenId>& tokens,
                                 const std::vector<int64_t>& chunks, double tol,
-                                const std::string& what) {
+                                const std::string& what, std::optional<QuantMix> mix = std::nullopt) {
   auto scalar = cpu_backend(cpu::CpuIsa::kScalar);
   auto fast = cpu_backend(cpu::CpuIsa::kBest);
   ASSERT_TRUE(scalar && fast);
@@ -656,8 +657,8 @@ void expect_fast_matches_scalar(const std::function<Result<ModelSource>()>& load
   // quantizing the dummy weights was half this test's time under ASan.
   auto src = load();
   ASSERT_TRUE(src.ok()) << what;
-  auto m_scalar = create_model(ModelSource(*src), *scalar);
-  auto m_fast = create_model(std::move(*src), *fast);
+  auto m_scalar = create_model(ModelSource(*src), *scalar, {}, {}, mix);
+  auto m_fast = create_model(std::move(*src), *fast, {}, {}, mix);
   ASSERT_TRUE(m_scalar.ok() && m_fast.ok()) << what;
   const auto want = engine_logits(**m_scalar, tokens, chunks);
   const auto got = engine_logits(**m_fast, tokens, chunks);
@@ -723,7 +724,7 @@ TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
     const DType type = stored;  // not a structured binding: clang 14's lambdas cannot capture one
     auto load = [&]() -> Result<ModelSource> {
       PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, type, 3, "tinyllama-shaped"));
-      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};
+      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, cfg, std::move(w)};
     };
     expect_fast_matches_scalar(load, tokens, {7, 1, 1, 2}, tol,
                                "tinyllama-shaped " + std::string(dtype_name(type)));
@@ -738,13 +739,14 @@ TEST(FastKernels, TinyLlamaShapedLogitsMatchScalarKernels) {
   for (const char* scheme : {"w8a8", "w4a8"}) {
     auto load = [&]() -> Result<ModelSource> {
       PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(small_vocab, DType::kBF16, 3, "tinyllama-shaped"));
-      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, small_vocab, std::move(w), int_codes_mix(scheme)};
+      return ModelSource{"tinyllama-shaped", LoadFormat::kDummy, small_vocab, std::move(w)};
     };
-    expect_fast_matches_scalar(load, small_tokens, {7, 1, 1, 2}, 3e-2, std::string("tinyllama-shaped ") + scheme);
+    expect_fast_matches_scalar(load, small_tokens, {7, 1, 1, 2}, 3e-2, std::string("tinyllama-shaped ") + scheme,
+                               int_codes_mix(scheme));
   }
 }
 
-// Linear::quantize_int against its definition: per-group symmetric scales max|w| / 127 (int8) or
+// quantize_int_linear against its definition: per-group symmetric scales max|w| / 127 (int8) or
 // / 7 (int4), every weight within half a step of its code, and the product equal to the float64
 // product of the codes' values with the activations as quantized per token.
 TEST(Linear, QuantizeIntFollowsItsDefinition) {
@@ -757,7 +759,7 @@ TEST(Linear, QuantizeIntFollowsItsDefinition) {
   for (auto& v : x) v = dist(rng);
   const Tensor w(wf.data(), DType::kF32, {n, k});
   for (auto [bits, group] : {std::pair{8, int64_t{256}}, std::pair{4, int64_t{64}}}) {
-    const Linear l = Linear::quantize_int(kern, w, bits, group);
+    const Linear l = quantize_int_linear(kern, w, bits, group);
     EXPECT_TRUE(l.is_int());
     EXPECT_EQ(l.out_features(), n);
     EXPECT_EQ(l.in_features(), k);
@@ -803,12 +805,13 @@ TEST(WeightLoader, ReleasesEachDummyTensorItCopied) {
     auto weights = make_dummy_weights(c, DType::kF32, 1, "dummy");
     EXPECT_TRUE(weights.ok());
     src.weights = std::move(*weights);
-    if (std::string_view(mix) == "q8_0") src.weight_mix = uniform_mix(DType::kQ8_0);
-    if (std::string_view(mix) == "w8a8") src.weight_mix = int_codes_mix("w8a8");
+    std::optional<QuantMix> weight_mix;
+    if (std::string_view(mix) == "q8_0") weight_mix = uniform_mix(DType::kQ8_0);
+    if (std::string_view(mix) == "w8a8") weight_mix = int_codes_mix("w8a8");
     auto backend = cpu_backend(isa);
     const Tensor* t = src.weights.find(name);
     EXPECT_NE(t, nullptr);
-    WeightLoader w(src, *backend);
+    WeightLoader w(src, *backend, unsharded(c), weight_mix);
     auto l = w.linear(name, c.num_heads * c.head_dim, c.hidden_size);
     EXPECT_TRUE(l.ok()) << l.status().message();
     return src.weights.find(name) != nullptr;
@@ -827,11 +830,11 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
   ASSERT_TRUE(backend);
   const std::vector<TokenId> tokens = {1, 403, 261, 378, 275, 55, 300, 99};  // vocabulary: 512
   auto logits_with = [&](std::optional<DType> t) {
-    LoadOptions o;
-    if (t) o.weight_mix = uniform_mix(*t);
-    auto src = load_model(path, o);
+    std::optional<QuantMix> mix;
+    if (t) mix = uniform_mix(*t);
+    auto src = load_model(path, LoadOptions{});
     EXPECT_TRUE(src.ok());
-    auto model = create_model(std::move(*src), *backend);
+    auto model = create_model(std::move(*src), *backend, {}, {}, mix);
     EXPECT_TRUE(model.ok()) << model.status().message();
     return engine_logits(**model, tokens, {5, 1, 1, 1});
   };
@@ -847,9 +850,7 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
   // Its feed-forward width, 172, is not a whole number of 32-element blocks: ffn_down falls back
   // to f16 under q8_0, as llama-quantize would write it; every other matrix (rows of 64) is q8_0.
   // The model's weight bytes say which types it holds.
-  LoadOptions o;
-  o.weight_mix = uniform_mix(DType::kQ8_0);
-  auto src = load_model(path, o);
+  auto src = load_model(path, LoadOptions{});
   ASSERT_TRUE(src.ok());
   int64_t want_bytes = 0;
   for (const auto& [name, t] : src->weights.all()) {
@@ -861,7 +862,7 @@ TEST(MatmulDtype, ConvertsFileWeightsAtLoad) {
       want_bytes += t.numel() / 32 * 34;
     }
   }
-  auto q8 = create_model(std::move(*src), *backend);
+  auto q8 = create_model(std::move(*src), *backend, {}, {}, uniform_mix(DType::kQ8_0));
   ASSERT_TRUE(q8.ok()) << q8.status().message();
   EXPECT_EQ((*q8)->weight_bytes(), want_bytes);
 }

@@ -201,15 +201,15 @@ TEST(Speculative, TurnsItselfOffAboveDisableByBatchSize) {
 // A draft model: stories260K itself, its weights rounded to `dtype` ("auto": as stored, so the
 // draft is the model), with `max_context` positions when set.
 std::unique_ptr<Model> load_draft(const std::string& path, const std::string& dtype, int64_t max_context = 0) {
-  LoadOptions options;
-  if (dtype != "auto") options.weight_mix = uniform_mix(*dtype_from_name(dtype));
-  auto source = load_model(path, options);
+  std::optional<QuantMix> mix;
+  if (dtype != "auto") mix = uniform_mix(*dtype_from_name(dtype));
+  auto source = load_model(path, LoadOptions{});
   EXPECT_TRUE(source.ok()) << source.status().message();
   if (!source.ok()) return nullptr;
   if (max_context > 0) source->config.max_position_embeddings = max_context;
   auto backend = create_backend("cpu");
   EXPECT_TRUE(backend.ok());
-  auto model = create_model(std::move(*source), **backend);
+  auto model = create_model(std::move(*source), **backend, {}, {}, mix);
   EXPECT_TRUE(model.ok()) << model.status().message();
   return model.ok() ? std::move(*model) : nullptr;
 }

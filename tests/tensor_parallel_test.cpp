@@ -329,8 +329,8 @@ RankBody logits_of(const ModelConfig& config, DType dtype, std::optional<QuantMi
   return [=](const TensorParallel& tp, const PipelineParallel& pp) -> Result<std::vector<float>> {
     PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(config, dtype, 5, "dummy"));
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create({.threads = 1}));
-    ModelSource source{"dummy", LoadFormat::kDummy, config, std::move(w), mix};
-    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(std::move(source), *backend, tp, pp));
+    ModelSource source{"dummy", LoadFormat::kDummy, config, std::move(w)};
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(std::move(source), *backend, tp, pp, mix));
     const int64_t bs = 4;
     PAGODA_ASSIGN_OR_RETURN(KvCacheTensors kv, KvCacheTensors::allocate(model->kernels(), model->shard_config(), 16, bs));
     const int64_t vocab = config.vocab_size;
@@ -483,7 +483,7 @@ TEST(TensorParallelModel, BlocksCutByTheShardsAreRefused) {
   auto body = [cfg](const TensorParallel& tp, const PipelineParallel&) -> Result<std::vector<float>> {
     PAGODA_ASSIGN_OR_RETURN(WeightMap w, make_dummy_weights(cfg, DType::kQ8_0, 5, "dummy"));
     PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> backend, cpu::CpuBackend::create({.threads = 1}));
-    ModelSource source{"dummy.gguf", LoadFormat::kDummy, cfg, std::move(w), std::nullopt};
+    ModelSource source{"dummy.gguf", LoadFormat::kDummy, cfg, std::move(w)};
     Result<std::unique_ptr<Model>> model = create_model(std::move(source), *backend, tp);
     if (model.ok()) return internal_error("the model loaded");
     const std::string message = model.status().message();

@@ -17,7 +17,7 @@
 #include "loader/gguf_file.h"
 #include "loader/gguf_writer.h"
 #include "loader/model_source.h"
-#include "loader/quant_mix.h"
+#include "model/quant/quant_mix.h"
 #include "tensor/convert.h"
 
 namespace pagoda::app {

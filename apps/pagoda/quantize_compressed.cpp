@@ -34,7 +34,7 @@
 #include "apps/pagoda/calibration.h"
 #include "apps/pagoda/commands.h"
 #include "launch/model_loading.h"
-#include "loader/quant_mix.h"
+#include "model/quant/quant_mix.h"
 #include "loader/safetensors_writer.h"
 #include "model/kv_cache.h"
 #include "model/layers/linear.h"

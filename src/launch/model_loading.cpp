@@ -11,6 +11,7 @@
 #include "base/memory_info.h"
 #include "loader/config_parsers.h"
 #include "loader/gguf_file.h"
+#include "model/quant/quant_method.h"
 #include "tokenizer/chat_template.h"
 
 namespace pagoda::app {
@@ -20,10 +21,8 @@ namespace {
 // A checkpoint method --quantization may name (vLLM's names; the Marlin ones are its GPU kernels'
 // names for the same checkpoints), as config.json's quant_method spells it; "" for other values.
 std::string checkpoint_method(const std::string& flag) {
-  if (flag == "awq" || flag == "awq_marlin") return "awq";
-  if (flag == "gptq" || flag == "gptq_marlin") return "gptq";
-  if (flag == "compressed-tensors") return "compressed-tensors";
-  return "";
+  const std::optional<QuantizationFlag> f = parse_quantization_flag(flag);
+  return f && f->kind == QuantizationFlag::Kind::kCheckpoint ? f->checkpoint_method : "";
 }
 
 }  // namespace
@@ -54,10 +53,9 @@ Status ModelFlags::check() const {
                               " quantization_config in its config.json");
     }
   }
-  if (!quantization.empty() && quantization != "none" && checkpoint_method(quantization).empty() &&
-      !llama_file_type_mix(quantization) && !int_codes_mix(quantization)) {
-    const bool gguf_file = quantization == "gguf" && std::filesystem::is_regular_file(model) &&
-                           starts_with_gguf_magic(model);
+  const std::optional<QuantizationFlag> flag = parse_quantization_flag(quantization);
+  if (!flag || flag->kind == QuantizationFlag::Kind::kGguf) {
+    const bool gguf_file = flag && std::filesystem::is_regular_file(model) && starts_with_gguf_magic(model);
     if (!gguf_file) {
       std::string file_types;
       for (const std::string& n : llama_file_type_names()) file_types += ", " + n;
@@ -153,10 +151,11 @@ Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
       dummy_preset(flags.model)) {
     options.format = LoadFormat::kDummy;
   }
+  std::optional<QuantMix> mix;  // the types float weights get at load
   if (flags.dtype != "auto") {
     PAGODA_ASSIGN_OR_RETURN(const DType t, parse_dtype_flag(flags.dtype));
     options.dummy_dtype = t;
-    options.weight_mix = uniform_mix(t);
+    mix = uniform_mix(t);
   } else if (auto preset = dummy_preset(flags.model); preset && preset->num_parameters() > 200'000'000) {
     options.dummy_dtype = DType::kBF16;  // what such checkpoints ship in; f32 would double the memory
   }
@@ -173,8 +172,7 @@ Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
       return resource_exhausted(std::string(msg) + " (a smaller --dtype: q4_0, q4_k, ...)");
     }
   }
-  if (auto mix = llama_file_type_mix(flags.quantization)) options.weight_mix = *mix;
-  if (auto mix = int_codes_mix(flags.quantization)) options.weight_mix = *mix;
+  if (const std::optional<QuantizationFlag> f = parse_quantization_flag(flags.quantization); f && f->mix) mix = f->mix;
 
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend, BackendOptions{flags.threads}));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
@@ -189,7 +187,7 @@ Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
     return invalid_argument("the quantization method of " + flags.model + " (" + declared +
                             ", from its config.json) does not match --quantization " + flags.quantization);
   }
-  PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend, tp, pp));
+  PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend, tp, pp, std::move(mix)));
   if (out.tokenizer && out.tokenizer->vocab_size() > out.model->config().vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
                             " tokens but the model only " +

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "loader/model_source.h"
-#include "loader/quant_mix.h"
 #include "tensor/convert.h"
 
 namespace pagoda {
@@ -53,7 +52,7 @@ Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uin
     // Norms, biases and routers stay f32, as GGUF stores them; matrices take the requested type,
     // or its shape fallback where their rows are not whole blocks of it (as llama-quantize
     // writes them).
-    DType t = s.kind == WeightSpec::Kind::kMatrix && !is_expert_router(s.name) ? shape_fallback(dtype, s.shape.back())
+    DType t = s.kind == WeightSpec::Kind::kMatrix && !is_expert_router(s.name) ? dtype_for_rows(dtype, s.shape.back())
                                                                              : DType::kF32;
     Tensor tensor;
     tensor.dtype = t;
@@ -223,7 +222,7 @@ std::optional<ModelConfig> dummy_preset(const std::string& name) {
 int64_t dummy_weight_bytes(const ModelConfig& config, DType dtype) {
   int64_t bytes = 0;
   for (const WeightSpec& s : expected_weights(config)) {
-    const DType t = s.kind == WeightSpec::Kind::kMatrix && !is_expert_router(s.name) ? shape_fallback(dtype, s.shape.back())
+    const DType t = s.kind == WeightSpec::Kind::kMatrix && !is_expert_router(s.name) ? dtype_for_rows(dtype, s.shape.back())
                                                                                    : DType::kF32;
     int64_t rows = 1;
     for (size_t d = 0; d + 1 < s.shape.size(); ++d) rows *= s.shape[d];

@@ -189,8 +189,14 @@ Result<ModelSource> load_from_files(const std::string& path, const LoadOptions& 
 Result<ModelSource> load_model(const std::string& path, const LoadOptions& options) {
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, options.format == LoadFormat::kDummy ? load_dummy(path, options)
                                                                                    : load_from_files(path, options));
-  source.weight_mix = options.weight_mix;
   return source;
+}
+
+bool is_expert_router(std::string_view name) {
+  auto ends_with = [name](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  return ends_with(".ffn_gate_inp.weight") || ends_with(".ffn_gate_inp_shexp.weight");
 }
 
 }  // namespace pagoda

@@ -29,10 +29,14 @@
 
 #include "base/status.h"
 #include "loader/model_config.h"
-#include "loader/quant_mix.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
+
+// A mixture of experts' router (blk.N.ffn_gate_inp.weight, and the shared expert's gate): kept
+// in f32 by every quantization mix (model/quant/quant_mix.h) and by dummy weights, as
+// llama-quantize keeps it (a few rows whose rounding would move tokens between experts).
+bool is_expert_router(std::string_view name);
 
 class WeightMap {
  public:
@@ -74,10 +78,6 @@ struct LoadOptions {
   // For dummy weights: the dtype to generate (f32, f16, bf16, q8_0, q4_0) and the seed.
   DType dummy_dtype = DType::kF32;
   uint64_t dummy_seed = 0;
-  // The types the model converts f32 / f16 / bf16 weight matrices to at load (--dtype T: a
-  // uniform mix; --quantization q4_k_m: llama-quantize's), loader/quant_mix.h; nullopt keeps the
-  // stored types. Quantized weights stay as stored.
-  std::optional<QuantMix> weight_mix;
 };
 
 struct ModelSource {
@@ -85,7 +85,6 @@ struct ModelSource {
   LoadFormat format = LoadFormat::kAuto;  // the format actually loaded
   ModelConfig config;
   WeightMap weights;
-  std::optional<QuantMix> weight_mix;  // LoadOptions::weight_mix, applied by create_model
 };
 
 // Loads the config and weights at `path`:
@@ -141,7 +140,7 @@ std::optional<std::string> hf_name_from_canonical(const std::string& canonical_n
 // Deterministic random weights for `config`: every tensor of expected_weights(config), matrices
 // uniform in [-1/sqrt(in), 1/sqrt(in)] stored as `dtype`, norms 1 + small noise and biases small
 // noise, both always f32. A matrix whose rows are not whole blocks of a quantized `dtype` takes
-// its shape fallback (loader/quant_mix.h). The same (config, dtype, seed) gives identical bytes.
+// its shape fallback (tensor/dtype.h's dtype_for_rows). The same (config, dtype, seed) gives identical bytes.
 // `source` names the config in messages and becomes the map's source.
 Result<WeightMap> make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
                                      const std::string& source);

@@ -394,16 +394,6 @@ TEST(Dummy, DemoRandomIsCompleteAndDeterministic) {
   EXPECT_EQ(bf->weights.find("blk.1.ffn_norm.weight")->dtype, DType::kF32);
 }
 
-// Dummy weights carry the load options' weight mix too (--quantization on a built-in config).
-TEST(Dummy, CarriesTheWeightMix) {
-  LoadOptions o = dummy_options(DType::kBF16, 1);
-  o.weight_mix = int_codes_mix("w8a8");
-  auto r = load_model("demo-random", o);
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_TRUE(r->weight_mix.has_value());
-  EXPECT_EQ(r->weight_mix->name, "w8a8");
-}
-
 TEST(Dummy, RowsOfPartBlocksTakeTheShapeFallback) {
   // demo-random's intermediate size 176 is not a multiple of 32 (ffn_down's rows): f16 there, as
   // llama-quantize writes such a tensor; its hidden size 64 is not a multiple of 256: Q4_K gives

@@ -9,18 +9,10 @@
 namespace pagoda {
 
 namespace {
-const char* safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI8: return "I8";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    default: break;
-  }
-  PAGODA_CHECK(false && "safetensors holds only f32, f16, bf16, i8, i32 and i64");
-  return "";
+std::string safetensors_dtype(DType t) {
+  const std::string_view name = dtype_traits(t).safetensors_name;
+  PAGODA_CHECK(!name.empty() && "safetensors holds only f32, f16, bf16, i8, i32 and i64");
+  return std::string(name);
 }
 }  // namespace
 

@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "loader/model_source.h"
-#include "loader/packed_linear.h"
+#include "loader/packed_names.h"
 
 namespace pagoda {
 

@@ -14,6 +14,7 @@
 #include "loader/model_source.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "model/quant/quant_mix.h"
 #include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
 
@@ -61,7 +62,10 @@ class Model {
 // whole logits). A communicator failure during a pass throws std::runtime_error.
 // With pp.size > 1: the layers of stage pp.stage (model/tensor_parallel.h), run in step with the
 // other stages (every stage runs every forward pass with the same batch, in the same order).
+// `mix`: the types float weights get at load (--dtype, --quantization w8a8 / q4_k_m: model/quant/
+// quant_mix.h); a checkpoint's own quantization comes with it (ModelConfig::quantization).
 Result<std::unique_ptr<Model>> create_model(ModelSource source, const Backend& backend, const TensorParallel& tp = {},
-                                            const PipelineParallel& pp = {});
+                                            const PipelineParallel& pp = {},
+                                            std::optional<QuantMix> mix = std::nullopt);
 
 }  // namespace pagoda

@@ -44,8 +44,22 @@ struct DTypeTraits {
   bool has_mins;
   // Whether a weight of this type is a matrix on its own (Kernels::matmul multiplies it): every
   // type but the integer ones, whose codes mean something only with their scales
-  // (model/layers/linear.h, loader/packed_linear.h).
+  // (model/quant/quant_method.h).
   bool dense_matmul = true;
+  // safetensors' name of the type ("F32", "BF16", "I8", ...); "" for GGUF's block types.
+  std::string_view safetensors_name = "";
+  // Block types: what a row that is not a whole number of blocks gets instead, as llama-quantize
+  // writes it (a K-quant: a 32-element type; a 32-element type: f16). See dtype_for_rows.
+  DType row_fallback = DType::kF16;
+  // Block types, element by element (what GPTQ rounds with, tools/quantize/gptq.h): the codes an
+  // element may hold, in QuantChunk's convention, and how one is stored into a block, clearing
+  // what the element held (the inverse of decode_chunks).
+  int code_lo = 0, code_hi = 0;
+  void (*set_code)(uint8_t* block, int e, int q) = nullptr;
+  // Where a block keeps the scales its quantizer alone chooses: the one f16 d of q8_0, q4_0 and
+  // q5_0 (-1 for the others); for q4_1 and q5_1, whose value is d * q + m, d and m (-1 otherwise).
+  int16_t scale_offset = -1;
+  int16_t affine_d_offset = -1, affine_m_offset = -1;
 };
 
 // The row of t. Every DType has one.
@@ -59,6 +73,10 @@ std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type);
 int64_t block_elems(DType t);
 int64_t block_bytes(DType t);
 bool is_quantized(DType t);  // stored in blocks of more than one element
+
+// t where rows of row_len elements are whole blocks of it, else (repeatedly) its row_fallback:
+// the type llama-quantize gives such a row.
+DType dtype_for_rows(DType t, int64_t row_len);
 
 // Bytes of `num_elems` elements of type t, or nullopt when num_elems is not a whole number of
 // blocks or the size overflows.

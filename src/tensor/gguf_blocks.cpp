@@ -4,6 +4,7 @@
 // of the format description instead.
 #include "tensor/gguf_blocks.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "base/check.h"
@@ -330,6 +331,63 @@ void decode_chunks_q6_k(const void* block, QuantChunk* out) {
       out[c].q[i] = static_cast<int8_t>((low4 | high2 << 4) - 32);
     }
   }
+}
+
+namespace {
+
+// The blocks are bytes (packed structs, read and written through their fields' offsets).
+void set_nibble(uint8_t* qs, int e32, int v) {  // legacy order: byte j holds elements j, j + 16
+  uint8_t& b = qs[e32 % 16];
+  b = e32 < 16 ? static_cast<uint8_t>((b & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (v & 0xF) << 4);
+}
+void set_bit(uint8_t* bytes, int index, int v) {
+  uint8_t& b = bytes[index / 8];
+  b = static_cast<uint8_t>((b & ~(1u << (index % 8))) | static_cast<unsigned>(v & 1) << (index % 8));
+}
+void set_two_bits(uint8_t* qs, int e256, int v) {  // Q2_K / Q3_K's 2-bit codes
+  uint8_t& b = qs[32 * (e256 / 128) + e256 % 32];
+  const int shift = 2 * ((e256 % 128) / 32);
+  b = static_cast<uint8_t>((b & ~(3u << shift)) | static_cast<unsigned>(v & 3) << shift);
+}
+// Q4_K / Q5_K: sub-block s of 32 in the low (even s) or high nibbles of 32 bytes.
+void set_k_nibble(uint8_t* qs, int e, int q) {
+  const int s = e / 32, l = e % 32;
+  uint8_t& b = qs[32 * (s / 2) + l];
+  b = s % 2 == 0 ? static_cast<uint8_t>((b & 0xF0) | (q & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (q & 0xF) << 4);
+}
+
+}  // namespace
+
+void set_code_q8_0(uint8_t* block, int e, int q) {
+  block[offsetof(BlockQ8_0, qs) + e] = static_cast<uint8_t>(static_cast<int8_t>(q));
+}
+void set_code_q4_0(uint8_t* block, int e, int q) { set_nibble(block + offsetof(BlockQ4_0, qs), e, q + 8); }
+void set_code_q4_1(uint8_t* block, int e, int q) { set_nibble(block + offsetof(BlockQ4_1, qs), e, q); }
+void set_code_q5_0(uint8_t* block, int e, int q) {
+  set_nibble(block + offsetof(BlockQ5_0, qs), e, q + 16);
+  set_bit(block + offsetof(BlockQ5_0, qh), e, (q + 16) >> 4);  // little-endian uint32: bit e
+}
+void set_code_q5_1(uint8_t* block, int e, int q) {
+  set_nibble(block + offsetof(BlockQ5_1, qs), e, q);
+  set_bit(block + offsetof(BlockQ5_1, qh), e, q >> 4);
+}
+void set_code_q2_k(uint8_t* block, int e, int q) { set_two_bits(block + offsetof(BlockQ2_K, qs), e, q); }
+void set_code_q3_k(uint8_t* block, int e, int q) {
+  const bool high = q >= 0;  // a set hmask bit keeps the 2-bit code; a clear one subtracts 4
+  set_two_bits(block + offsetof(BlockQ3_K, qs), e, high ? q : q + 4);
+  set_bit(block + offsetof(BlockQ3_K, hmask) + e % 32, e / 32, high ? 1 : 0);
+}
+void set_code_q4_k(uint8_t* block, int e, int q) { set_k_nibble(block + offsetof(BlockQ4_K, qs), e, q); }
+void set_code_q5_k(uint8_t* block, int e, int q) {
+  set_k_nibble(block + offsetof(BlockQ5_K, qs), e, q);
+  set_bit(block + offsetof(BlockQ5_K, qh) + e % 32, e / 32, q >> 4);
+}
+void set_code_q6_k(uint8_t* block, int e, int q) {
+  const int v = q + 32, h = e / 128, t = (e % 128) / 32, l = e % 32;
+  uint8_t& low = block[offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t % 2) + l];
+  low = t < 2 ? static_cast<uint8_t>((low & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((low & 0x0F) | (v & 0xF) << 4);
+  uint8_t& high = block[offsetof(BlockQ6_K, qh) + 32 * h + l];
+  high = static_cast<uint8_t>((high & ~(3u << (2 * t))) | static_cast<unsigned>(v >> 4) << (2 * t));
 }
 
 }  // namespace pagoda

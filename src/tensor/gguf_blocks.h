@@ -101,6 +101,19 @@ void dequantize_row_q6_k(const void* src, float* out, int64_t n);
 // Block decoders: one block at `block` -> its 32-element chunks in order (1 for the 32-element
 // types, 8 for the K-quants). Dequantizing a chunk as QuantChunk says gives exactly the row
 // decoder's values.
+// Element e of a block set to code q (QuantChunk's convention: the values decode_chunks gives),
+// clearing what the element held: the inverse of decode_chunks, element by element.
+void set_code_q8_0(uint8_t* block, int e, int q);
+void set_code_q4_0(uint8_t* block, int e, int q);
+void set_code_q4_1(uint8_t* block, int e, int q);
+void set_code_q5_0(uint8_t* block, int e, int q);
+void set_code_q5_1(uint8_t* block, int e, int q);
+void set_code_q2_k(uint8_t* block, int e, int q);
+void set_code_q3_k(uint8_t* block, int e, int q);
+void set_code_q4_k(uint8_t* block, int e, int q);
+void set_code_q5_k(uint8_t* block, int e, int q);
+void set_code_q6_k(uint8_t* block, int e, int q);
+
 void decode_chunks_q8_0(const void* block, QuantChunk* out);
 void decode_chunks_q4_0(const void* block, QuantChunk* out);
 void decode_chunks_q4_1(const void* block, QuantChunk* out);

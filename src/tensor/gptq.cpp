@@ -38,104 +38,6 @@ double dot(const double* a, const double* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-// Stores code q (QuantChunk's convention: tensor/quant_blocks.h) as element e of a block of
-// `type`, clearing what the element held. The inverse of the type's decode_chunks.
-void set_code(DType type, uint8_t* block, int e, int q) {
-  auto nibble = [](uint8_t* qs, int e32, int v) {  // legacy order: byte j holds elements j, j + 16
-    uint8_t& b = qs[e32 % 16];
-    b = e32 < 16 ? static_cast<uint8_t>((b & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (v & 0xF) << 4);
-  };
-  auto bit = [](uint8_t* bytes, int index, int v) {
-    uint8_t& b = bytes[index / 8];
-    b = static_cast<uint8_t>((b & ~(1u << (index % 8))) | static_cast<unsigned>(v & 1) << (index % 8));
-  };
-  auto two_bit = [](uint8_t* qs, int e256, int v) {  // Q2_K / Q3_K: see two_bit_codes
-    uint8_t& b = qs[32 * (e256 / 128) + e256 % 32];
-    const int shift = 2 * ((e256 % 128) / 32);
-    b = static_cast<uint8_t>((b & ~(3u << shift)) | static_cast<unsigned>(v & 3) << shift);
-  };
-  // The blocks are bytes (packed structs, read and written through their fields' offsets).
-  switch (type) {
-    case DType::kQ8_0:
-      block[offsetof(BlockQ8_0, qs) + e] = static_cast<uint8_t>(static_cast<int8_t>(q));
-      return;
-    case DType::kQ4_0:
-      nibble(block + offsetof(BlockQ4_0, qs), e, q + 8);
-      return;
-    case DType::kQ4_1:
-      nibble(block + offsetof(BlockQ4_1, qs), e, q);
-      return;
-    case DType::kQ5_0:
-      nibble(block + offsetof(BlockQ5_0, qs), e, q + 16);
-      bit(block + offsetof(BlockQ5_0, qh), e, (q + 16) >> 4);  // little-endian uint32: bit e
-      return;
-    case DType::kQ5_1:
-      nibble(block + offsetof(BlockQ5_1, qs), e, q);
-      bit(block + offsetof(BlockQ5_1, qh), e, q >> 4);
-      return;
-    case DType::kQ2_K:
-      two_bit(block + offsetof(BlockQ2_K, qs), e, q);
-      return;
-    case DType::kQ3_K: {
-      const bool high = q >= 0;  // a set hmask bit keeps the 2-bit code; a clear one subtracts 4
-      two_bit(block + offsetof(BlockQ3_K, qs), e, high ? q : q + 4);
-      bit(block + offsetof(BlockQ3_K, hmask) + e % 32, e / 32, high ? 1 : 0);
-      return;
-    }
-    case DType::kQ4_K:
-    case DType::kQ5_K: {
-      const int s = e / 32, l = e % 32;
-      uint8_t& b = block[(type == DType::kQ4_K ? offsetof(BlockQ4_K, qs) : offsetof(BlockQ5_K, qs)) + 32 * (s / 2) + l];
-      b = s % 2 == 0 ? static_cast<uint8_t>((b & 0xF0) | (q & 0xF)) : static_cast<uint8_t>((b & 0x0F) | (q & 0xF) << 4);
-      if (type == DType::kQ5_K) bit(block + offsetof(BlockQ5_K, qh) + l, s, q >> 4);
-      return;
-    }
-    case DType::kQ6_K: {
-      const int v = q + 32, h = e / 128, t = (e % 128) / 32, l = e % 32;
-      uint8_t& low = block[offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t % 2) + l];
-      low = t < 2 ? static_cast<uint8_t>((low & 0xF0) | (v & 0xF)) : static_cast<uint8_t>((low & 0x0F) | (v & 0xF) << 4);
-      uint8_t& high = block[offsetof(BlockQ6_K, qh) + 32 * h + l];
-      high = static_cast<uint8_t>((high & ~(3u << (2 * t))) | static_cast<unsigned>(v >> 4) << (2 * t));
-      return;
-    }
-    default:
-      PAGODA_CHECK(false && "gptq: not a GGUF block type");
-  }
-}
-
-// The codes element e of a block may hold, in QuantChunk's convention.
-struct CodeRange {
-  int lo, hi;
-};
-
-CodeRange code_range(DType type) {
-  switch (type) {
-    case DType::kQ8_0: return {-128, 127};
-    case DType::kQ4_0: return {-8, 7};
-    case DType::kQ4_1: return {0, 15};
-    case DType::kQ5_0: return {-16, 15};
-    case DType::kQ5_1: return {0, 31};
-    case DType::kQ2_K: return {0, 3};
-    case DType::kQ3_K: return {-4, 3};
-    case DType::kQ4_K: return {0, 15};
-    case DType::kQ5_K: return {0, 31};
-    case DType::kQ6_K: return {-32, 31};
-    default: PAGODA_CHECK(false && "gptq: not a GGUF block type");
-  }
-  return {0, 0};
-}
-
-// Where the one f16 scale of a block of Q8_0, Q4_0 or Q5_0 lies (offset 0 of each); -1 for the
-// types whose scales their quantizer chooses (the K-quants, Q4_1 and Q5_1, with minimums).
-int64_t single_scale_offset(DType type) {
-  switch (type) {
-    case DType::kQ8_0: return offsetof(BlockQ8_0, d);
-    case DType::kQ4_0: return offsetof(BlockQ4_0, d);
-    case DType::kQ5_0: return offsetof(BlockQ5_0, d);
-    default: return -1;
-  }
-}
-
 // clamp(nearbyint(x), lo, hi) for integer bounds, as the rounders compute it: clamped first (the
 // same result), then rounded to nearest even by adding and taking off 1.5 * 2^23, inline where
 // nearbyint is a library call on baseline x86-64 (no SSE4.1 roundps).
@@ -166,20 +68,6 @@ CodeSums code_sums(const float* v, const double* imp, int64_t n, int lo, int hi,
   return sums;
 }
 
-// Q4_1 and Q5_1 blocks store value = d * q + m with q in [0, 15] or [0, 31]: where their d and m
-// lie (offsets of each block), or nullopt for the other types.
-struct AffineOffsets {
-  int64_t d, m;
-  int hi;
-};
-std::optional<AffineOffsets> affine_offsets(DType type) {
-  switch (type) {
-    case DType::kQ4_1: return AffineOffsets{offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m), 15};
-    case DType::kQ5_1: return AffineOffsets{offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m), 31};
-    default: return std::nullopt;
-  }
-}
-
 // A GGUF block: the type's quantizer chooses the block's scales from the values at begin() (a
 // type with one scale then searches it: gptq_group_scale; Q4_1 / Q5_1 their scale and offset:
 // gptq_group_affine); each element is then rounded on the grid those scales give ((d * sc) * q -
@@ -187,29 +75,34 @@ std::optional<AffineOffsets> affine_offsets(DType type) {
 class BlockRounder final : public GptqGroupRounder {
  public:
   BlockRounder(DType type, uint8_t* out, int64_t row_bytes)
-      : type_(type), out_(out), row_bytes_(row_bytes), elems_(dtype_traits(type).block_elems),
-        bytes_(dtype_traits(type).block_bytes), range_(code_range(type)), block_(static_cast<size_t>(bytes_)),
-        chunks_(static_cast<size_t>(elems_ / kQuantBlock)) {}
+      : traits_(dtype_traits(type)), out_(out), row_bytes_(row_bytes), elems_(traits_.block_elems),
+        bytes_(traits_.block_bytes), block_(static_cast<size_t>(bytes_)),
+        chunks_(static_cast<size_t>(elems_ / kQuantBlock)) {
+    PAGODA_CHECK(traits_.set_code != nullptr && "gptq: not a GGUF block type");
+  }
 
   void begin(int64_t row, int64_t group, const float* values, const double* importance) override {
     dst_ = out_ + row * row_bytes_ + group * bytes_;
-    quantize_row(type_, values, block_.data(), elems_);
-    if (const int64_t at = single_scale_offset(type_); at >= 0) {
+    quantize_row(traits_.type, values, block_.data(), elems_);
+    if (const int64_t at = traits_.scale_offset; at >= 0) {
       uint16_t d = 0;
       std::memcpy(&d, block_.data() + at, sizeof d);
-      d = f32_to_fp16(gptq_group_scale(values, importance, elems_, range_.lo, range_.hi, fp16_to_f32(d), true, true));
+      d = f32_to_fp16(gptq_group_scale(values, importance, elems_, traits_.code_lo, traits_.code_hi, fp16_to_f32(d),
+                                       true, true));
       std::memcpy(block_.data() + at, &d, sizeof d);
-    } else if (const std::optional<AffineOffsets> o = affine_offsets(type_)) {
+    } else if (traits_.affine_d_offset >= 0) {
+      const int64_t at_d = traits_.affine_d_offset, at_m = traits_.affine_m_offset;
       uint16_t d = 0, m = 0;
-      std::memcpy(&d, block_.data() + o->d, sizeof d);
-      std::memcpy(&m, block_.data() + o->m, sizeof m);
-      const AffineScale best = gptq_group_affine(values, importance, elems_, o->hi, {fp16_to_f32(d), fp16_to_f32(m)});
+      std::memcpy(&d, block_.data() + at_d, sizeof d);
+      std::memcpy(&m, block_.data() + at_m, sizeof m);
+      const AffineScale best =
+          gptq_group_affine(values, importance, elems_, traits_.code_hi, {fp16_to_f32(d), fp16_to_f32(m)});
       d = f32_to_fp16(best.d);
       m = f32_to_fp16(best.m);
-      std::memcpy(block_.data() + o->d, &d, sizeof d);
-      std::memcpy(block_.data() + o->m, &m, sizeof m);
+      std::memcpy(block_.data() + at_d, &d, sizeof d);
+      std::memcpy(block_.data() + at_m, &m, sizeof m);
     }
-    dtype_traits(type_).decode_chunks(block_.data(), chunks_.data());
+    traits_.decode_chunks(block_.data(), chunks_.data());
   }
 
   float round(int64_t i, float v) override {
@@ -217,22 +110,21 @@ class BlockRounder final : public GptqGroupRounder {
     const int half = static_cast<int>(i % kQuantBlock) / 16;
     const float step = c.d * static_cast<float>(c.sc[half]);
     const float offset = c.dmin * static_cast<float>(c.mn[half]);
-    int q = std::clamp(0, range_.lo, range_.hi);
+    int q = std::clamp(0, traits_.code_lo, traits_.code_hi);
     if (step != 0) {
-      q = static_cast<int>(std::clamp(std::nearbyint((v + offset) / step), static_cast<float>(range_.lo),
-                                      static_cast<float>(range_.hi)));
+      q = static_cast<int>(std::clamp(std::nearbyint((v + offset) / step), static_cast<float>(traits_.code_lo),
+                                      static_cast<float>(traits_.code_hi)));
     }
-    set_code(type_, block_.data(), static_cast<int>(i), q);
+    traits_.set_code(block_.data(), static_cast<int>(i), q);
     return step * static_cast<float>(q) - offset;
   }
 
   void end() override { std::memcpy(dst_, block_.data(), static_cast<size_t>(bytes_)); }
 
  private:
-  DType type_;
+  const DTypeTraits& traits_;
   uint8_t* out_;
   int64_t row_bytes_, elems_, bytes_;
-  CodeRange range_;
   std::vector<uint8_t> block_;
   std::vector<QuantChunk> chunks_;
   uint8_t* dst_ = nullptr;

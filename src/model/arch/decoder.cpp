@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "model/layers/attention.h"
 #include "model/layers/rope_freqs.h"
+#include "model/quant/quant_method.h"
 
 namespace pagoda {
 namespace {
@@ -18,7 +19,7 @@ class DecoderModel final : public Model {
   DecoderModel(ModelSource source, const Backend& backend, ShardPlan plan)
       : source_(std::move(source)), cfg_(source_.config), k_(backend.kernels()), plan_(std::move(plan)) {}
 
-  Status init(const Backend& backend, const ArchitectureSpec& spec);
+  Status init(const Backend& backend, const ArchitectureSpec& spec, std::optional<QuantMix> mix);
 
   const ModelConfig& config() const override { return cfg_; }
   const Kernels& kernels() const override { return k_; }
@@ -54,8 +55,8 @@ class DecoderModel final : public Model {
   std::vector<uint8_t> stream_;  // pipeline parallelism: the residual stream on its way (host)
 };
 
-Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) {
-  WeightLoader w(source_, backend, plan_);
+Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec, std::optional<QuantMix> mix) {
+  WeightLoader w(source_, backend, plan_, std::move(mix));
   const int64_t hidden = cfg_.hidden_size;
   // Tied embeddings are one tensor, typed as llama-quantize types a tied one: as the output.
   const std::string embd_slot = cfg_.tie_word_embeddings ? "output.weight" : "token_embd.weight";
@@ -68,7 +69,7 @@ Status DecoderModel::init(const Backend& backend, const ArchitectureSpec& spec) 
   }
   if (last && cfg_.tie_word_embeddings) {
     // The embedding table as it is now (converted once above), packed for the matmul.
-    lm_head_ = Linear::dense(k_, token_embd_, Buffer());
+    lm_head_ = make_dense_linear(k_, token_embd_, Buffer());
     lm_head_.set_name("output.weight");
   }
   if (token_embd_.data != nullptr) {  // the table the embedding reads, in the device's memory
@@ -181,11 +182,11 @@ void DecoderModel::compute_logits(const Tensor& hidden, const int64_t* rows, int
 
 Result<std::unique_ptr<Model>> create_decoder_model(ModelSource source, const Backend& backend,
                                                     const ArchitectureSpec& spec, const TensorParallel& tp,
-                                                    const PipelineParallel& pp) {
+                                                    const PipelineParallel& pp, std::optional<QuantMix> mix) {
   PAGODA_RETURN_IF_ERROR(source.config.validate(source.path));
   PAGODA_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(source.config, tp, source.path, pp));
   auto model = std::make_unique<DecoderModel>(std::move(source), backend, std::move(plan));
-  PAGODA_RETURN_IF_ERROR(model->init(backend, spec));
+  PAGODA_RETURN_IF_ERROR(model->init(backend, spec, std::move(mix)));
   return std::unique_ptr<Model>(std::move(model));
 }
 

@@ -15,6 +15,7 @@ namespace pagoda {
 
 Result<std::unique_ptr<Model>> create_decoder_model(ModelSource source, const Backend& backend,
                                                     const ArchitectureSpec& spec, const TensorParallel& tp = {},
-                                                    const PipelineParallel& pp = {});
+                                                    const PipelineParallel& pp = {},
+                                                    std::optional<QuantMix> mix = std::nullopt);
 
 }  // namespace pagoda

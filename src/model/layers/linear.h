@@ -1,15 +1,8 @@
-// Linear: one projection of a model, y[m, out] = x[m, in] W^T, in the form its quantization
-// method stores W, and the methods that build it at load:
-//  - dense: a Tensor of any DType (f32 / f16 / bf16 or a GGUF block type), in the backend's
-//    packed layout where the backend has one; multiplied by Kernels::matmul;
-//  - integer codes with scales (IntWeight, backend/kernels.h): W8A8 (int8 per output channel)
-//    and W4A8 (int4 in groups), against int8 activations; multiplied by Kernels::matmul_int;
-//  - a checkpoint's packed codes (AWQ, GPTQ, compressed-tensors pack-quantized: int4 / int8 in
-//    groups with zero points, GPTQ's act-order column permutation), decoded by
-//    loader/packed_linear.h; multiplied by Kernels::matmul_int, with the activations quantized to
-//    int8 per token as vLLM's CPU path (IPEX, lowp_mode INT8) computes these checkpoints.
-// A Linear owns the memory of what it converted or packed; weights it took as they were stay
-// owned by the ModelSource (a mapping). Move-only; apply() is const and thread-compatible.
+// Linear: one projection of a model, y[m, out] = x[m, in] W^T: the weights its quantization method
+// made (model/quant/quant_method.h: dense in any DType, or integer codes with scales), and the
+// method, which multiplies them. A Linear owns the memory of what its method converted, uploaded
+// or packed; weights read where they lie stay owned by the ModelSource (a mapping, on the CPU).
+// Move-only; apply() is const and thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +11,6 @@
 
 #include "backend/kernels.h"
 #include "base/status.h"
-#include "loader/packed_linear.h"
 #include "tensor/tensor.h"
 
 namespace pagoda {
@@ -55,27 +47,26 @@ struct LinearGroup {
   float* y = nullptr;
 };
 
+class QuantMethod;
+
+// What a QuantMethod (model/quant/quant_method.h) made of one projection's weights, in the
+// device's memory: a dense tensor, or integer codes with their scales.
+struct LinearWeights {
+  Tensor dense;                  // dense methods: [out, in] of any dense DType, packed or uploaded
+  IntWeight codes;               // integer methods: codes, scales, zero points (packed)
+  std::vector<int32_t> perm;     // empty, or the input column of each code column (act-order; host)
+  std::string label;             // integer methods: what type_name says ("awq int4 g128", "w8a8")
+  std::vector<Buffer> storage;   // the memory the weights point into
+};
+
 class Linear {
  public:
   Linear() = default;
+  Linear(const QuantMethod& method, LinearWeights weights) : method_(&method), w_(std::move(weights)) {}
   Linear(Linear&&) = default;
   Linear& operator=(Linear&&) = default;
 
-  // A dense projection from w ([out, in]), packed for `kernels` when it packs (storage keeps any
-  // conversion w points into; it is released once packing has copied it).
-  static Linear dense(const Kernels& kernels, Tensor w, Buffer storage);
-
-  // Quantizes w ([out, in], any DType) symmetrically to integer codes: `bits` 8 or 4, scales per
-  // group of `group_size` columns (0 or in: per output channel) = max|w| over the group / 127
-  // (int8) or / 7 (int4), codes round-to-nearest(w / scale). group_size must divide in and be a
-  // multiple of 8 where it is not in. Activations are quantized per token at run time.
-  static Linear quantize_int(const Kernels& kernels, const Tensor& w, int bits, int64_t group_size);
-
-  // A projection a checkpoint stores as integer codes (W8A8 / W4A8, or packed AWQ / GPTQ / ...:
-  // loader/packed_linear.h), packed for `kernels`.
-  static Linear int_codes(const Kernels& kernels, IntCodes codes);
-
-  // y[m, out] = x[m, in] W^T.
+  // y[m, out] = x[m, in] W^T, as the projection's method computes it.
   void apply(const Kernels& kernels, const float* x, int64_t m, float* y) const;
 
   // y[i] = x ls[i]^T for i < count (count <= 4, one input width): what apply writes for each,
@@ -90,32 +81,34 @@ class Linear {
   // one apply at a time. Groups of no rows are skipped.
   static void apply_grouped(const Kernels& kernels, const float* x, const LinearGroup* groups, int count);
 
-  int64_t out_features() const { return is_int_ ? int_.n : dense_.num_rows(); }
-  int64_t in_features() const { return is_int_ ? int_.k : dense_.row_len(); }
+  const QuantMethod& method() const { return *method_; }
+  const LinearWeights& weights() const { return w_; }
+  // Whether its method multiplies integer codes (matmul_int) rather than a dense matrix.
+  bool is_int() const;
+  int64_t out_features() const { return is_int() ? w_.codes.n : w_.dense.num_rows(); }
+  int64_t in_features() const { return is_int() ? w_.codes.k : w_.dense.row_len(); }
   // Bytes of the weights as multiplied (codes and scales for integer ones).
   int64_t weight_bytes() const;
-  // "q4_k", "bf16", "w8a8", "w4a8 g128", ...
+  // "q4_k", "bf16", "w8a8", "w4a8 g128", "awq int4 g128 act-order", ...
   std::string type_name() const;
-  bool is_int() const { return is_int_; }
   // The weight's tensor name ("blk.0.attn_q.weight"), as the model set it: what observers see.
   void set_name(std::string name) { name_ = std::move(name); }
   const std::string& name() const { return name_; }
-  DType dense_type() const { return dense_.dtype; }
-  const Tensor& dense_weight() const { return dense_; }
+  const Tensor& dense_weight() const { return w_.dense; }
+  // Device memory a method may keep scratch rows in between calls (the engine thread's).
+  Buffer& scratch() const { return scratch_; }
+  // Shows the input to this thread's LinearInputObserver, if one is installed (calibration).
+  void observe(const Kernels& kernels, const float* x, int64_t m) const;
 
  private:
   // Whether a and b can go to one matmul_many / matmul_grouped call: dense, of one dtype, layout
   // and row length.
   static bool shares_dense_call(const Linear& a, const Linear& b);
 
-  bool is_int_ = false;
-  Tensor dense_;
-  IntWeight int_;
-  std::vector<int32_t> perm_;  // int_codes: empty, or the input column of each code column (host)
-  mutable Buffer gathered_;    // act-order: the gathered activations (device memory; engine thread)
-  std::string label_;          // int_codes: the checkpoint's method, for type_name
+  const QuantMethod* method_ = nullptr;
+  LinearWeights w_;
+  mutable Buffer scratch_;
   std::string name_;
-  std::vector<Buffer> storage_;
 };
 
 }  // namespace pagoda

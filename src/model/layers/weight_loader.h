@@ -8,12 +8,15 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
 #include "base/status.h"
 #include "loader/model_source.h"
 #include "model/layers/linear.h"
+#include "model/quant/packed_linear.h"
+#include "model/quant/quant_mix.h"
 #include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
 
@@ -51,13 +54,24 @@ class WeightLoader {
   // `source` and `backend` must outlive the loader. linear() releases from source.weights each
   // tensor it has copied (packed, converted, quantized), so a tensor whose memory is its own (a
   // dummy weight) is freed as soon as it is copied: a load peaks at the weights' size, not twice it.
-  // `plan`: the shard this rank holds (unsharded(source.config) for the whole model).
-  WeightLoader(ModelSource& source, const Backend& backend, ShardPlan plan)
-      : source_(source), cfg_(source.config), backend_(backend), k_(backend.kernels()), plan_(std::move(plan)) {}
+  // `plan`: the shard this rank holds (unsharded(source.config) for the whole model). `mix`: the
+  // types --dtype or --quantization give float weights at load (model/quant/quant_mix.h).
+  WeightLoader(ModelSource& source, const Backend& backend, ShardPlan plan, std::optional<QuantMix> mix = std::nullopt)
+      : source_(source), cfg_(source.config), backend_(backend), k_(backend.kernels()), plan_(std::move(plan)),
+        mix_(std::move(mix)) {}
   WeightLoader(ModelSource& source, const Backend& backend)
       : WeightLoader(source, backend, unsharded(source.config)) {}
 
   const ShardPlan& shard() const { return plan_; }
+  // What the quant methods (model/quant/quant_method.h) read and make the weights with.
+  ModelSource& source() const { return source_; }
+  const ModelConfig& config() const { return cfg_; }
+  const std::optional<QuantMix>& mix() const { return mix_; }
+  const Kernels& kernels() const { return k_; }
+  // "<source>: tensor <name> (tensor-parallel rank r of n)": what a refused slice names.
+  std::string slice_context(const std::string& name) const;
+  // Counts a projection of integer codes of this type for the load log (log_types).
+  void note_type(const std::string& type) { ++int_types_[type]; }
 
   // The matrix `name` ([rows, cols]) as stored, of a type the backend runs; matrix_rows: a view
   // of its rows [part.begin, part.end).
@@ -67,11 +81,12 @@ class WeightLoader {
   // float weights only (quantized ones stay as stored), and t itself without a mix. The mix's
   // rules see `slot_name` (a tied LM head is output.weight).
   Result<Tensor> convert(const std::string& name, const std::string& slot_name, Tensor t, Buffer* storage);
-  // A projection: the tensor `name` converted as above, or quantized to integer codes under an
-  // int-codes mix, or a checkpoint's int8 or packed codes (W8A8, AWQ, GPTQ, ...), in the backend's
-  // packed layout where it has one; named `name` (Linear::name). rows and cols are the whole
-  // tensor's; `slice` picks this rank's part of it. A quantized weight whose blocks (GGUF types)
-  // or scale groups (integer codes) a column slice would cut is refused, naming the tensor.
+  // A projection, made by the quant method the registry picks for it (model/quant/quant_method.h:
+  // a checkpoint's packed or int8 codes, codes made at load, or dense as stored or converted as
+  // above), in the backend's packed layout where it has one; named `name` (Linear::name). rows and
+  // cols are the whole tensor's; `slice` picks this rank's part of it. A quantized weight whose
+  // blocks (GGUF types) or scale groups (integer codes) a column slice would cut is refused,
+  // naming the tensor.
   Result<Linear> linear(const std::string& name, int64_t rows, int64_t cols, const std::string& slot_name = {},
                         Slice slice = {});
   // The vector `name` ([len]) as f32; with `part`, its elements [part.begin, part.end).
@@ -82,16 +97,13 @@ class WeightLoader {
   void log_types() const;
 
  private:
-  // A projection stored as int8 codes (i8) with its scales beside it (a W8A8 / W4A8 checkpoint).
-  Result<IntCodes> int8_codes(const std::string& name, const Tensor& codes);
-  // "<source>: tensor <name> (tensor-parallel rank r of n)": what a refused slice names.
-  std::string slice_context(const std::string& name) const;
 
   ModelSource& source_;
   const ModelConfig& cfg_;
   const Backend& backend_;
   const Kernels& k_;
   ShardPlan plan_;
+  std::optional<QuantMix> mix_;
   std::map<DType, int> converted_types_;  // with a weight mix: how many matrices are of each type
   std::map<std::string, int> int_types_;  // and how many became integer codes, by Linear::type_name
 };

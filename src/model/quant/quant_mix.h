@@ -8,9 +8,9 @@
 //  - llama-quantize's file types: q8_0, q4_0, q4_1, q5_0, q5_1, q6_k (the base type everywhere,
 //    output.weight Q6_K unless the base is Q8_0) and q2_k, q3_k_m, q4_k_m, q5_k_m (attn_v,
 //    ffn_down and attn_output by the table of the doc above, from the layer index).
-// Then the shape fallback: a K-quant on rows that are not whole 256-element super-blocks becomes
-// Q4_0 (Q2_K, Q3_K), Q5_0 (Q4_K), Q5_1 (Q5_K) or Q8_0 (Q6_K); a block type on rows that are not
-// whole 32-element blocks becomes F16. Plain values; thread-safe.
+// Then the shape fallback (tensor/dtype.h's dtype_for_rows): a K-quant on rows that are not whole
+// 256-element super-blocks becomes Q4_0 (Q2_K, Q3_K), Q5_0 (Q4_K), Q5_1 (Q5_K) or Q8_0 (Q6_K); a
+// block type on rows that are not whole 32-element blocks becomes F16. Plain values; thread-safe.
 #pragma once
 
 #include <optional>
@@ -57,17 +57,9 @@ struct WeightSlot {
   int64_t gqa_group = 1;
 };
 
-// A mixture of experts' router (blk.N.ffn_gate_inp.weight, and the shared expert's gate): kept
-// in f32 by every mix, as llama-quantize keeps it (a few rows whose rounding would move tokens
-// between experts).
-bool is_expert_router(std::string_view name);
-
 // The type the matrix `slot` with rows of `row_len` elements gets under `mix` (not a kIntCodes
 // one): f32 for a router, else the mix's rule, then the shape fallback.
 DType quant_mix_type(const QuantMix& mix, const WeightSlot& slot, int64_t row_len);
-
-// The shape fallback alone: t itself when rows of row_len elements are whole blocks of it.
-DType shape_fallback(DType t, int64_t row_len);
 
 // Under a kIntCodes mix: whether the matrix `slot` becomes integer codes (the blk.N.
 // projections), and the group size its rows of row_len get: the mix's where it divides row_len,

@@ -1,4 +1,6 @@
-#include "loader/quant_mix.h"
+#include "model/quant/quant_mix.h"
+
+#include "loader/model_source.h"
 
 #include <charconv>
 
@@ -101,25 +103,9 @@ int64_t quant_mix_int_group(const QuantMix& mix, int64_t row_len) {
   return mix.int_group_size > 0 && row_len % mix.int_group_size == 0 ? mix.int_group_size : row_len;
 }
 
-DType shape_fallback(DType t, int64_t row_len) {
-  if (row_len % block_elems(t) == 0) return t;
-  switch (t) {
-    case DType::kQ2_K:
-    case DType::kQ3_K: return shape_fallback(DType::kQ4_0, row_len);
-    case DType::kQ4_K: return shape_fallback(DType::kQ5_0, row_len);
-    case DType::kQ5_K: return shape_fallback(DType::kQ5_1, row_len);
-    case DType::kQ6_K: return shape_fallback(DType::kQ8_0, row_len);
-    default: return DType::kF16;
-  }
-}
-
-bool is_expert_router(std::string_view name) {
-  return ends_with(name, ".ffn_gate_inp.weight") || ends_with(name, ".ffn_gate_inp_shexp.weight");
-}
-
 DType quant_mix_type(const QuantMix& mix, const WeightSlot& slot, int64_t row_len) {
   if (is_expert_router(slot.name)) return DType::kF32;
-  return shape_fallback(mix_rule_type(mix, slot), row_len);
+  return dtype_for_rows(mix_rule_type(mix, slot), row_len);
 }
 
 }  // namespace pagoda

@@ -1,7 +1,7 @@
 // The packed checkpoint layouts of shared/docs/quantization-formats.md 2-4, each checked on words
 // written by hand here, with the weights they mean worked out by hand from the format's
 // dequantization formula (not by a writer of ours).
-#include "loader/packed_linear.h"
+#include "model/quant/packed_linear.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 
+#include "loader/packed_names.h"
 #include "tensor/convert.h"
 
 namespace pagoda {

@@ -1,6 +1,6 @@
 // The tensor types of llama-quantize's mixes and its shape fallback, from the table in
 // shared/docs/quantization-formats.md 1.6 (written out here per tensor, not computed).
-#include "loader/quant_mix.h"
+#include "model/quant/quant_mix.h"
 
 #include <gtest/gtest.h>
 
@@ -90,16 +90,16 @@ TEST(QuantMix, ShapeFallback) {
   // Rows of 4864 (Qwen2.5-0.5B's ffn_down: 19 x 256): whole super-blocks, nothing changes.
   EXPECT_EQ(type_in("q4_k_m", "blk.1.ffn_up.weight", 24, 4864), DType::kQ4_K);
   // Rows of 896 (its hidden size: 3.5 super-blocks, 28 blocks of 32).
-  EXPECT_EQ(shape_fallback(DType::kQ2_K, 896), DType::kQ4_0);
-  EXPECT_EQ(shape_fallback(DType::kQ3_K, 896), DType::kQ4_0);
-  EXPECT_EQ(shape_fallback(DType::kQ4_K, 896), DType::kQ5_0);
-  EXPECT_EQ(shape_fallback(DType::kQ5_K, 896), DType::kQ5_1);
-  EXPECT_EQ(shape_fallback(DType::kQ6_K, 896), DType::kQ8_0);
+  EXPECT_EQ(dtype_for_rows(DType::kQ2_K, 896), DType::kQ4_0);
+  EXPECT_EQ(dtype_for_rows(DType::kQ3_K, 896), DType::kQ4_0);
+  EXPECT_EQ(dtype_for_rows(DType::kQ4_K, 896), DType::kQ5_0);
+  EXPECT_EQ(dtype_for_rows(DType::kQ5_K, 896), DType::kQ5_1);
+  EXPECT_EQ(dtype_for_rows(DType::kQ6_K, 896), DType::kQ8_0);
   EXPECT_EQ(type_in("q4_k_m", "output.weight", 24, 896), DType::kQ8_0);
   // Rows of 172 (stories260K's ffn_down): not whole 32-element blocks either: f16.
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) EXPECT_EQ(shape_fallback(t, 172), DType::kF16);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) EXPECT_EQ(dtype_for_rows(t, 172), DType::kF16);
   // Plain types never fall back.
-  EXPECT_EQ(shape_fallback(DType::kBF16, 7), DType::kBF16);
+  EXPECT_EQ(dtype_for_rows(DType::kBF16, 7), DType::kBF16);
   EXPECT_EQ(quant_mix_type(uniform_mix(DType::kQ4_K), WeightSlot{"output.weight", 1, 1}, 512), DType::kQ4_K);
 }
 

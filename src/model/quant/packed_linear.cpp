@@ -1,31 +1,18 @@
-#include "loader/packed_linear.h"
+#include "model/quant/packed_linear.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
+#include "loader/packed_names.h"
 #include "tensor/convert.h"
 #include "tensor/dtype.h"
 
 namespace pagoda {
 namespace {
 
-// The tensor names of each format, the weight's name with these in place of "weight".
-struct PackedNames {
-  const char* codes;
-  const char* zeros;
-  const char* scales;
-  const char* g_idx;
-};
-constexpr PackedNames kAwqGptqNames{"qweight", "qzeros", "scales", "g_idx"};
-constexpr PackedNames kCompressedNames{"weight_packed", "weight_zero_point", "weight_scale", "weight_g_idx"};
-
 bool is_compressed(const CheckpointQuantization& q) { return q.method == "compressed-tensors"; }
-
-std::string companion(const std::string& weight_name, const char* suffix) {
-  return weight_name.substr(0, weight_name.size() - 6) + suffix;  // "...attn_q." + suffix
-}
 
 std::string shape_of(std::initializer_list<int64_t> shape) {
   std::string s = "[";
@@ -45,7 +32,7 @@ class Reader {
   Reader(const WeightMap& weights, const std::string& weight_name, const CheckpointQuantization& q)
       : weights_(weights), weight_(weight_name), q_(q) {}
 
-  std::string name(const char* suffix) const { return companion(weight_, suffix); }
+  std::string name(const char* suffix) const { return companion_name(weight_, suffix); }
 
   Status fail(const std::string& tensor, const std::string& problem) const {
     return data_loss(weights_.source() + ": tensor " + tensor + " (" + q_.method + " projection " + weight_ + ") " +
@@ -79,18 +66,10 @@ constexpr std::initializer_list<DType> kFloatTypes = {DType::kF16, DType::kBF16,
 
 }  // namespace
 
-bool has_packed_linear(const WeightMap& weights, const std::string& weight_name, const CheckpointQuantization& q) {
-  if (q.method == "awq" || q.method == "gptq") return weights.find(companion(weight_name, kAwqGptqNames.codes)) != nullptr;
-  if (is_compressed(q) && q.format == "pack-quantized") {
-    return weights.find(companion(weight_name, kCompressedNames.codes)) != nullptr;
-  }
-  return false;
-}
-
 Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string& weight_name, int64_t n, int64_t k,
                                     const CheckpointQuantization& q) {
   const Reader r(weights, weight_name, q);
-  const PackedNames& names = is_compressed(q) ? kCompressedNames : kAwqGptqNames;
+  const PackedNames& names = packed_names(q);
   const int b = q.bits;
   if (b != 4 && b != 8) return r.fail(r.name(names.codes), "has " + std::to_string(b) + "-bit codes (supported: 4, 8)");
   const int64_t per_word = 32 / b, half = int64_t{1} << (b - 1);
@@ -287,6 +266,88 @@ Result<IntCodes> read_packed_linear(const WeightMap& weights, const std::string&
   if (any_zero) out.zero_points = std::move(z);
   out.perm = std::move(perm);
   return out;
+}
+
+Result<IntCodes> read_int8_linear(const WeightMap& weights, const std::string& path, const std::string& name,
+                                  const Tensor& codes, const CheckpointQuantization& q) {
+  // The scales beside the codes (compressed-tensors names: "<weight>_scale", "<...>.input_scale").
+  const std::string base = name.substr(0, name.size() - 6);  // without "weight"
+  const std::string scale_name = base + "weight_scale", input_name = base + "input_scale";
+  const Tensor* scale = weights.find(scale_name);
+  if (scale == nullptr) {
+    return data_loss(path + ": tensor " + name + " holds int8 codes but " + scale_name + " is missing");
+  }
+  const int64_t rows = codes.num_rows(), cols = codes.row_len();
+  if (cols > kMaxIntGroup) {  // per channel: one group of the whole row (kernels.h's int32 bound)
+    return unimplemented(path + ": tensor " + name + " has rows of " + std::to_string(cols) +
+                         " int8 codes; at most " + std::to_string(kMaxIntGroup) + " per scale are supported");
+  }
+  const int bits = q.bits == 4 ? 4 : 8;
+  const int64_t group = q.group_size > 0 ? q.group_size : cols;
+  const int64_t groups = cols % group == 0 ? cols / group : 0;
+  const bool per_channel = scale->numel() == rows && (scale->ndim == 1 || (scale->ndim == 2 && scale->dim(1) == 1));
+  const bool per_tensor = scale->numel() == 1 && bits == 8;
+  const bool per_group = groups > 1 && scale->ndim == 2 && scale->dim(0) == rows && scale->dim(1) == groups;
+  if (!(per_channel || per_tensor || per_group) || !dtype_traits(scale->dtype).dense_matmul || is_quantized(scale->dtype)) {
+    const std::string want = groups > 1 ? "per group [" + std::to_string(rows) + ", " + std::to_string(groups) + "]"
+                                        : "per output channel [" + std::to_string(rows) + ", 1]" +
+                                              (bits == 8 ? " or per tensor [1]" : "");
+    return data_loss(path + ": tensor " + scale_name + " " + scale->shape_string() + " " +
+                     std::string(dtype_name(scale->dtype)) + " is not a float scale " + want + " of " + name + " " +
+                     codes.shape_string());
+  }
+  std::vector<float> values(static_cast<size_t>(scale->numel()));
+  dequantize_row(scale->dtype, scale->data, values.data(), scale->numel());
+  if (per_tensor) values.assign(static_cast<size_t>(rows), values[0]);
+  for (float v : values) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return data_loss(path + ": tensor " + scale_name + " has a scale that is negative or not finite");
+    }
+  }
+  float input_scale = 0;
+  if (const Tensor* in = weights.find(input_name)) {
+    if (in->numel() != 1 || !dtype_traits(in->dtype).dense_matmul || is_quantized(in->dtype)) {
+      return data_loss(path + ": tensor " + input_name + " " + in->shape_string() + " is not one float scale");
+    }
+    dequantize_row(in->dtype, in->data, &input_scale, 1);
+    if (!(input_scale > 0) || !std::isfinite(input_scale)) {
+      return data_loss(path + ": tensor " + input_name + " is not a positive finite scale");
+    }
+  } else if (q.static_input_scales) {
+    return data_loss(path + ": the checkpoint declares static activation scales but " + input_name +
+                     " is missing");
+  }
+  // The codes one per byte, as compressed-tensors' int-quantized format stores them (int4 ones
+  // too): copied, the int4 ones two per byte for the int4 kernel.
+  if (bits == 4 && (cols % 2 != 0 || (group != cols && group % 8 != 0))) {
+    return data_loss(path + ": tensor " + name + " " + codes.shape_string() + " has rows that are not whole " +
+                     "int4 pairs and groups of " + std::to_string(group));
+  }
+  IntCodes c;
+  c.bits = bits;
+  c.n = rows;
+  c.k = cols;
+  c.group_size = per_group ? group : cols;
+  c.method = bits == 4 ? "w4a8" : "w8a8";
+  c.input_scale = input_scale;
+  c.scales = std::move(values);
+  const int64_t row_bytes = bits == 8 ? cols : cols / 2;
+  c.codes.assign(static_cast<size_t>(rows * row_bytes), 0);
+  for (int64_t j = 0; j < rows; ++j) {
+    const auto* in = static_cast<const int8_t*>(codes.data) + j * cols;
+    uint8_t* out = c.codes.data() + j * row_bytes;
+    for (int64_t t = 0; t < cols; ++t) {
+      if (bits == 8) {
+        out[t] = static_cast<uint8_t>(in[t]);
+      } else if (in[t] < -8 || in[t] > 7) {
+        return data_loss(path + ": tensor " + name + " holds " + std::to_string(in[t]) +
+                         ", outside the 4-bit range [-8, 7] (row " + std::to_string(j) + ")");
+      } else {
+        out[t / 2] |= static_cast<uint8_t>((in[t] & 0xF) << (4 * (t % 2)));
+      }
+    }
+  }
+  return c;
 }
 
 }  // namespace pagoda

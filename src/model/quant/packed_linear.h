@@ -1,8 +1,8 @@
-// The projections a checkpoint stores as packed integer codes (AWQ's GEMM packing, GPTQ,
-// compressed-tensors pack-quantized; layouts in shared/docs/quantization-formats.md 2-4), decoded
+// The projections a checkpoint stores as integer codes (AWQ's GEMM packing, GPTQ,
+// compressed-tensors pack-quantized and int-quantized; layouts in docs/quantization.md), decoded
 // at load into one form: signed codes with a scale and a zero point per group of columns, the
-// row-major form of IntWeight (backend/kernels.h), which model/layers/linear.h packs for the
-// backend. The weight's value is w[j, t] = scale(j, g) * (code(j, t) - zero(j, g)).
+// row-major form of IntWeight (backend/kernels.h), which the integer quant methods
+// (model/quant/quant_method.h) pack for the backend. The weight's value is w[j, t] = scale(j, g) * (code(j, t) - zero(j, g)).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +32,15 @@ struct IntCodes {
   int64_t groups() const { return group_size > 0 ? k / group_size : 0; }
 };
 
-// Whether the checkpoint stores the projection `weight_name` (canonical, "blk.0.attn_q.weight")
-// in q's packed format (its "qweight" or "weight_packed" is present).
-bool has_packed_linear(const WeightMap& weights, const std::string& weight_name, const CheckpointQuantization& q);
+// The most columns one integer scale may cover (Kernels::matmul_int's exact int32 bracket).
+constexpr int64_t kMaxIntGroup = 65536;
+
+// A projection a checkpoint stores as int8 tensors (compressed-tensors int-quantized: W8A8, or
+// W4A8 with int4 values one per byte) with its scales beside it ("<name>_scale", per output
+// channel, per tensor or per group, and optionally a static "<...>.input_scale"): its codes, the
+// int4 ones two per byte. Fails naming `path`, the tensor and the problem.
+Result<IntCodes> read_int8_linear(const WeightMap& weights, const std::string& path, const std::string& name,
+                                  const Tensor& codes, const CheckpointQuantization& q);
 
 // Decodes the packed projection `weight_name` of shape [n, k]. Every inconsistency (tensor types
 // and shapes, a group size that does not divide k, a g_idx entry out of range or groups of
