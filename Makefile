@@ -61,7 +61,7 @@ test: test-asan test-tsan test-fuzz npm-deps
 # prefill, preemption, speculation); and the TinyLlama-shaped tensor-parallel logits (three
 # processes computing a 2-layer TinyLlama; the small sharded models of the same test binary run
 # the same slicing and collectives under ASan).
-ASAN_UNIT_TESTS := base_test tensor_test kv_test scheduler_test output_processor_test sampler_test metrics_test cpu_kernels_test guarded_backend_test \
+ASAN_UNIT_TESTS := base_test tensor_test quantize_test kv_test scheduler_test output_processor_test sampler_test metrics_test cpu_kernels_test guarded_backend_test \
   cpu_thread_pool_test engine_test executor_test worker_test shm_communicator_test tensor_parallel_test determinism_test \
   golden_stories_test model_reference_test gguf_hf_equivalence_test cli_test bench_serve_test \
   vllm_compat_test perplexity_test

@@ -504,7 +504,7 @@ TEST(Cli, QuantizeCalibratesStaticW8A8AndSmoothQuantHelps) {
   std::filesystem::remove_all(dir);
 }
 
-// GPTQ (tensor/gptq.h) against round-to-nearest on the real model: the same types and bytes,
+// GPTQ (tools/quantize/gptq.h) against round-to-nearest on the real model: the same types and bytes,
 // and a smaller divergence from the f32 model on a text it was not calibrated on.
 TEST(Cli, QuantizeWithGptqLowersTheDivergence) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");

@@ -9,6 +9,7 @@
 #include "launch/cli_flags.h"
 #include "launch/engine_flags.h"
 #include "launch/model_loading.h"
+#include "tools/quantize/quantize.h"
 
 namespace pagoda::app {
 
@@ -47,24 +48,9 @@ struct PerplexityFlags {
 };
 int run_perplexity(const PerplexityFlags& flags);
 
-// `pagoda quantize` (quantize_cmd.cpp).
-struct QuantizeFlags {
-  std::string input, output;
-  std::string type;  // a llama-quantize file type (q4_k_m, q8_0, ...: GGUF out), or w8a8 / w4a8
-  // w8a8 / w4a8 (a compressed-tensors folder out): static activation scales from these texts,
-  // SmoothQuant's migration strength (< 0: none), how many texts and tokens of each to run.
-  // With gptq (any type), the texts' activations feed GPTQ's rounding of the weights instead
-  // (tensor/gptq.h) and w8a8 / w4a8 activations stay per token.
-  std::string calibration_file;
-  bool gptq = false;
-  bool act_order = true;  // with gptq: gptq_act_order's column order (tensor/gptq.h)
-  double smooth_alpha = -1;
-  int64_t num_calibration_samples = 128;
-  int64_t max_seq_len = 512;
-  std::string tokenizer;  // for the calibration texts: default the input's own
-};
+// `pagoda quantize` (quantize_cmd.cpp): the tools library's options (tools/quantize/quantize.h).
+using QuantizeFlags = QuantizeOptions;
 int run_quantize(const QuantizeFlags& flags);
-int run_quantize_compressed(const QuantizeFlags& flags);  // quantize_compressed.cpp
 
 struct BenchThroughputFlags {
   ModelFlags model;

@@ -38,10 +38,10 @@ struct DTypeTraits {
   void (*quantize_row)(const float* src, void* dst, int64_t n);
   // Quantized types only (nullptr for plain ones): one block at src -> block_elems / 32 chunks
   // in the integer form of QuantChunk, which the int8 matmuls compute with.
-  void (*decode_chunks)(const void* block, QuantChunk* out);
+  void (*decode_chunks)(const void* block, QuantChunk* out) = nullptr;
   // Whether decode_chunks can give chunks a non-zero dmin (types with a per-block minimum or
   // offset: q4_1, q5_1, q2_k, q4_k, q5_k). Types without skip that term of the product.
-  bool has_mins;
+  bool has_mins = false;
   // Whether a weight of this type is a matrix on its own (Kernels::matmul multiplies it): every
   // type but the integer ones, whose codes mean something only with their scales
   // (model/quant/quant_method.h).

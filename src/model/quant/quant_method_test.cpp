@@ -53,7 +53,7 @@ std::unique_ptr<cpu::CpuBackend> backend() {
 
 std::string method_of(Source& s, std::optional<QuantMix> mix = std::nullopt) {
   WeightLoader w(s.src, *backend(), unsharded(s.src.config), std::move(mix));
-  return std::string(quant_method_for(w, LinearRequest{kName, kRows, kCols}).name());
+  return std::string(quant_method_for(w, LinearRequest{kName, kRows, kCols, kName, Slice{}}).name());
 }
 
 TEST(QuantMethod, EachProjectionFindsItsMethod) {

@@ -1,7 +1,7 @@
-// `pagoda quantize --calibration-file texts.jsonl`: a model runs over calibration texts with an
+// Calibration for offline quantization (quantize.h, --calibration-file texts.jsonl): a model runs over calibration texts with an
 // observer on every projection's input (model/layers/linear.h). What is gathered:
 //  - ChannelMax: the largest |x| of each input channel (static activation scales, SmoothQuant);
-//  - InputHessians: H = sum x x^T of each distinct projection input, for GPTQ (tensor/gptq.h).
+//  - InputHessians: H = sum x x^T of each distinct projection input, for GPTQ (gptq.h).
 #pragma once
 
 #include <cstdint>
@@ -10,28 +10,29 @@
 #include <string>
 #include <vector>
 
-#include "apps/pagoda/commands.h"
 #include "backend/backend.h"
 #include "base/status.h"
 #include "loader/model_source.h"
 #include "model/layers/linear.h"
-#include "tensor/gptq.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/quantize/gptq.h"
+#include "tools/quantize/quantize.h"
 
-namespace pagoda::app {
+namespace pagoda {
 
 // The calibration texts: one JSON value per line, an object with "text" (or "prompt") or a
 // string; at most `limit` of them.
 Result<std::vector<std::string>> read_calibration(const std::string& path, int64_t limit);
 
-// The calibration texts of f.calibration_file, tokenized (f.tokenizer, default the input's), and
+// The calibration texts of options.calibration_file, tokenized (options.tokenizer, default the
+// input's), and
 // a CPU backend to run models over them.
 class Calibration {
  public:
-  static Result<Calibration> open(const QuantizeFlags& f);
+  static Result<Calibration> open(const QuantizeOptions& options);
 
   // Builds the model of `source` and runs it over every text (each from position 0, at most
-  // f.max_seq_len tokens and the model's context), through the LM head at every position, with
+  // options.max_seq_len tokens and the model's context), through the LM head at every position, with
   // `observer` installed. Returns the number of tokens run.
   Result<int64_t> run(const ModelSource& source, LinearInputObserver* observer) const;
 
@@ -70,7 +71,7 @@ class InputHessians final : public LinearInputObserver {
   std::map<std::string, std::unique_ptr<GptqHessian>> h_;
 };
 
-// GPTQ's factors (tensor/gptq.h, damping 1% of the mean diagonal, as GPTQ's reference uses), each
+// GPTQ's factors (gptq.h, damping 1% of the mean diagonal, as GPTQ's reference uses), each
 // computed once per input and kept while weights of the same layer ask for it: a weight of
 // another layer ("blk.N.") drops them (a 5632-wide factor takes 254 MB).
 class GptqFactors {
@@ -93,4 +94,4 @@ class GptqFactors {
   std::map<std::pair<std::string, int64_t>, Factor> factors_;  // by input and group length
 };
 
-}  // namespace pagoda::app
+}  // namespace pagoda

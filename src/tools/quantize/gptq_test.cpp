@@ -4,7 +4,7 @@
 // stored-order sweep of the permuted matrix, and a lower output error than round-to-nearest on
 // correlated inputs, measured in double here, for every GGUF block type and the int4 / int8
 // groups.
-#include "tensor/gptq.h"
+#include "tools/quantize/gptq.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "apps/pagoda/calibration.h"
+#include "tools/quantize/calibration.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 
-namespace pagoda::app {
+namespace pagoda {
 
 using nlohmann::json;
 
@@ -40,12 +40,12 @@ Result<std::vector<std::string>> read_calibration(const std::string& path, int64
   return texts;
 }
 
-Result<Calibration> Calibration::open(const QuantizeFlags& f) {
+Result<Calibration> Calibration::open(const QuantizeOptions& f) {
   PAGODA_ASSIGN_OR_RETURN(std::vector<std::string> texts, read_calibration(f.calibration_file, f.num_calibration_samples));
-  ModelFlags mf;
+  app::ModelFlags mf;
   mf.model = f.input;
   mf.tokenizer = f.tokenizer;
-  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, load_tokenizer(mf));
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, app::load_tokenizer(mf));
   Calibration c;
   for (const std::string& text : texts) {
     std::vector<TokenId> ids = tokenizer->encode(text, /*add_special=*/true);
@@ -151,4 +151,4 @@ Result<const GptqFactors::Factor*> GptqFactors::get(const InputHessians& hessian
   return &it->second;
 }
 
-}  // namespace pagoda::app
+}  // namespace pagoda

@@ -1,4 +1,4 @@
-#include "tensor/gptq.h"
+#include "tools/quantize/gptq.h"
 
 #include <algorithm>
 #include <cmath>
