@@ -70,7 +70,7 @@ FUZZ_TARGETS := gguf_fuzz safetensors_fuzz hf_config_fuzz packed_linear_fuzz tok
 # The sanitizer builds compile at -O1 with line tables only (-g1: what their reports' stack traces
 # need), the level the sanitizers' documentation recommends: on the 2-core CI machine one large
 # test file took 151 s at -O1 and 173 s with -g1, against 203 s at RelWithDebInfo's -O2 -g. The
-# SIMD leaves stay at -O2 (src/backend/cpu/CMakeLists.txt says why). GCC for now: on the same
+# SIMD leaves stay at -O2 (src/backend/cpu/x86/CMakeLists.txt says why). GCC for now: on the same
 # (slow) evening of 2026-12-04 clang 14 compiled most files under ASan + UBSan in 0.6 to 0.9 of
 # GCC's time (openai_protocol.cpp 52 s against 81, http_server.cpp 71 against 110) but
 # matmul_avx2.cpp in 463 s against 188; moving to clang waits for that leaf's flags.

@@ -29,14 +29,14 @@ inline constexpr const char* kDummyConfig = R"({"architectures": ["LlamaForCausa
 inline constexpr int64_t kVocab = 512;  // stories260K's; the dummy model uses its tokenizer
 
 inline std::unique_ptr<LLMEngine> make_core(const app::ModelFlags& flags, const EngineConfig& config,
-                                             cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
+                                             const std::string& isa = "auto") {
   return testing::make_engine_core(flags, config, isa);
 }
 
 // An engine that speculates: with the n-gram proposer (draft_dtype empty), or with a draft model
 // loaded from `flags` with --dtype draft_dtype ("auto": the model itself as its own draft).
 inline std::unique_ptr<LLMEngine> make_spec_core(const app::ModelFlags& flags, EngineConfig config,
-                                                  const std::string& draft_dtype, cpu::CpuIsa isa) {
+                                                  const std::string& draft_dtype, const std::string& isa) {
   if (draft_dtype.empty()) {
     config.speculative = SpeculativeConfig{"ngram", 3, 1, 3, 0, "", ""};
     return make_core(flags, config, isa);
@@ -88,7 +88,7 @@ inline std::vector<TokenId> run_one(LLM& llm, const GenerateRequest& r) {
 // with speculative decoding (n-gram, and a q4_0 copy of the model or the model itself as the
 // draft), among other requests, with a prefix-cache hit, chunked prefill and preemption.
 inline void check_model(const app::ModelFlags& flags, int64_t kv_bytes_per_token, KvCacheDtype kv_dtype = KvCacheDtype::kF32,
-                        cpu::CpuIsa isa = cpu::CpuIsa::kBest, bool speculative = false) {
+                        const std::string& isa = "auto", bool speculative = false) {
   EngineConfig base;
   base.kv_cache_dtype = kv_dtype;
   base.scheduler.max_model_len = 256;  // within both models' context

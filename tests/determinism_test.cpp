@@ -33,7 +33,7 @@ TEST(Determinism, Stories260K) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   app::ModelFlags flags;
   flags.model = model;
-  check_model(flags, 5 * 2 * 4 * 8 * 4, KvCacheDtype::kF32, cpu::CpuIsa::kBest, /*speculative=*/true);
+  check_model(flags, 5 * 2 * 4 * 8 * 4, KvCacheDtype::kF32, "auto", /*speculative=*/true);
 }
 
 TEST(Determinism, DummyQ8GroupOf8) {
@@ -46,7 +46,7 @@ TEST(Determinism, DummyQ8GroupOf8) {
   flags.load_format = "dummy";
   flags.dtype = "q8_0";
   flags.tokenizer = tokenizer;
-  check_model(flags, 2 * 2 * 1 * 32 * 4, KvCacheDtype::kF32, cpu::CpuIsa::kBest, /*speculative=*/true);
+  check_model(flags, 2 * 2 * 1 * 32 * 4, KvCacheDtype::kF32, "auto", /*speculative=*/true);
   std::filesystem::remove_all(dir);
 }
 
@@ -64,7 +64,7 @@ TEST(Determinism, DummyQwen3MoeQ4_0) {
   flags.load_format = "dummy";
   flags.dtype = "q4_0";
   flags.tokenizer = tokenizer;
-  check_model(flags, 2 * 2 * 2 * 32 * 4, KvCacheDtype::kF32, cpu::CpuIsa::kBest, /*speculative=*/true);
+  check_model(flags, 2 * 2 * 2 * 32 * 4, KvCacheDtype::kF32, "auto", /*speculative=*/true);
   std::filesystem::remove_all(dir);
 }
 

@@ -1,5 +1,5 @@
 // Backend: a compute device as the model sees it (the CPU now; CUDA and Ascend later), and the
-// registry apps/ fills with the concrete backends at start-up.
+// registry launch/ fills with the concrete backends at start-up.
 //
 // A backend is a device: it allocates memory (its ExecContext), moves data in and out, and
 // computes with its kernel table, all through Kernels (backend/kernels.h), the table bound to its

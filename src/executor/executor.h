@@ -2,7 +2,7 @@
 // the scheduler's rank, registers requests, hands over each SchedulerOutput and gets the sampled
 // tokens back; the executor turns the step into a StepMessage (step_message.h) and has its
 // workers run it: in this process (LocalExecutor), or on other ranks through a Communicator
-// (backend/communicator.h). Nothing above this interface knows which.
+// (comm/communicator.h). Nothing above this interface knows which.
 //
 // Engine thread only: not thread-safe.
 #pragma once

@@ -16,7 +16,7 @@ namespace pagoda::app {
 Status register_backends() {
   static const Status registered = [] {
     const char* isa_env = std::getenv("PAGODA_CPU_ISA");
-    Result<cpu::CpuIsa> isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
+    Result<std::string> isa = cpu::parse_cpu_isa(isa_env != nullptr ? isa_env : "");
     if (!isa.ok()) return Status(isa.status().code(), "PAGODA_CPU_ISA: " + isa.status().message());
     cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = *isa});
     guarded::register_guarded_backend();

@@ -1,4 +1,4 @@
-// Building an EngineCore from the command line's model and engine flags.
+// Building an LLMEngine from the command line's model and engine flags.
 #pragma once
 
 #include <functional>
@@ -27,7 +27,7 @@ struct EngineSetup {
 // Checks the flags, applies --log-level, reads --generation-config, loads the tokenizer and runs
 // `before_weights` on it (both fail fast, before any weight is read), then the model, and sizes
 // the engine. With more than one rank, `group` is the ranks RankGroup::start started
-// (apps/pagoda/ranks.h; it must outlive the engines): this process loads rank 0's shard, and the
+// (launch/ranks.h; it must outlive the engines): this process loads rank 0's shard, and the
 // engine runs every step on all of them. With --data-parallel-size D > 1, `replicas` holds the
 // engines of replicas 1 .. D - 1 as well (only the server runs them).
 Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engine,

@@ -1,5 +1,6 @@
 // Loading what a CLI subcommand needs from the common model flags: the backend, the model and
-// its tokenizer. Lives in apps/ because it names the concrete backends and reads user flags.
+// its tokenizer. Lives in launch/, the composition root, because it names the concrete backends
+// and reads user flags.
 #pragma once
 
 #include <functional>

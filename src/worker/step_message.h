@@ -7,7 +7,7 @@
 // and, after a preemption, the new block table. StepEncoder (rank 0) writes these deltas from the
 // scheduler's SchedulerOutput; Worker (worker.h) applies them.
 //
-// ModelRunnerOutput (sched/scheduler_output.h) travels back the same way: serialize_output /
+// ModelRunnerOutput (scheduler/scheduler_output.h) travels back the same way: serialize_output /
 // deserialize_output. Decoding checks every length against the bytes received (a corrupted or
 // short message is data_loss, never an out-of-bounds read); what the values mean (known ids, token
 // and block ranges) the Worker checks against its state.

@@ -2,7 +2,7 @@
 // shard of it) and, when the engine speculates with a draft model, the whole draft model; it sizes
 // its needs for the executor (memory), allocates the KV caches and makes its proposer when rank 0
 // says how (initialize), and then runs every step: keeps each request it has been sent (its tokens,
-// block table, and, through its ModelRunner, its sampling parameters and generator), applies each
+// block table, sampling parameters and generator), applies each
 // StepMessage's deltas to them, runs the step on its ModelRunner, and drafts the next step's
 // tokens with its proposer (vLLM's propose_draft_token_ids), so speculation runs wherever the
 // model does: on every rank of a tensor-parallel group and in every data-parallel replica.

@@ -16,7 +16,7 @@
 namespace pagoda::testing {
 
 inline std::unique_ptr<LLMEngine> make_engine_core(const app::ModelFlags& flags, const EngineConfig& config,
-                                                    cpu::CpuIsa isa = cpu::CpuIsa::kBest) {
+                                                    const std::string& isa = "auto") {
   cpu::register_cpu_backend(cpu::CpuBackendOptions{.isa = isa});
   auto loaded = app::load_model_and_tokenizer(flags);
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();

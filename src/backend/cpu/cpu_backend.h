@@ -17,24 +17,19 @@
 
 namespace pagoda::cpu {
 
-// Which kernel table to use. kBest: the best the CPU supports. kAvx512Bf16: the avx512vnni kernels
-// with f16 and bf16 weights on vdpbf16ps (inputs, and f16 weights, rounded to bf16). kAvx512Vnni:
-// the AVX2 kernels with the integer matmul and the batched q8_0 / q4_x / q5_x products on 512-bit
-// AVX-512 VNNI, the other block-type products on its 256-bit form (AVX-512 VL; no AVX-VNNI needed);
-// kAvx512: the AVX2 kernels with the batched f32 / f16 / bf16 products on 512-bit FMAs (AVX-512
-// F and BW, no VNNI: Skylake-SP); kAvxVnni: the AVX2 kernels with the block-type and integer matmuls on AVX-VNNI; kAvx2: the AVX2
-// kernels (each an error on a CPU without them). kScalar: the scalar reference kernels for every
-// op (tests compare against them; also a fallback when a SIMD kernel is suspected).
-enum class CpuIsa { kBest, kAvx512Bf16, kAvx512Vnni, kAvx512, kAvxVnni, kAvx2, kScalar };
-
-// "avx512bf16", "avx512vnni", "avx512", "avxvnni", "avx2" or "scalar" (the values of PAGODA_CPU_ISA); "" or "auto" is
-// kBest.
-Result<CpuIsa> parse_cpu_isa(std::string_view name);
-
+// The kernel table CpuBackend runs, by the name PAGODA_CPU_ISA gives it: "auto" (or "") the best
+// the CPU supports; "scalar" the scalar reference kernels for every op (tests compare against
+// them; also a fallback when a SIMD kernel is suspected); any other name the table of
+// cpu_kernel_tables() of that name (e.g. "avx2": x86/x86_tables.cpp lists them), an error on a CPU
+// without what it needs.
 struct CpuBackendOptions {
-  CpuIsa isa = CpuIsa::kBest;
+  std::string isa = "auto";
   int threads = 0;  // the pool's threads, the caller included; 0: one per physical core (physical_cores())
 };
+
+// `name` as CpuBackendOptions::isa takes it ("" is "auto"), or an error when it is not auto,
+// scalar or the name of a compiled table (the message lists them).
+Result<std::string> parse_cpu_isa(std::string_view name);
 
 // The CPU's execution context: host memory, and the thread pool the kernels split their work over
 // (the engine thread calls; the pool's workers join it). A context's kernels are called by one
@@ -56,11 +51,10 @@ struct CpuFeatures;
 
 // A SIMD kernel table compiled into this binary: the kernels it puts over the reference ones, and
 // the CPU features they need. Every table CpuBackend can pick is in cpu_kernel_tables() and is
-// picked from there, so tests can enumerate them (kernels/kernel_table_coverage_test.cpp checks
+// picked from there, so tests can enumerate them (kernel_table_coverage_test.cpp checks
 // that every entry a table replaces has a test).
 struct CpuKernelTable {
-  CpuIsa isa;                               // the CpuIsa that forces it
-  std::string_view name;                    // e.g. "avx2", as PAGODA_CPU_ISA spells it
+  std::string_view name;                    // e.g. "avx2", as PAGODA_CPU_ISA spells it (CpuBackendOptions::isa)
   std::string_view needs;                   // the features it needs, e.g. "avx2 fma f16c"
   bool (*supported)(const CpuFeatures& f);  // whether a CPU with features `f` can run it
   void (*install)(KernelTable* k);          // sets the entries it replaces in *k
@@ -68,9 +62,16 @@ struct CpuKernelTable {
   std::string_view kept;                    // for description(): what stays on the reference
 };
 
-// The SIMD kernel tables compiled into this binary, best first; CpuIsa::kBest picks the first
-// one the CPU supports, or the reference kernels where it supports none.
+// The SIMD kernel tables compiled into this binary, best first; "auto" picks the first one the CPU
+// supports, or the reference kernels where it supports none.
 std::span<const CpuKernelTable> cpu_kernel_tables();
+
+// The compiled table named `name`, or nullptr.
+const CpuKernelTable* find_cpu_kernel_table(std::string_view name);
+
+// This architecture's tables, best first, which cpu_kernel_tables() returns: defined by its folder
+// (x86/x86_tables.cpp), or empty (scalar/no_simd_tables.cpp) where this build has none.
+std::span<const CpuKernelTable> arch_kernel_tables();
 
 class CpuBackend final : public Backend {
  public:

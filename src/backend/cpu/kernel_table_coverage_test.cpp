@@ -36,18 +36,10 @@ bool register_kernel_table_test(const char* test, const char* table, const char*
 
 const std::vector<KernelTableTest>& kernel_table_tests() { return registry(); }
 
-const CpuKernelTable* find_kernel_table(const std::string& name) {
-  for (const CpuKernelTable& t : cpu_kernel_tables()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
 }  // namespace kernel_table_testing
 
 namespace {
 
-using kernel_table_testing::find_kernel_table;
 using kernel_table_testing::kernel_table_tests;
 using kernel_table_testing::KernelTableTest;
 
@@ -123,7 +115,7 @@ TEST(CpuKernelTables, EveryEntryOfEveryCompiledTableHasAnEnabledTest) {
       int tests = 0;
       for (const KernelTableTest& t : kernel_table_tests()) {
         if (std::find(t.entries.begin(), t.entries.end(), entry) == t.entries.end()) continue;
-        const CpuKernelTable* tested = find_kernel_table(t.table);
+        const CpuKernelTable* tested = find_cpu_kernel_table(t.table);
         if (t.table != table.name && (tested == nullptr || !same_kernel(*tested, table, entry))) continue;
         bool disabled = false;
         EXPECT_TRUE(is_registered_with_gtest(t.test, &disabled)) << t.test;
@@ -142,7 +134,7 @@ TEST(CpuKernelTables, EveryEntryOfEveryCompiledTableHasAnEnabledTest) {
 TEST(CpuKernelTables, EveryKernelTableTestNamesEntriesItsTableReplaces) {
   EXPECT_FALSE(kernel_table_tests().empty());
   for (const KernelTableTest& t : kernel_table_tests()) {
-    const CpuKernelTable* table = find_kernel_table(t.table);
+    const CpuKernelTable* table = find_cpu_kernel_table(t.table);
     ASSERT_NE(table, nullptr) << t.test << " names kernel table \"" << t.table << "\", which is not compiled in";
     EXPECT_FALSE(t.entries.empty()) << t.test;
     const std::vector<std::string> replaced = replaced_entries(*table);
@@ -161,7 +153,7 @@ TEST(CpuKernelTables, BackendPicksEachTableExactlyWhereTheCpuSupportsIt) {
   for (const CpuKernelTable& table : cpu_kernel_tables()) {
     KernelTable want = reference_kernels();
     table.install(&want);
-    auto forced = CpuBackend::create(CpuBackendOptions{.isa = table.isa});
+    auto forced = CpuBackend::create(CpuBackendOptions{.isa = std::string(table.name)});
     ASSERT_EQ(forced.ok(), table.supported(f)) << table.name << ": " << f.to_string();
     if (!forced.ok()) {
       EXPECT_NE(forced.status().message().find(std::string(table.needs)), std::string::npos)

@@ -27,9 +27,6 @@ bool register_kernel_table_test(const char* test, const char* table, const char*
 // Every test recorded in this binary.
 const std::vector<KernelTableTest>& kernel_table_tests();
 
-// The compiled table named `name`, or nullptr.
-const CpuKernelTable* find_kernel_table(const std::string& name);
-
 // The CPU context for the tests that call a table's entries directly (testing_context.h).
 inline const ExecContext& test_context() { return testing_context(); }
 
@@ -44,7 +41,7 @@ inline const ExecContext& test_context() { return testing_context(); }
   [[maybe_unused]] const bool suite##_##name##_kernel_table_test =                                                     \
       ::pagoda::cpu::kernel_table_testing::register_kernel_table_test(#suite "." #name, table, entries);               \
   TEST(suite, name) {                                                                                                  \
-    const ::pagoda::cpu::CpuKernelTable* kernel_table = ::pagoda::cpu::kernel_table_testing::find_kernel_table(table); \
+    const ::pagoda::cpu::CpuKernelTable* kernel_table = ::pagoda::cpu::find_cpu_kernel_table(table);                   \
     ASSERT_NE(kernel_table, nullptr) << "no kernel table \"" << (table) << "\" is compiled in";                        \
     if (!kernel_table->supported(::pagoda::cpu::cpu_features())) {                                                     \
       GTEST_SKIP() << "the CPU lacks " << kernel_table->needs << " for the " << (table)                                \

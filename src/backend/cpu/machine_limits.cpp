@@ -5,14 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <fstream>
 #include <functional>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/x86/peak_loops.h"
+#include "backend/cpu/machine_peaks.h"
 
 namespace pagoda::cpu {
 
@@ -91,21 +91,8 @@ double peak_rate(int threads, double seconds, uint64_t (*loop)(uint64_t, float*)
   return best;
 }
 
-uint64_t vnni_as_float_sink(uint64_t iterations, float* sink) {
-  int32_t out[16];
-  const uint64_t ops = vnni_loop_avx512(iterations, out);
-  std::memcpy(sink, out, sizeof out);
-  return ops;
-}
-
-uint64_t int8_avx2_as_float_sink(uint64_t iterations, float* sink) {
-  int32_t out[8];
-  const uint64_t ops = int8_dot_loop_avx2(iterations, out);
-  std::memcpy(sink, out, sizeof out);
-  return ops;
-}
-
-// Baseline loop for CPUs without AVX2: the compiler's own code, four chains.
+// The portable loops, for CPUs without the architecture's (machine_peaks.h): the compiler's own
+// code, four chains.
 uint64_t fma_loop_scalar(uint64_t iterations, float* sink) {
   float a0 = 0.1f, a1 = 0.2f, a2 = 0.3f, a3 = 0.4f;
   for (uint64_t i = 0; i < iterations; ++i) {
@@ -116,6 +103,33 @@ uint64_t fma_loop_scalar(uint64_t iterations, float* sink) {
   }
   sink[0] = a0 + a1 + a2 + a3;
   return iterations * 4 * 2;
+}
+
+uint64_t read_words(const void* data, uint64_t bytes) {
+  const auto* words = static_cast<const uint64_t*>(data);
+  const uint64_t n = bytes / sizeof(uint64_t);
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  uint64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += words[i];
+    s1 += words[i + 1];
+    s2 += words[i + 2];
+    s3 += words[i + 3];
+  }
+  for (; i < n; ++i) s0 += words[i];
+  return s0 + s1 + s2 + s3;
+}
+
+constexpr PeakLoop kScalarFma = {"scalar", "", fma_loop_scalar};
+constexpr ReadLoop kReadWords = {"", sizeof(uint64_t), read_words};
+
+// The first of `loops` the CPU has, or `fallback`.
+template <typename Loop>
+const Loop* first_supported(std::span<const Loop> loops, const Loop* fallback) {
+  for (const Loop& loop : loops) {
+    if (cpu_features().has_all(loop.needs)) return &loop;
+  }
+  return fallback;
 }
 
 }  // namespace
@@ -135,32 +149,17 @@ ReadBandwidth measure_read_bandwidth(int threads, int64_t buffer_bytes) {
   });
   std::atomic<uint64_t> total{0};
   ReadBandwidth best;
-  const bool avx2 = cpu_features().avx2;
+  // The architecture's read, the loads the kernels use, over slices of whole blocks (mmap memory
+  // is page aligned); else 8-byte words.
+  const ReadLoop& read = *first_supported(arch_peak_loops().read, &kReadWords);
+  const size_t blocks = n * sizeof(uint64_t) / read.block_bytes;
   for (int pass = 0; pass < 5; ++pass) {
     std::atomic<uint64_t> bytes_read{0};
     const ParallelTiming timing = run_parallel(threads, [&](int t) {
-      if (avx2) {  // the wide loads the kernels use, over slices of whole 256-byte blocks
-                   // (mmap memory is page aligned)
-        const size_t blocks = n * sizeof(uint64_t) / 256;
-        const size_t b0 = blocks * static_cast<size_t>(t) / static_cast<size_t>(threads);
-        const size_t b1 = blocks * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-        total += read_avx2(reinterpret_cast<const char*>(data) + b0 * 256, (b1 - b0) * 256);
-        bytes_read += (b1 - b0) * 256;
-        return;
-      }
-      const size_t lo = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
-      const size_t hi = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      size_t i = lo;
-      for (; i + 4 <= hi; i += 4) {
-        s0 += data[i];
-        s1 += data[i + 1];
-        s2 += data[i + 2];
-        s3 += data[i + 3];
-      }
-      for (; i < hi; ++i) s0 += data[i];
-      total += s0 + s1 + s2 + s3;
-      bytes_read += (hi - lo) * sizeof(uint64_t);
+      const size_t b0 = blocks * static_cast<size_t>(t) / static_cast<size_t>(threads);
+      const size_t b1 = blocks * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+      total += read.read(reinterpret_cast<const char*>(data) + b0 * read.block_bytes, (b1 - b0) * read.block_bytes);
+      bytes_read += (b1 - b0) * read.block_bytes;
     });
     const double gbps = timing.seconds > 0 ? static_cast<double>(bytes_read.load()) / timing.seconds / 1e9 : 0;
     if (pass == 0 || gbps > best.gbps) {
@@ -176,25 +175,17 @@ MachineLimits measure_machine_limits(int threads, int64_t buffer_bytes, double s
   MachineLimits m;
   m.threads = std::max(1, threads);
   m.read_gbps = measure_read_bandwidth(m.threads, buffer_bytes).gbps;
-  const CpuFeatures& f = cpu_features();
-  if (f.avx512f) {
-    m.f32_isa = "avx512f";
-    m.f32_fma_gflops = peak_rate(m.threads, seconds, fma_loop_avx512) / 1e9;
-  } else if (f.avx2 && f.fma) {
-    m.f32_isa = "avx2+fma";
-    m.f32_fma_gflops = peak_rate(m.threads, seconds, fma_loop_avx2) / 1e9;
-  } else {
-    m.f32_isa = "scalar";
-    m.f32_fma_gflops = peak_rate(m.threads, seconds, fma_loop_scalar) / 1e9;
+  const ArchPeakLoops& loops = arch_peak_loops();
+  const PeakLoop* f32 = first_supported(loops.f32_fma, &kScalarFma);
+  m.f32_isa = f32->isa;
+  m.f32_fma_gflops = peak_rate(m.threads, seconds, f32->loop) / 1e9;
+  if (const PeakLoop* int8 = first_supported<PeakLoop>(loops.int8_dot, nullptr)) {
+    m.int8_isa = int8->isa;
+    m.int8_dot_gops = peak_rate(m.threads, seconds, int8->loop) / 1e9;
   }
-  if (f.avx512vnni) {
-    m.int8_isa = "avx512vnni";
-    m.int8_dot_gops = peak_rate(m.threads, seconds, vnni_as_float_sink) / 1e9;
-  } else if (f.avx2) {
-    m.int8_isa = "avx2";
-    m.int8_dot_gops = peak_rate(m.threads, seconds, int8_avx2_as_float_sink) / 1e9;
+  if (const PeakLoop* bf16 = first_supported<PeakLoop>(loops.bf16_dot, nullptr)) {
+    m.bf16_dot_gflops = peak_rate(m.threads, seconds, bf16->loop) / 1e9;
   }
-  if (f.avx512bf16) m.bf16_dot_gflops = peak_rate(m.threads, seconds, bf16_loop_avx512) / 1e9;
   return m;
 }
 

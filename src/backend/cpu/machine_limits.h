@@ -14,13 +14,14 @@ namespace pagoda::cpu {
 
 struct MachineLimits {
   int threads = 0;
-  double read_gbps = 0;         // GB/s (1e9 bytes), a streaming read of a large buffer (AVX2
-                                // loads, four streams per thread, where the CPU has AVX2)
+  double read_gbps = 0;         // GB/s (1e9 bytes), a streaming read of a large buffer (the
+                                // architecture's loads where the CPU has them: on x86 AVX2 loads,
+                                // four streams per thread; machine_peaks.h)
   double f32_fma_gflops = 0;    // GFLOP/s (an FMA counts 2)
-  std::string f32_isa;          // "avx512f", "avx2+fma", or "scalar"
+  std::string f32_isa;          // the loop's: "avx512f", "avx2+fma" (x86), or "scalar"
   double int8_dot_gops = 0;     // GOP/s of u8 x s8 multiply-adds (a multiply-add counts 2)
-  std::string int8_isa;         // "avx512vnni", "avx2" (vpmaddubsw + vpmaddwd), or "" (none)
-  double bf16_dot_gflops = 0;   // GFLOP/s of bf16 dot products (AVX512_BF16); 0 when absent
+  std::string int8_isa;         // "avx512vnni", "avx2" (vpmaddubsw + vpmaddwd) on x86, or "" (none)
+  double bf16_dot_gflops = 0;   // GFLOP/s of bf16 dot products (x86: AVX512_BF16); 0 when absent
 };
 
 // `buffer_bytes` for the bandwidth read (well above the caches), `seconds` per arithmetic test.
@@ -31,8 +32,8 @@ MachineLimits measure_machine_limits(int threads, int64_t buffer_bytes, double s
 struct ReadBandwidth {
   double gbps = 0;     // bytes / seconds / 1e9; all 0 when nothing was read (a buffer too
                        // small for one block, or no memory for it)
-  int64_t bytes = 0;   // bytes read in the pass (the buffer down to whole 256-byte blocks with
-                       // AVX2, to whole 8-byte words without)
+  int64_t bytes = 0;   // bytes read in the pass (the buffer down to whole blocks of the read
+                       // loop: 256 bytes with x86's AVX2, 8-byte words without)
   double seconds = 0;  // the pass's wall time: from a clock read before any thread may start
                        // reading to the last thread's finish
   double slowest_thread_seconds = 0;  // the longest any thread of that pass spent on its slice,

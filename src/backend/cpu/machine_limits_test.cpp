@@ -31,7 +31,7 @@ double max_read_gbps(int threads) {
 
 // What the bandwidth pass reads of `buffer` bytes: whole 256-byte blocks with AVX2, whole 8-byte
 // words without.
-int64_t expected_bytes(int64_t buffer) { return cpu_features().avx2 ? buffer / 256 * 256 : buffer / 8 * 8; }
+int64_t expected_bytes(int64_t buffer) { return cpu_features().has("avx2") ? buffer / 256 * 256 : buffer / 8 * 8; }
 
 TEST(MachineLimits, ReadBandwidthIsPhysicallyPossibleAndItsClockCoversEveryThread) {
   // One thread, one per core (at most 8, to keep it quick), and twice as many threads as cores
@@ -75,13 +75,13 @@ TEST(MachineLimits, MeasuresEveryRateTheCpuHasWithinWhatItsVectorUnitsCanDo) {
   EXPECT_EQ(m.threads, threads);
   EXPECT_GT(m.read_gbps, 0);
   EXPECT_LT(m.read_gbps, max_read_gbps(threads));
-  EXPECT_EQ(m.f32_isa, f.avx512f ? "avx512f" : f.avx2 && f.fma ? "avx2+fma" : "scalar");
+  EXPECT_EQ(m.f32_isa, f.has("avx512f") ? "avx512f" : f.has("avx2") && f.has("fma") ? "avx2+fma" : "scalar");
   EXPECT_GT(m.f32_fma_gflops, 0);
   EXPECT_LT(m.f32_fma_gflops, per_core_f32 * cores);
-  EXPECT_EQ(m.int8_isa, f.avx512vnni ? "avx512vnni" : f.avx2 ? "avx2" : "");
-  EXPECT_EQ(m.int8_dot_gops > 0, f.avx512vnni || f.avx2);
+  EXPECT_EQ(m.int8_isa, f.has("avx512vnni") ? "avx512vnni" : f.has("avx2") ? "avx2" : "");
+  EXPECT_EQ(m.int8_dot_gops > 0, f.has("avx512vnni") || f.has("avx2"));
   EXPECT_LT(m.int8_dot_gops, per_core_int8 * cores);
-  EXPECT_EQ(m.bf16_dot_gflops > 0, f.avx512bf16);
+  EXPECT_EQ(m.bf16_dot_gflops > 0, f.has("avx512bf16"));
   EXPECT_LT(m.bf16_dot_gflops, per_core_int8 / 2 * cores);  // bf16 pairs: half the int8 lanes
 }
 

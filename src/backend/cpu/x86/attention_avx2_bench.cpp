@@ -55,7 +55,7 @@ void run_paged_attention(benchmark::State& state, PooledAttention attention) {
 }
 
 void BM_PagedAttentionAvx2(benchmark::State& state) {
-  if (!(cpu_features().avx2 && cpu_features().fma)) {
+  if (!(cpu_features().has("avx2") && cpu_features().has("fma"))) {
     state.SkipWithError("CPU lacks avx2/fma");
     return;
   }
@@ -63,7 +63,7 @@ void BM_PagedAttentionAvx2(benchmark::State& state) {
 }
 
 void BM_PagedAttentionAvx512(benchmark::State& state) {
-  if (!(cpu_features().avx2 && cpu_features().fma && cpu_features().avx512f)) {
+  if (!cpu_features().has_all("avx2 fma avx512f")) {
     state.SkipWithError("CPU lacks avx2/fma/avx512f");
     return;
   }

@@ -16,7 +16,7 @@ namespace pagoda::cpu {
 namespace {
 
 bool skip_without_avx2(benchmark::State& state) {
-  if (cpu_features().avx2 && cpu_features().fma) return false;
+  if (cpu_features().has("avx2") && cpu_features().has("fma")) return false;
   state.SkipWithError("CPU lacks avx2/fma");
   return true;
 }

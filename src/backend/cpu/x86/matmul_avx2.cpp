@@ -1,6 +1,6 @@
 // The AVX2 + FMA + F16C matmul leaf loops, over weights packed in panels (x86_kernels.h describes
 // the layout, packed_weights.cpp makes it), and the quantization of activations for the int8
-// path. Built with those flags and -ffp-contract=off (see src/backend/cpu/CMakeLists.txt); read
+// path. Built with those flags and -ffp-contract=off (see src/backend/cpu/x86/CMakeLists.txt); read
 // x86_kernels.h before adding an #include here.
 //
 // Shape of the computation: the 8 lanes of a vector are 8 outputs (the 8 rows of a panel), so an

@@ -52,24 +52,24 @@ enum class Kernel { kReference, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni, kAvx512Bf
 void run(benchmark::State& state, Kernel kernel) {
   const CpuFeatures& f = cpu_features();
   const bool reference = kernel == Kernel::kReference;
-  if (!reference && !(f.avx2 && f.fma && f.f16c)) {
+  if (!reference && !f.has_all("avx2 fma f16c")) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }
   const bool avx512_vnni = kernel == Kernel::kAvx512Vnni || kernel == Kernel::kAvx512Bf16;
-  if (kernel == Kernel::kAvxVnni && !f.avxvnni) {
+  if (kernel == Kernel::kAvxVnni && !f.has("avxvnni")) {
     state.SkipWithError("CPU lacks avxvnni");
     return;
   }
-  if ((kernel == Kernel::kAvx512 || avx512_vnni) && !(f.avx512f && f.avx512bw)) {
+  if ((kernel == Kernel::kAvx512 || avx512_vnni) && !(f.has("avx512f") && f.has("avx512bw"))) {
     state.SkipWithError("CPU lacks avx512f/avx512bw");
     return;
   }
-  if (avx512_vnni && !(f.avx512vl && f.avx512vnni)) {
+  if (avx512_vnni && !(f.has("avx512vl") && f.has("avx512vnni"))) {
     state.SkipWithError("CPU lacks avx512vl/avx512vnni");
     return;
   }
-  if (kernel == Kernel::kAvx512Bf16 && !f.avx512bf16) {
+  if (kernel == Kernel::kAvx512Bf16 && !f.has("avx512bf16")) {
     state.SkipWithError("CPU lacks avx512bf16");
     return;
   }
@@ -212,7 +212,7 @@ void run_matmul_int(benchmark::State& state, MatmulIntPooled matmul_int) {
 
 void BM_MatmulIntAvx2(benchmark::State& state) {
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c)) {
+  if (!f.has_all("avx2 fma f16c")) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }
@@ -221,7 +221,7 @@ void BM_MatmulIntAvx2(benchmark::State& state) {
 
 void BM_MatmulIntAvxVnni(benchmark::State& state) {
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c && f.avxvnni)) {
+  if (!f.has_all("avx2 fma f16c avxvnni")) {
     state.SkipWithError("CPU lacks avx2/fma/f16c/avxvnni");
     return;
   }
@@ -230,7 +230,7 @@ void BM_MatmulIntAvxVnni(benchmark::State& state) {
 
 void BM_MatmulIntAvx512Vnni(benchmark::State& state) {
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c && f.avxvnni && f.avx512f && f.avx512bw && f.avx512vnni)) {
+  if (!f.has_all("avx2 fma f16c avxvnni avx512f avx512bw avx512vnni")) {
     state.SkipWithError("CPU lacks avx2/fma/f16c/avxvnni/avx512f/avx512bw/avx512vnni");
     return;
   }
@@ -269,7 +269,7 @@ BENCHMARK(BM_MatmulIntAvx512Vnni)
 // Bytes: the active experts' weights (each read once per iteration).
 void BM_MoeExpertsAvx2(benchmark::State& state) {
   const CpuFeatures& f = cpu_features();
-  if (!(f.avx2 && f.fma && f.f16c)) {
+  if (!f.has_all("avx2 fma f16c")) {
     state.SkipWithError("CPU lacks avx2/fma/f16c");
     return;
   }

@@ -1,9 +1,9 @@
-// Peak-rate loops for MachineLimits (machine_limits.cpp): each runs `iterations` rounds of ten
-// independent accumulator chains of one instruction kind and returns the operations done (an FMA
-// or multiply-add counts 2). The result goes to `sink` so the work cannot be optimized away.
-// peak_avx2.cpp and peak_avx512.cpp are the only files built with those flags, and this header
-// has nothing inline, so no SIMD code leaks into baseline code. Call only where cpu_features()
-// has the instructions (else SIGILL).
+// Peak-rate loops for MachineLimits (x86_peaks.cpp lists them for it): each runs `iterations`
+// rounds of ten independent accumulator chains of one instruction kind and returns the operations
+// done (an FMA or multiply-add counts 2). The result goes to `sink` so the work cannot be
+// optimized away. peak_avx2.cpp and peak_avx512.cpp are the only files built with those flags,
+// and this header has nothing inline, so no SIMD code leaks into baseline code. Call only where
+// cpu_features() has the instructions (else SIGILL).
 #pragma once
 
 #include <cstdint>
