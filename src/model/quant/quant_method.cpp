@@ -231,29 +231,19 @@ Linear quantize_int_linear(const Kernels& kernels, const Tensor& w, int bits, in
 }
 
 std::optional<QuantizationFlag> parse_quantization_flag(std::string_view name) {
-  QuantizationFlag f;
-  if (name.empty() || name == "none") return f;
-  if (name == "awq" || name == "awq_marlin") {
-    f.kind = QuantizationFlag::Kind::kCheckpoint;
-    f.checkpoint_method = "awq";
-  } else if (name == "gptq" || name == "gptq_marlin") {
-    f.kind = QuantizationFlag::Kind::kCheckpoint;
-    f.checkpoint_method = "gptq";
-  } else if (name == "compressed-tensors") {
-    f.kind = QuantizationFlag::Kind::kCheckpoint;
-    f.checkpoint_method = "compressed-tensors";
-  } else if (name == "gguf") {
-    f.kind = QuantizationFlag::Kind::kGguf;
-  } else if (std::optional<QuantMix> mix = int_codes_mix(name)) {
-    f.kind = QuantizationFlag::Kind::kLoadMix;
-    f.mix = std::move(mix);
-  } else if (std::optional<QuantMix> mix = llama_file_type_mix(name)) {
-    f.kind = QuantizationFlag::Kind::kLoadMix;
-    f.mix = std::move(mix);
-  } else {
-    return std::nullopt;
-  }
-  return f;
+  using Kind = QuantizationFlag::Kind;
+  auto checkpoint = [](const char* method) {
+    return QuantizationFlag{.kind = Kind::kCheckpoint, .checkpoint_method = method, .mix = std::nullopt};
+  };
+  if (name.empty() || name == "none") return QuantizationFlag{};
+  if (name == "awq" || name == "awq_marlin") return checkpoint("awq");
+  if (name == "gptq" || name == "gptq_marlin") return checkpoint("gptq");
+  if (name == "compressed-tensors") return checkpoint("compressed-tensors");
+  if (name == "gguf") return QuantizationFlag{.kind = Kind::kGguf, .checkpoint_method = "", .mix = std::nullopt};
+  std::optional<QuantMix> mix = int_codes_mix(name);
+  if (!mix) mix = llama_file_type_mix(name);
+  if (!mix) return std::nullopt;
+  return QuantizationFlag{.kind = Kind::kLoadMix, .checkpoint_method = "", .mix = std::move(mix)};
 }
 
 std::string quantization_flag_names() {
