@@ -237,7 +237,7 @@ void Engine::deliver(std::vector<OutputChunk> chunks) {
   }
 }
 
-// Ends every request of core r, including those not yet added to it.
+// Ends every request of replica r, including those not yet added to it.
 void Engine::fail_all(Replica& r, FinishReason reason) {
   std::deque<std::pair<RequestId, PreparedRequest>> never_added;
   std::vector<RequestId> ids;

@@ -131,7 +131,7 @@ class Engine {
     int64_t open_sequences = 0;
     int replica = 0;
   };
-  // One core and what its thread works on.
+  // One replica (its LLMEngine) and what its thread works on.
   struct Replica {
     int index = 0;
     std::unique_ptr<LLMEngine> engine;

@@ -117,10 +117,10 @@ std::string EngineCore::speculative_summary() const {
   return text;
 }
 
-Status EngineCore::add_request(const CoreRequest& r) {
+Status EngineCore::add_request(CoreRequest r) {
   auto req = std::make_unique<Request>();
   req->id = r.id;
-  req->prompt_tokens = r.prompt_token_ids;
+  req->prompt_tokens = std::move(r.prompt_token_ids);
   req->max_tokens = r.params.max_tokens;
   req->priority = r.priority;
   req->arrival_seq = next_arrival_++;
@@ -156,7 +156,11 @@ CoreStepOutput EngineCore::step(const std::function<void()>& on_scheduled) {
     if (on_scheduled) on_scheduled();
     if (scheduled.empty()) executor_->preempted(scheduled.preempted);
     if (!scheduled.empty()) {
-      for (const ScheduledSeq& seq : scheduled.seqs) out.scheduled.push_back(seq.request_id);
+      // The sequences that may be scheduled for the first time (the output processor times
+      // their queueing): a sequence has no output before its first schedule.
+      for (const ScheduledSeq& seq : scheduled.seqs) {
+        if (seq.output_tokens.empty()) out.scheduled.push_back(seq.request_id);
+      }
       if (Status st = executor_->submit(scheduled); !st.ok()) {
         throw std::runtime_error("the engine's workers failed: " + st.message());
       }

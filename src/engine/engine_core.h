@@ -70,7 +70,7 @@ class EngineCore {
   static Result<std::unique_ptr<EngineCore>> create_replica(const EngineCore& like, std::unique_ptr<Executor> executor);
 
   // Adds one sequence (a fresh id). Fails, keeping nothing, when it can never run (scheduler.h).
-  Status add_request(const CoreRequest& request);
+  Status add_request(CoreRequest request);  // its prompt moves into the scheduler's Request
 
   // Ends these sequences wherever they are (running, waiting, or in a step in flight, whose
   // tokens for them are then dropped), freeing their KV blocks now; with nothing left to run,

@@ -29,13 +29,14 @@ Result<PreparedRequest> LLMEngine::prepare(GenerateRequest r) const {
 Status LLMEngine::add_request(RequestId id, const PreparedRequest& request) {
   PAGODA_ASSIGN_OR_RETURN(std::vector<CoreRequest> sequences, output_.add_request(id, request));
   std::vector<RequestId> added;
-  for (const CoreRequest& c : sequences) {
-    if (Status st = core_->add_request(c); !st.ok()) {
+  for (CoreRequest& c : sequences) {
+    const RequestId seq_id = c.id;
+    if (Status st = core_->add_request(std::move(c)); !st.ok()) {
       core_->finish_requests(added);
       output_.remove_request(id);
       return st;
     }
-    added.push_back(c.id);
+    added.push_back(seq_id);
   }
   return Status::ok_status();
 }
@@ -48,10 +49,11 @@ std::vector<OutputChunk> LLMEngine::abort(RequestId id, FinishReason reason) {
 }
 
 std::vector<OutputChunk> LLMEngine::step(const std::function<void()>& on_scheduled) {
-  const CoreStepOutput out = core_->step(on_scheduled);
-  OutputProcessor::Processed processed = output_.process(out);
+  CoreStepOutput out = core_->step(on_scheduled);
+  const int64_t scheduled_tokens = out.num_scheduled_tokens;
+  OutputProcessor::Processed processed = output_.process(std::move(out));
   core_->finish_requests(processed.finished);
-  output_.record_step(core_->stats(), out.num_scheduled_tokens);
+  if (output_.has_metrics()) output_.record_step(core_->stats(), scheduled_tokens);
   return std::move(processed.chunks);
 }
 

@@ -154,7 +154,7 @@ void OutputProcessor::forget(RequestId seq_id, const Sequence& s) {
   seqs_.erase(seq_id);
 }
 
-OutputProcessor::Processed OutputProcessor::process(const CoreStepOutput& out) {
+OutputProcessor::Processed OutputProcessor::process(CoreStepOutput out) {
   Processed result;
   for (RequestId id : out.scheduled) {
     auto s = seqs_.find(id);
@@ -162,21 +162,21 @@ OutputProcessor::Processed OutputProcessor::process(const CoreStepOutput& out) {
       s->second.queued_s = std::chrono::duration<double>(out.scheduled_at - s->second.arrival).count();
     }
   }
-  for (const PromptLogprobsOutput& p : out.prompt_logprobs) {
+  for (PromptLogprobsOutput& p : out.prompt_logprobs) {
     auto s = seqs_.find(p.request_id);
     if (s == seqs_.end()) continue;  // aborted while its step was in flight
     // A request preempted during its prompt computes those rows again: each position once.
     Sequence& seq = s->second;
     for (size_t i = 0; i < p.entries.size(); ++i) {
       if (p.first_index + static_cast<int64_t>(i) != seq.next_prompt_logprob) continue;
-      seq.pending_prompt_logprobs.push_back(p.entries[i]);
+      seq.pending_prompt_logprobs.push_back(std::move(p.entries[i]));
       ++seq.next_prompt_logprob;
     }
   }
   if (metrics_) {
     for (const SpecDecodeCounts& c : out.spec) metrics_->record_spec_decode(c.num_draft_tokens, c.num_accepted, metrics_engine_);
   }
-  for (const RequestUpdate& u : out.updates) {
+  for (RequestUpdate& u : out.updates) {
     auto it = seqs_.find(u.request_id);
     PAGODA_CHECK(it != seqs_.end());
     const RequestId seq_id = it->first;
@@ -193,7 +193,7 @@ OutputProcessor::Processed OutputProcessor::process(const CoreStepOutput& out) {
       const TokenId t = u.new_tokens[i];
       ++s.num_output_tokens;
       c.token_ids.push_back(t);
-      if (s.want_logprobs) c.logprobs.push_back(u.samples[i]);
+      if (s.want_logprobs) c.logprobs.push_back(std::move(u.samples[i]));
       const bool stop_id = std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), t) != s.stop_token_ids.end();
       if (stop_id && s.num_output_tokens > s.min_tokens) {  // a stop id ends it, showing no text
         reason = FinishReason::kStop;

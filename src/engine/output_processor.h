@@ -80,7 +80,7 @@ class OutputProcessor {
   };
   // One core step's tokens as output chunks (a sequence's last chunk carries its usage, timings
   // and finish reason), and the sequences that stopped.
-  Processed process(const CoreStepOutput& out);
+  Processed process(CoreStepOutput out);  // taken: its logprobs move into the chunks
 
   // Ends every open sequence of request `id` with `reason`: their last chunks, and in *seq_ids the
   // sequences for the core to finish.
@@ -88,6 +88,8 @@ class OutputProcessor {
 
   // Records a step's scheduler figures (after its stopped sequences were finished).
   void record_step(const SchedulerStats& stats, int64_t scheduled_tokens);
+  // Whether it records metrics (record_step does nothing without).
+  bool has_metrics() const { return metrics_ != nullptr; }
 
   bool has_request(RequestId id) const { return children_.count(id) != 0; }
 

@@ -33,6 +33,7 @@ server::ModelContext model_context(const ModelFlags& model, const EngineSetup& s
   if (!name.empty() && name != path) ctx.served_model_names.push_back(name);
   const EngineConfig& ec = setup.engine->core().config();
   ctx.max_model_len = ec.scheduler.max_model_len;
+  ctx.vocab_size = setup.engine->core().model_config().vocab_size;
   ctx.tokenizer = setup.tokenizer.get();
   ctx.limits.max_logprobs = ec.max_logprobs;
   ctx.defaults = setup.generation_defaults;

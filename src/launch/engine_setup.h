@@ -39,9 +39,9 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
 std::unique_ptr<Executor> make_executor(const EngineConfig& config, RankGroup* group, std::unique_ptr<Worker> worker);
 
 // Registers the backends this build has, once per process (later calls return the first call's
-// status): the CPU backend ("cpu"), with the kernel table PAGODA_CPU_ISA=avxvnni|avx2|scalar forces
-// if set (for tests and comparisons), and the guarded test backend ("guarded",
-// backend/guarded/guarded_backend.h).
+// status): the CPU backend ("cpu"), with the kernel table PAGODA_CPU_ISA forces if set (auto,
+// scalar or a compiled table's name, e.g. avx2; for tests and comparisons), and the guarded
+// test backend ("guarded", backend/guarded/guarded_backend.h).
 Status register_backends();
 
 // What the request parser needs to know about the model, as the server has it: a request's

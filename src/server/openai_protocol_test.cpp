@@ -466,6 +466,14 @@ TEST(OpenAiProtocol, PromptAndModelErrors) {
       accepted(parse_completion_request(R"({"prompt": "a", "model": "stories-alias"})", m->ctx));
   ASSERT_TRUE(alias.has_value());
   EXPECT_EQ(alias->model, "stories-alias");
+  // A model whose vocabulary is smaller than its tokenizer's: ids it has no row for are refused
+  // here, the one check a request gets, as are logit_bias entries for them.
+  ModelContext narrow = m->ctx;
+  narrow.vocab_size = 300;
+  EXPECT_TRUE(accepted(parse_completion_request(R"({"prompt": [299]})", narrow)).has_value());
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": [300]})", narrow), "prompt", ""));
+  EXPECT_TRUE(accepted(parse_completion_request(R"({"prompt": [300]})", m->ctx)).has_value());
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": [1], "logit_bias": {"400": 1}})", narrow), "logit_bias", ""));
 }
 
 TEST(OpenAiProtocol, ContextLengthMessage) {

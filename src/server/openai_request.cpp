@@ -333,10 +333,16 @@ MaybeError read_seed(const json& body, SamplingParams& p) {
   return {};
 }
 
+// The token ids a request may hold: below the model's vocabulary and the tokenizer's.
+int64_t token_limit(const ModelContext& model) {
+  const int64_t tokenizer = model.tokenizer->vocab_size();
+  return model.vocab_size > 0 ? std::min(model.vocab_size, tokenizer) : tokenizer;
+}
+
 // The sampling and streaming fields that completions and chat share.
 MaybeError read_common(const json& body, const ModelContext& model, ParsedRequest& r, SamplingParams& p,
                        GenerateRequest& proto) {
-  const int64_t vocab = model.tokenizer->vocab_size();
+  const int64_t vocab = token_limit(model);
   PAGODA_RETURN_IF_API_ERROR(read_number(body, "temperature", p.temperature));
   if (p.temperature < 0 || p.temperature > kMaxTemperature) {
     return bad_request("temperature must be in [0, 2], got " + fmt(p.temperature), "temperature");
@@ -406,7 +412,7 @@ ApiResult<PreparedRequest> prepare(GenerateRequest g, const ModelContext& model,
     names.prompt = "messages";
     names.logprobs = "top_logprobs";
   }
-  const RequestLimits limits{model.tokenizer->vocab_size(), model.max_model_len, model.limits.max_logprobs};
+  const RequestLimits limits{token_limit(model), model.max_model_len, model.limits.max_logprobs};
   std::variant<PreparedRequest, RequestError> prepared = prepare_request(std::move(g), limits, names);
   if (auto* bad = std::get_if<RequestError>(&prepared)) {
     return bad_request(std::move(bad->message), std::move(bad->param), std::move(bad->code));
@@ -532,7 +538,7 @@ struct PromptInput {
 MaybeError read_prompts(const json& body, const ModelContext& model, std::vector<PromptInput>& out) {
   const json* v = field(body, "prompt");
   if (!v) return bad_request("prompt is required", "prompt");
-  const int64_t vocab = model.tokenizer->vocab_size();
+  const int64_t vocab = token_limit(model);
   const auto add_text = [&](const std::string& text) -> MaybeError {
     out.push_back({text, {}, true});
     return {};
@@ -860,7 +866,7 @@ ApiResult<std::string> detokenize(std::string_view body_text, const ModelContext
   const json* tokens = field(body, "tokens");
   if (!tokens) return bad_request("tokens is required", "tokens");
   if (!tokens->is_array()) return wrong_type("tokens", "an array of token ids", *tokens);
-  const int64_t vocab = model.tokenizer->vocab_size();
+  const int64_t vocab = token_limit(model);
   std::vector<TokenId> ids;
   ids.reserve(tokens->size());
   for (const json& id : *tokens) {

@@ -50,6 +50,9 @@ struct ModelContext {
   std::vector<std::string> served_model_names;  // not empty; a request's "model" must be one
                                                 // of them (or absent)
   int64_t max_model_len = 0;
+  // The model's vocabulary (its embedding rows); 0: the tokenizer's. A request's token ids (prompt,
+  // logit_bias, allowed and banned ids) must be below both, since the engine checks none again.
+  int64_t vocab_size = 0;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: chat requests get a 400 saying so
   std::string bos_token, eos_token;             // the chat template's variables

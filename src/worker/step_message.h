@@ -121,7 +121,8 @@ class StepEncoder {
     std::optional<NewRequestData> unsent;  // set until the request's first scheduled step sends it
     size_t num_output_tokens = 0;          // output tokens the workers hold
     size_t num_blocks = 0;                 // block ids the workers hold
-    bool blocks_valid = false;             // false after a preemption: the next step resets the table
+    bool blocks_valid = false;             // false until first sent and after a preemption: the
+                                           // next step sends the whole table
   };
   uint64_t step_ = 0;
   std::unordered_map<RequestId, Known> requests_;  // added and not yet removed
