@@ -82,6 +82,37 @@ TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
   EXPECT_NE(bad_threads.err.find("--threads"), std::string::npos) << bad_threads.err;
 }
 
+// Where stdout and stderr meet (`2>&1`, as a terminal shows them), the stats line starts a line of
+// its own; stdout alone still holds the text exactly (the golden tests above).
+TEST(Cli, TheStatsLineStartsALineOfItsOwnAfterTheText) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  RunResult r = testing::run_binary("sh", "-c " + quote(std::string(PAGODA_BINARY) + " " + greedy_256_args(model) + " 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind(golden_text(txt) + "\nprompt tokens: 1, generated tokens: 256", 0), 0u) << r.out;
+}
+
+// One process named CPUs (--cpu-affinity, or vLLM's VLLM_CPU_OMP_THREADS_BIND) is pinned to them
+// before its thread pool starts, which then has one thread per pinned core; a bad list is refused.
+TEST(Cli, OneProcessIsPinnedToTheCpusItIsGiven) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  const std::string args = greedy_256_args(model) + " -v";
+  for (auto [flag, env] : {std::pair{" --cpu-affinity 0", ""}, std::pair{"", "VLLM_CPU_OMP_THREADS_BIND=0"}}) {
+    RunResult r = run_pagoda(args + flag, env);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, golden_text(txt));
+    EXPECT_NE(r.err.find("pinned to CPUs 0"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(" on 1 threads; "), std::string::npos) << r.err;
+  }
+  RunResult all = run_pagoda(args, "VLLM_CPU_OMP_THREADS_BIND=all");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(all.err.find("pinned to"), std::string::npos) << all.err;
+  RunResult bad = run_pagoda(args + " --cpu-affinity 0-x");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--cpu-affinity: '0-x' is not a CPU or a range of CPUs"), std::string::npos) << bad.err;
+}
+
 // Tensor parallelism on ranks forked on this host (--tensor-parallel-size, vLLM's -tp):
 // stories260K's 8 heads, 4 KV heads (one per rank at 4), feed-forward of 172 and vocabulary of 512
 // split over 2 and 4 ranks give the golden greedy text; a batch of probes (greedy, seeded

@@ -228,6 +228,38 @@ TEST(VllmCompat, GuideServeCommandLineServes) {
   EXPECT_NE(log.find("sized by --gpu-memory-utilization 0.85 of the machine's"), std::string::npos) << log;
 }
 
+// `make run`'s model (demo-random, with the byte tokenizer) has a chat template of its own, so chat
+// works out of the box: a user turn renders as "<|user|>\nHi\n" after BOS, an assistant turn
+// ends in EOS, and the generation prompt opens the assistant's turn.
+TEST(VllmCompat, TheDefaultModelServesChat) {
+  testing::ServerProcess server(PAGODA_BINARY, {"demo-random"});
+  ASSERT_NE(server.port(), 0) << server.log();
+  const auto rendered = [&](const std::string& messages) {
+    const testing::HttpResult r = testing::http_request(
+        server.port(), "POST", "/tokenize", R"({"messages": )" + messages + R"(, "add_generation_prompt": true})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::string text;  // the byte tokenizer's ids: 0-255 the bytes, 256 BOS, 257 EOS
+    for (const json& id : json::parse(r.body)["tokens"]) {
+      const int v = id.get<int>();
+      text += v == 256 ? std::string("<s>") : v == 257 ? std::string("</s>") : std::string(1, static_cast<char>(v));
+    }
+    return text;
+  };
+  EXPECT_EQ(rendered(R"([{"role": "user", "content": "Hi"}])"), "<s><|user|>\nHi\n<|assistant|>\n");
+  EXPECT_EQ(rendered(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                         {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}])"),
+            "<s><|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\nHello</s>\n<|user|>\nBye\n<|assistant|>\n");
+  const testing::HttpResult chat = testing::http_request(
+      server.port(), "POST", "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "ignore_eos": true})");
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const json c = json::parse(chat.body);
+  EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(c["usage"]["prompt_tokens"], 1 + std::string("<|user|>\nHi\n<|assistant|>\n").size());
+  EXPECT_EQ(c["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(server.log().find("no chat template"), std::string::npos) << server.log();
+}
+
 // The second line asks for AWQ: an AutoAWQ folder serves with it (its projections read as int4
 // codes with zero points), and a folder that is not AWQ is refused in one line naming the flag,
 // before the port is taken.

@@ -4,6 +4,7 @@
 // into the completions body its flags describe, and every line of an --input-file is a
 // completions body. So the CLI and the server accept, default, validate and refuse requests by
 // the same rules, and offline logprobs come out in the same OpenAI shape.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,6 +34,12 @@ using server::ParsedRequest;
 void write_out(const std::string& s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fflush(stdout);
+}
+
+// Whether two descriptors write to the same file or pipe (`2>&1`).
+bool same_file(int a, int b) {
+  struct stat x{}, y{};
+  return fstat(a, &x) == 0 && fstat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
 Result<ParsedRequest> parse(const std::string& body, const server::ModelContext& ctx,
@@ -70,13 +77,23 @@ int generate_one(const GenerateFlags& f, EngineSetup& setup) {
   Status st = core.add_request(1, r);
   if (!st.ok()) return fail(st);
   OutputChunk last;
+  bool line_ended = true;  // the text written so far ends with a newline (or is empty)
   while (core.has_unfinished()) {
     for (OutputChunk& c : core.step()) {
       write_out(c.text);
+      if (!c.text.empty()) line_ended = c.text.back() == '\n';
       if (c.finished()) last = std::move(c);
     }
   }
-  if (isatty(STDOUT_FILENO)) write_out("\n");
+  // stdout holds the text alone (as the model wrote it); where the stats line below meets it, on
+  // a terminal or in one file or pipe, that line starts a line of its own.
+  if (!line_ended) {
+    if (isatty(STDOUT_FILENO)) {
+      write_out("\n");
+    } else if (isatty(STDERR_FILENO) || same_file(STDOUT_FILENO, STDERR_FILENO)) {
+      std::fputc('\n', stderr);
+    }
+  }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double prefill = last.timings.first_token_s;
   const double decode = total - prefill;

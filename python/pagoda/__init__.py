@@ -71,6 +71,9 @@ class SamplingParams:
             raise ValueError("SamplingParams.best_of is not supported by pagoda (give n alone)")
         if not self.detokenize:
             raise ValueError("SamplingParams.detokenize=False is not supported by pagoda")
+        problem = _pagoda.sampling_params_problem(json.dumps(self._body()))
+        if problem is not None:
+            raise ValueError(problem)
 
     def __repr__(self):
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._FIELDS if getattr(self, k) != self._FIELDS[k])
@@ -241,16 +244,21 @@ class _Progress:
     """vLLM's progress bar (tqdm, as vLLM's) over the prompts of one generate() call."""
 
     def __init__(self, total):
-        from tqdm import tqdm
-        self._bar = tqdm(total=total, desc="Processed prompts", dynamic_ncols=True)
+        try:
+            from tqdm import tqdm
+        except ImportError:  # no progress bar without tqdm (a package installed without Recommends)
+            tqdm = None
+        self._bar = tqdm(total=total, desc="Processed prompts", dynamic_ncols=True) if tqdm else None
         self._done = 0
 
     def __call__(self, done, total):
-        self._bar.update(done - self._done)
+        if self._bar is not None:
+            self._bar.update(done - self._done)
         self._done = done
 
     def close(self):
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
 
 class LLM:

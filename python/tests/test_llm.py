@@ -171,6 +171,36 @@ class LLMTest(unittest.TestCase):
         out = self.llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
         self.assertEqual(len(out[0].outputs[0].token_ids), 4)
 
+    def test_sampling_params_are_checked_when_made(self):
+        # As vLLM's SamplingParams does: a bad value raises ValueError at construction, naming it.
+        bad = [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k"),
+               ({"min_p": 1.5}, "min_p"), ({"n": 0}, "n must be"), ({"presence_penalty": 3}, "presence_penalty"),
+               ({"repetition_penalty": 0}, "repetition_penalty"), ({"max_tokens": 0}, "max_tokens"),
+               ({"max_tokens": 4, "min_tokens": 5}, "min_tokens"), ({"stop": ["a", ""]}, "stop"),
+               ({"logprobs": -1}, "logprobs"), ({"logit_bias": {5: 101}}, "logit_bias"),
+               ({"stop_token_ids": [-1]}, "stop_token_ids"), ({"temperature": "hot"}, "SamplingParams"),
+               ({"temperature": float("nan")}, "temperature")]
+        for kwargs, name in bad:
+            with self.assertRaisesRegex(ValueError, name, msg=str(kwargs)):
+                SamplingParams(**kwargs)
+        ok = SamplingParams(temperature=0, top_p=1, top_k=-1, min_p=0, max_tokens=None, logprobs=30)
+        self.assertEqual(ok.top_k, -1)  # the engine's own bounds (--max-logprobs) are checked at generate()
+        self.assertEqual(SamplingParams(temperature=0.5).clone().temperature, 0.5)
+
+    def test_generate_without_tqdm_has_no_progress_bar(self):
+        # A package installed without its Recommends has no tqdm: generate() still runs.
+        import sys
+        saved = sys.modules.get("tqdm")
+        sys.modules["tqdm"] = None  # makes "from tqdm import tqdm" raise ImportError
+        try:
+            out = self.llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=4))
+        finally:
+            if saved is None:
+                del sys.modules["tqdm"]
+            else:
+                sys.modules["tqdm"] = saved
+        self.assertEqual(len(out[0].outputs[0].token_ids), 4)
+
     def test_ctrl_c_aborts_and_the_engine_stays_usable(self):
         # SIGINT arrives while the first prompt's completion is reported (the progress bar's
         # update, inside the engine's run): the call raises KeyboardInterrupt without running the

@@ -134,8 +134,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "default: mpi under mpirun, else mp")
       ->group(kParallelConfig);
   app.add_option("--cpu-affinity", f.cpu_affinity,
-                 "the ranks' CPUs, one list per rank: 0-3|4-7 (default: VLLM_CPU_OMP_THREADS_BIND, else the "
-                 "allowed cores split evenly)")
+                 "the ranks' CPUs, one list per rank: 0-3|4-7, or one list for one process (default: "
+                 "VLLM_CPU_OMP_THREADS_BIND, else the allowed cores split evenly between ranks)")
       ->group(kParallelConfig);
   app.add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
                  "pipeline stages (-pp): the layers split across processes, several steps in flight; "

@@ -34,6 +34,7 @@ server::ModelContext model_context(const ModelFlags& model, const EngineSetup& s
   const EngineConfig& ec = setup.engine->core().config();
   ctx.max_model_len = ec.scheduler.max_model_len;
   ctx.vocab_size = setup.engine->core().model_config().vocab_size;
+  ctx.priority_scheduling = ec.scheduler.policy == SchedulingPolicy::kPriority;
   ctx.tokenizer = setup.tokenizer.get();
   ctx.limits.max_logprobs = ec.max_logprobs;
   ctx.defaults = setup.generation_defaults;

@@ -208,6 +208,35 @@ Result<LoadedModel> load_model_shard(const ModelFlags& flags, const TensorParall
   return load(flags, /*with_tokenizer=*/false, {}, tp, pp);
 }
 
+namespace {
+
+// The chat template of the built-in configs' byte tokenizer (demo-random, which `make run`
+// serves): role tags on lines of their own, an assistant turn ending in EOS, and tools and tool
+// calls in the <tool_call> JSON form that Qwen's (hermes) templates use.
+constexpr const char* kByteTokenizerChatTemplate = R"TEMPLATE({{- bos_token -}}
+{%- if tools -%}
+<|system|>
+You may call these tools. To call one, answer <tool_call>{"name": <name>, "arguments": <arguments>}</tool_call>.
+{% for tool in tools -%}
+{{ tool | tojson }}
+{% endfor -%}
+{%- endif -%}
+{%- for message in messages -%}
+<|{{ message['role'] }}|>
+{% if message['content'] is string %}{{ message['content'] }}{% endif -%}
+{%- if message['tool_calls'] is defined and message['tool_calls'] -%}
+{%- for call in message['tool_calls'] -%}
+<tool_call>{"name": {{ call['function']['name'] | tojson }}, "arguments": {% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}}</tool_call>
+{%- endfor -%}
+{%- endif -%}
+{%- if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}
+{% endfor -%}
+{%- if add_generation_prompt -%}
+<|assistant|>
+{% endif -%})TEMPLATE";
+
+}  // namespace
+
 Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, const ModelFlags& flags,
                                               const Tokenizer& tok) {
   namespace fs = std::filesystem;
@@ -226,6 +255,10 @@ Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, 
     return out;
   }
   const std::string& path = flags.tokenizer.empty() ? flags.model : flags.tokenizer;
+  if (!fs::exists(path) && dummy_preset(path)) {  // a built-in config with the byte tokenizer
+    out.text = kByteTokenizerChatTemplate;
+    return out;
+  }
   if (fs::is_directory(path)) {
     const std::string config = (fs::path(path) / "tokenizer_config.json").string();
     if (!fs::exists(config)) return out;

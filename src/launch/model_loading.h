@@ -68,7 +68,9 @@ struct ChatTemplateSource {
 
 // `chat_template` (vLLM's --chat-template: a file, or the template text itself) when not empty,
 // else the template in the tokenizer's files: a GGUF's tokenizer.chat_template, or an HF
-// directory's tokenizer_config.json (whose bos_token / eos_token then win over the vocabulary's).
+// directory's tokenizer_config.json (whose bos_token / eos_token then win over the vocabulary's),
+// or for a built-in config's byte tokenizer (demo-random) a simple one of Pagoda's:
+// "<s><|user|>\nHi\n<|assistant|>\n" for one user message and the generation prompt.
 Result<ChatTemplateSource> find_chat_template(const std::string& chat_template, const ModelFlags& flags,
                                               const Tokenizer& tok);
 

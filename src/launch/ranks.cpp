@@ -190,7 +190,20 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
   const int dp = static_cast<int>(engine.data_parallel_size);
   const int per = tp * pp;  // the ranks of one replica
   const int ranks = dp * per;
-  if (ranks == 1) return std::unique_ptr<RankGroup>();
+  // The CPUs named by --cpu-affinity, else VLLM_CPU_OMP_THREADS_BIND as vLLM's CPU backend reads
+  // it; "all" or "nobind" there, or here, leaves the CPUs alone, and so does "auto" for one rank.
+  std::string affinity = engine.cpu_affinity;
+  if (const char* env = std::getenv("VLLM_CPU_OMP_THREADS_BIND"); affinity.empty() && env != nullptr) affinity = env;
+  const bool pin = affinity != "all" && affinity != "nobind";
+  if (ranks == 1) {
+    // One process is pinned before it starts a thread, so that its thread pool sizes itself from
+    // the CPUs it was given.
+    if (!pin || affinity.empty() || affinity == "auto") return std::unique_ptr<RankGroup>();
+    PAGODA_ASSIGN_OR_RETURN(std::vector<int> cpus, rank_cpus(affinity, 0, 1));
+    if (Status st = pin_to(cpus); !st.ok()) return invalid_argument("--cpu-affinity '" + affinity + "': " + st.message());
+    log_line(LogLevel::kInfo, "ranks", "pinned to CPUs " + affinity);
+    return std::unique_ptr<RankGroup>();
+  }
   std::string sizes = "--tensor-parallel-size " + std::to_string(tp) + " x --pipeline-parallel-size " +
                       std::to_string(pp);
   if (dp > 1) sizes = "--data-parallel-size " + std::to_string(dp) + " x " + sizes;
@@ -251,11 +264,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::start(const ModelFlags& model, con
     return invalid_argument("--distributed-executor-backend " + backend + " runs one process; " + sizes +
                             " needs mp or mpi");
   }
-  // Every rank's CPUs, checked before anything starts (vLLM's CPU backend reads the same lists
-  // from VLLM_CPU_OMP_THREADS_BIND; "all" or "nobind" there, or here, leaves the CPUs alone).
-  std::string affinity = engine.cpu_affinity;
-  if (const char* env = std::getenv("VLLM_CPU_OMP_THREADS_BIND"); affinity.empty() && env != nullptr) affinity = env;
-  const bool pin = affinity != "all" && affinity != "nobind";
+  // Every rank's CPUs, checked before anything starts.
   std::vector<std::vector<int>> cpus(static_cast<size_t>(ranks));
   for (int r = 0; pin && r < ranks; ++r) {
     PAGODA_ASSIGN_OR_RETURN(cpus[static_cast<size_t>(r)], rank_cpus(affinity, r, ranks));

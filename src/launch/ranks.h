@@ -5,7 +5,7 @@
 //  - mp (one host, the default outside mpirun): this process forks N - 1 worker ranks before it
 //    starts any thread; the ranks talk through shared memory (src/comm/shm), and each is pinned
 //    to its own share of the CPUs (--cpu-affinity or VLLM_CPU_OMP_THREADS_BIND, else the allowed
-//    cores split evenly). A worker ends when rank 0 stops it, exits or dies (it is killed with
+//    cores split evenly; one rank is pinned only to CPUs named there). A worker ends when rank 0 stops it, exits or dies (it is killed with
 //    its parent).
 //  - mpi (the default under mpirun, `mpirun -np N pagoda serve M -tp N`, across hosts with a
 //    hostfile): the job's ranks over MPI (src/comm/mpi); mpirun places and binds them.

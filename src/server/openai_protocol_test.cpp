@@ -474,6 +474,17 @@ TEST(OpenAiProtocol, PromptAndModelErrors) {
   EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": [300]})", narrow), "prompt", ""));
   EXPECT_TRUE(accepted(parse_completion_request(R"({"prompt": [300]})", m->ctx)).has_value());
   EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": [1], "logit_bias": {"400": 1}})", narrow), "logit_bias", ""));
+  // A priority under the fcfs policy is refused as vLLM refuses it (0 is the default and passes);
+  // under the priority policy it is kept.
+  EXPECT_EQ(error_message(parse_completion_request(R"({"prompt": "a", "priority": 3})", m->ctx)),
+            "priority 3 was given, but priority scheduling is not enabled (--scheduling-policy priority)");
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": "a", "priority": -1})", m->ctx), "priority", ""));
+  EXPECT_TRUE(accepted(parse_completion_request(R"({"prompt": "a", "priority": 0})", m->ctx)).has_value());
+  ModelContext by_priority = m->ctx;
+  by_priority.priority_scheduling = true;
+  const std::optional<ParsedRequest> kept = accepted(parse_completion_request(R"({"prompt": "a", "priority": 3})", by_priority));
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->prompts.at(0).priority, 3);
 }
 
 TEST(OpenAiProtocol, ContextLengthMessage) {
@@ -502,6 +513,8 @@ TEST(OpenAiProtocol, ContextLengthMessage) {
 TEST(OpenAiProtocol, CompletionFieldsMapToGenerateRequest) {
   PAGODA_STORIES(m);
   const Tokenizer& tok = *m->tok;
+  ModelContext ctx = m->ctx;
+  ctx.priority_scheduling = true;  // "priority" counts only then
   const std::optional<ParsedRequest> r = accepted(parse_completion_request(R"({
       "model": "stories", "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0.5, "top_p": 0.9,
       "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
@@ -509,7 +522,7 @@ TEST(OpenAiProtocol, CompletionFieldsMapToGenerateRequest) {
       "ignore_eos": true, "min_tokens": 3, "n": 2, "logprobs": 3, "echo": true, "priority": -5,
       "cache_salt": "tenant-1", "include_stop_str_in_output": true, "skip_special_tokens": false,
       "stream": true, "stream_options": {"include_usage": true}, "user": "ignored", "unknown_field": [1, 2]})",
-                                                                           m->ctx));
+                                                                           ctx));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->endpoint, Endpoint::kCompletions);
   EXPECT_EQ(r->model, "stories");

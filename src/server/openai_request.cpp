@@ -376,6 +376,12 @@ MaybeError read_common(const json& body, const ModelContext& model, ParsedReques
   }
   std::optional<int64_t> priority;
   PAGODA_RETURN_IF_API_ERROR(read_int(body, "priority", priority));
+  if (priority && *priority != 0 && !model.priority_scheduling) {
+    // vLLM's answer: a priority the scheduler would not honour is refused, not ignored.
+    return bad_request("priority " + std::to_string(*priority) +
+                           " was given, but priority scheduling is not enabled (--scheduling-policy priority)",
+                       "priority");
+  }
   if (priority) proto.priority = *priority;
   std::optional<std::string> salt;
   PAGODA_RETURN_IF_API_ERROR(read_string(body, "cache_salt", salt));

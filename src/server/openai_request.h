@@ -53,6 +53,8 @@ struct ModelContext {
   // The model's vocabulary (its embedding rows); 0: the tokenizer's. A request's token ids (prompt,
   // logit_bias, allowed and banned ids) must be below both, since the engine checks none again.
   int64_t vocab_size = 0;
+  bool priority_scheduling = false;  // --scheduling-policy priority: a request's priority counts
+                                     // (with fcfs, a non-zero priority is a 400, as in vLLM)
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: chat requests get a 400 saying so
   std::string bos_token, eos_token;             // the chat template's variables

@@ -436,6 +436,7 @@ void OpenAiServer::set_model(ServedModel model) {
   c.served_model_names = s.model.served_model_names;
   c.max_model_len = s.model.engine->core().config().scheduler.max_model_len;
   c.vocab_size = s.model.engine->core().model_config().vocab_size;
+  c.priority_scheduling = s.model.engine->core().config().scheduler.policy == SchedulingPolicy::kPriority;
   c.tokenizer = s.model.tokenizer.get();
   c.chat_template = s.model.chat_template ? &*s.model.chat_template : nullptr;
   c.bos_token = s.model.bos_token;

@@ -94,7 +94,7 @@ echo "== cpack -G DEB"
 cpack -G DEB --config "$build/CPackConfig.cmake" -B "$scratch/packages" > cpack.log 2>&1 || { cat cpack.log; fail "cpack"; }
 deb=$(ls "$scratch"/packages/pagoda_"$version"_*.deb) || fail "no pagoda_${version}_*.deb built"
 depends=$(dpkg-deb -f "$deb" Depends)
-for dep in "python3 (>= " libpcre2-8-0 libopenmpi3 libstdc++6 adduser; do
+for dep in "python3 (>= " python3-tqdm libpcre2-8-0 libopenmpi3 libstdc++6 adduser; do
   [[ "$depends" == *"$dep"* ]] || fail "Depends lacks $dep: $depends"
 done
 echo "ok: Depends: $depends"
