@@ -309,8 +309,9 @@ std::optional<std::string> sampling_params_problem(const std::string& body_text)
     read("min_tokens", p.min_tokens);
     read("stop", p.stop);
     read("stop_token_ids", p.stop_token_ids);
-    read("logprobs", p.logprobs);
-    read("prompt_logprobs", p.prompt_logprobs);
+    for (auto [key, field] : {std::pair{"logprobs", &p.logprobs}, std::pair{"prompt_logprobs", &p.prompt_logprobs}}) {
+      if (auto it = body.find(key); it != body.end() && !it->is_null()) *field = it->get<int64_t>();
+    }
     if (auto it = body.find("logit_bias"); it != body.end() && it->is_object()) {
       for (const auto& [id, bias] : it->items()) p.logit_bias.emplace_back(std::stoi(id), bias.get<float>());
     }

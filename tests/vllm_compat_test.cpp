@@ -239,7 +239,8 @@ TEST(VllmCompat, TheDefaultModelServesChat) {
         server.port(), "POST", "/tokenize", R"({"messages": )" + messages + R"(, "add_generation_prompt": true})");
     EXPECT_EQ(r.status, 200) << r.body;
     std::string text;  // the byte tokenizer's ids: 0-255 the bytes, 256 BOS, 257 EOS
-    for (const json& id : json::parse(r.body)["tokens"]) {
+    const json body = json::parse(r.body);
+    for (const json& id : body["tokens"]) {
       const int v = id.get<int>();
       text += v == 256 ? std::string("<s>") : v == 257 ? std::string("</s>") : std::string(1, static_cast<char>(v));
     }

@@ -213,27 +213,30 @@ namespace {
 // The chat template of the built-in configs' byte tokenizer (demo-random, which `make run`
 // serves): role tags on lines of their own, an assistant turn ending in EOS, and tools and tool
 // calls in the <tool_call> JSON form that Qwen's (hermes) templates use.
-constexpr const char* kByteTokenizerChatTemplate = R"TEMPLATE({{- bos_token -}}
-{%- if tools -%}
-<|system|>
-You may call these tools. To call one, answer <tool_call>{"name": <name>, "arguments": <arguments>}</tool_call>.
-{% for tool in tools -%}
-{{ tool | tojson }}
-{% endfor -%}
-{%- endif -%}
-{%- for message in messages -%}
-<|{{ message['role'] }}|>
-{% if message['content'] is string %}{{ message['content'] }}{% endif -%}
-{%- if message['tool_calls'] is defined and message['tool_calls'] -%}
-{%- for call in message['tool_calls'] -%}
-<tool_call>{"name": {{ call['function']['name'] | tojson }}, "arguments": {% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}}</tool_call>
-{%- endfor -%}
-{%- endif -%}
-{%- if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}
-{% endfor -%}
-{%- if add_generation_prompt -%}
-<|assistant|>
-{% endif -%})TEMPLATE";
+// Written for Hugging Face's rendering (trim_blocks and lstrip_blocks, as every template here is
+// rendered): every newline of the output is a '\n' string, the template's own line breaks are not.
+constexpr const char* kByteTokenizerChatTemplate = R"TEMPLATE({{- bos_token }}
+{%- if tools %}
+  {{- '<|system|>\nYou may call these tools. To call one, answer <tool_call>{"name": <name>, "arguments": <arguments>}</tool_call>.\n' }}
+  {%- for tool in tools %}
+    {{- tool | tojson }}{{ '\n' }}
+  {%- endfor %}
+{%- endif %}
+{%- for message in messages %}
+  {{- '<|' + message['role'] + '|>\n' }}
+  {%- if message['content'] is string %}{{ message['content'] }}{% endif %}
+  {%- if message['tool_calls'] is defined and message['tool_calls'] %}
+    {%- for call in message['tool_calls'] %}
+      {{- '<tool_call>{"name": ' }}{{ call['function']['name'] | tojson }}{{ ', "arguments": ' }}
+      {%- if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}
+      {%- else %}{{ call['function']['arguments'] | tojson }}{% endif %}
+      {{- '}</tool_call>' }}
+    {%- endfor %}
+  {%- endif %}
+  {%- if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}
+  {{- '\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %})TEMPLATE";
 
 }  // namespace
 
