@@ -12,9 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <CLI/CLI.hpp>
-#include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -287,49 +285,15 @@ class Engine {
   int64_t last_steps_ = 0;  // engine steps of the last generate() call
 };
 
-// Why a SamplingParams is invalid (its body as the package sends it, JSON), or None. The package
-// raises it as ValueError when a SamplingParams is made, as vLLM's does; the rules are
-// SamplingParams::check's. Token ids and logprobs are bounded per engine, at generate().
-std::optional<std::string> sampling_params_problem(const std::string& body_text) {
-  try {
-    const nlohmann::json body = nlohmann::json::parse(body_text);
-    SamplingParams p;
-    const auto read = [&](const char* key, auto& field) {
-      if (auto it = body.find(key); it != body.end() && !it->is_null()) it->get_to(field);
-    };
-    read("n", p.n);
-    read("temperature", p.temperature);
-    read("top_p", p.top_p);
-    read("top_k", p.top_k);
-    read("min_p", p.min_p);
-    read("presence_penalty", p.presence_penalty);
-    read("frequency_penalty", p.frequency_penalty);
-    read("repetition_penalty", p.repetition_penalty);
-    read("max_tokens", p.max_tokens);
-    read("min_tokens", p.min_tokens);
-    read("stop", p.stop);
-    read("stop_token_ids", p.stop_token_ids);
-    for (auto [key, field] : {std::pair{"logprobs", &p.logprobs}, std::pair{"prompt_logprobs", &p.prompt_logprobs}}) {
-      if (auto it = body.find(key); it != body.end() && !it->is_null()) *field = it->get<int64_t>();
-    }
-    if (auto it = body.find("logit_bias"); it != body.end() && it->is_object()) {
-      for (const auto& [id, bias] : it->items()) p.logit_bias.emplace_back(std::stoi(id), bias.get<float>());
-    }
-    const auto problem = p.check(std::numeric_limits<TokenId>::max(), std::numeric_limits<int64_t>::max());
-    if (problem) return problem->message;
-    return std::nullopt;
-  } catch (const std::exception& e) {  // a value of the wrong type, or a logit_bias key not an integer
-    return std::string("SamplingParams: ") + e.what();
-  }
-}
-
 }  // namespace
 }  // namespace pagoda::python
 
 PYBIND11_MODULE(_pagoda, m) {
   using pagoda::python::Engine;
   m.doc() = "Pagoda's engine, for the pagoda package (vLLM's offline API)";
-  m.def("sampling_params_problem", &pagoda::python::sampling_params_problem, py::arg("body"));
+  // Why a SamplingParams (its completions body, JSON) is refused, or None: the server's rules.
+  m.def("sampling_params_problem", [](const std::string& body) { return pagoda::server::sampling_fields_problem(body); },
+        py::arg("body"));
   py::class_<Engine>(m, "Engine")
       .def(py::init<const std::vector<std::string>&>(), py::arg("args"))
       .def("generate", &Engine::generate, py::arg("bodies"), py::arg("progress") = py::none(), py::arg("chat") = false,

@@ -178,14 +178,19 @@ class LLMTest(unittest.TestCase):
                ({"repetition_penalty": 0}, "repetition_penalty"), ({"max_tokens": 0}, "max_tokens"),
                ({"max_tokens": 4, "min_tokens": 5}, "min_tokens"), ({"stop": ["a", ""]}, "stop"),
                ({"logprobs": -1}, "logprobs"), ({"logit_bias": {5: 101}}, "logit_bias"),
-               ({"stop_token_ids": [-1]}, "stop_token_ids"), ({"temperature": "hot"}, "SamplingParams"),
+               ({"stop_token_ids": [-1]}, "stop_token_ids"), ({"temperature": "hot"}, "temperature"),
                ({"temperature": float("nan")}, "temperature")]
         for kwargs, name in bad:
             with self.assertRaisesRegex(ValueError, name, msg=str(kwargs)):
                 SamplingParams(**kwargs)
-        ok = SamplingParams(temperature=0, top_p=1, top_k=-1, min_p=0, max_tokens=None, logprobs=30)
-        self.assertEqual(ok.top_k, -1)  # the engine's own bounds (--max-logprobs) are checked at generate()
-        self.assertEqual(SamplingParams(temperature=0.5).clone().temperature, 0.5)
+        # The engine's own bounds (--max-logprobs, 20 by default; the vocabulary) are checked at
+        # generate(), when a model takes the request.
+        many_logprobs = SamplingParams(temperature=0, max_tokens=None, logprobs=30)
+        with self.assertRaisesRegex(ValueError, "logprobs"):
+            self.llm.generate("hi", many_logprobs, use_tqdm=False)
+        unknown_id = SamplingParams(temperature=0, stop_token_ids=[10 ** 6])
+        with self.assertRaisesRegex(ValueError, "stop_token_ids"):
+            self.llm.generate("hi", unknown_id, use_tqdm=False)
 
     def test_generate_without_tqdm_has_no_progress_bar(self):
         # A package installed without its Recommends has no tqdm: generate() still runs.

@@ -1305,6 +1305,11 @@ TEST(OpenAiProtocol, TokenizeAndDetokenize) {
   EXPECT_TRUE(is_error(handle_tokenize(R"({})", m->ctx), "prompt"));
   EXPECT_TRUE(is_error(handle_tokenize(R"({"prompt": 5})", m->ctx), "prompt"));
   EXPECT_TRUE(is_error(handle_tokenize(R"({"messages": [{}]})", m->ctx), "messages"));
+  // What a chat request refuses, /tokenize refuses too, rather than rendering without it.
+  EXPECT_TRUE(is_error(handle_tokenize(R"({"messages": [{"role": "user", "content": "a"}],
+                                           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+                                       m->ctx),
+                       "tools"));
   EXPECT_TRUE(is_error(handle_tokenize("[", m->ctx), ""));
   EXPECT_TRUE(is_error(handle_tokenize(R"({"prompt": "a", "model": "x"})", m->ctx), "model", "model_not_found", 404,
                        "not_found_error"));
@@ -1424,6 +1429,22 @@ TEST(OpenAiProtocol, SurvivesMutatedBodies) {
   }
   EXPECT_GT(accepted, 100);
   EXPECT_GT(refused, 1000);
+}
+
+// The sampling fields alone (Python's SamplingParams when it is made): the server's rules and
+// messages, without the bounds that only a model sets.
+TEST(OpenAiProtocol, SamplingFieldsAreCheckedWithoutAModel) {
+  EXPECT_EQ(sampling_fields_problem(R"({"temperature": 0.5, "top_k": 40, "max_tokens": 8, "stop": ["x"]})"),
+            std::nullopt);
+  EXPECT_EQ(sampling_fields_problem(R"({"temperature": -1})"), "temperature must be in [0, 2], got -1");
+  EXPECT_EQ(sampling_fields_problem(R"({"max_tokens": 0})"), "max_tokens must be >= 1, got 0");
+  EXPECT_EQ(sampling_fields_problem(R"({"max_tokens": 4, "min_tokens": 5})"),
+            "min_tokens must be in [0, max_tokens = 4], got 5");
+  EXPECT_NE(sampling_fields_problem(R"({"top_p": "high"})").value_or("").find("top_p"), std::string::npos);
+  EXPECT_TRUE(sampling_fields_problem("{").has_value());
+  // Ids and logprobs wait for the model's vocabulary and --max-logprobs.
+  EXPECT_EQ(sampling_fields_problem(R"({"stop_token_ids": [1000000], "logprobs": 50})"), std::nullopt);
+  EXPECT_TRUE(sampling_fields_problem(R"({"stop_token_ids": [-1]})").has_value());
 }
 
 }  // namespace

@@ -335,6 +335,7 @@ MaybeError read_seed(const json& body, SamplingParams& p) {
 
 // The token ids a request may hold: below the model's vocabulary and the tokenizer's.
 int64_t token_limit(const ModelContext& model) {
+  if (model.tokenizer == nullptr) return model.vocab_size;  // sampling_fields_problem: no model yet
   const int64_t tokenizer = model.tokenizer->vocab_size();
   return model.vocab_size > 0 ? std::min(model.vocab_size, tokenizer) : tokenizer;
 }
@@ -840,6 +841,8 @@ ApiResult<std::string> tokenize(std::string_view body_text, const ModelContext& 
   PAGODA_RETURN_IF_API_ERROR(read_bool(body, "return_token_strs", return_token_strs));
   std::vector<TokenId> ids;
   if (field(body, "messages")) {
+    // Rendered as a chat request is, so refused as one is (tools, continue_final_message, ...).
+    PAGODA_RETURN_IF_API_ERROR(refuse_unsupported(body));
     ChatPrompt prompt;
     PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, prompt));
     ids = std::move(prompt.ids);
@@ -919,6 +922,31 @@ ApiResult<ChatPrompt> render_chat_messages(std::string_view body_text, const Mod
     PAGODA_RETURN_IF_API_ERROR(render_chat(std::get<json>(parsed), model, prompt));
     return prompt;
   });
+}
+
+std::optional<std::string> sampling_fields_problem(std::string_view body_text) {
+  ApiResult<bool> checked = guarded([&]() -> ApiResult<bool> {
+    // No model: its vocabulary and --max-logprobs bound the ids and logprobs at generate().
+    ModelContext model;
+    model.vocab_size = std::numeric_limits<TokenId>::max();
+    model.limits.max_logprobs = std::numeric_limits<int64_t>::max();
+    ApiResult<json> parsed = parse_body(body_text, model.limits);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    const json& body = std::get<json>(parsed);
+    ParsedRequest r;
+    SamplingParams p;
+    GenerateRequest proto;
+    PAGODA_RETURN_IF_API_ERROR(read_common(body, model, r, p, proto));
+    std::optional<int64_t> max_tokens, logprobs;
+    PAGODA_RETURN_IF_API_ERROR(read_int(body, "max_tokens", max_tokens));
+    PAGODA_RETURN_IF_API_ERROR(read_int(body, "logprobs", logprobs));
+    if (max_tokens) p.max_tokens = *max_tokens;
+    p.logprobs = logprobs;
+    if (auto bad = p.check(model.vocab_size, model.limits.max_logprobs)) return bad_request(bad->message, bad->param);
+    return true;
+  });
+  if (const auto* e = std::get_if<ApiError>(&checked)) return e->message;
+  return std::nullopt;
 }
 
 ApiResult<std::string> handle_tokenize(std::string_view body, const ModelContext& model) {

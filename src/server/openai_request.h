@@ -134,6 +134,12 @@ class IgnoredFieldNames {
   std::set<std::string> seen_;  // guarded by mu_
 };
 
+// Why the sampling fields of a completions body are refused, by the rules parse_completion_request
+// applies, with no model yet (token ids and logprobs are bounded when a model takes the request):
+// the Python SamplingParams' check when one is made, as vLLM's SamplingParams checks itself.
+// Returns the 400's message, or nullopt.
+std::optional<std::string> sampling_fields_problem(std::string_view body);
+
 // /tokenize: {"prompt": str, "add_special_tokens": bool (default true)} or
 // {"messages": [...], "add_generation_prompt": bool} (rendered with the chat template), with an
 // optional "model". Returns the response body:

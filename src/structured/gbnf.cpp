@@ -102,9 +102,7 @@ class GbnfParser {
     while (!error_) {
       b_.add_alternative(rule, parse_sequence(nested));
       skip_space(nested > 0);
-      if (peek() == '\n' && nested == 0 && continues_on_next_line()) {
-        // falls through to the '|' below
-      }
+      if (peek() == '\n' && nested == 0) continues_on_next_line();  // moves to a '|' that opens the next line
       if (peek() != '|') return;
       ++pos_;
       skip_space(true);

@@ -35,7 +35,8 @@ int32_t GrammarMatcher::intern(int32_t pos, int32_t parent) {
 void GrammarMatcher::expand(int32_t pos, int32_t parent, State& out) {
   // Depth-first over the references, with each (pos, parent) visited once: an ambiguous grammar
   // reaches the same continuation on several paths.
-  std::unordered_set<uint64_t> seen;
+  std::unordered_set<uint64_t>& seen = seen_;
+  seen.clear();
   work_.assign(1, {pos, parent});
   while (!work_.empty()) {
     auto [p, below] = work_.back();

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "structured/grammar.h"
@@ -77,6 +78,7 @@ class GrammarMatcher {
   std::unordered_map<uint64_t, int32_t> interned_;
   State state_;
   std::vector<std::pair<int32_t, int32_t>> work_;  // expand()'s stack of (pos, parent)
+  std::unordered_set<uint64_t> seen_;               // and the (pos, parent) it has visited
 };
 
 }  // namespace pagoda::structured
