@@ -243,6 +243,29 @@ Result<Grammar> GrammarBuilder::build(int32_t root, size_t max_rules) && {
   for (const Rule& r : rules_) {
     if (r.alternatives.empty()) return invalid_argument("rule '" + r.name + "' is used but never defined");
   }
+  // Productive rules (those matching some finite text), to a fixed point; an alternative that
+  // needs an unproductive rule or an empty byte set can never complete, so it is dropped, and a
+  // match that has started can then always be completed (token masks rely on it: no dead ends).
+  std::vector<bool> productive(n, false);
+  auto completes = [&](const Alternative& alt) {
+    return std::all_of(alt.begin(), alt.end(), [&](const Element& e) {
+      return e.kind == Element::Kind::kRule ? productive[static_cast<size_t>(e.index)]
+                                            : !sets_[static_cast<size_t>(e.index)].empty();
+    });
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < n; ++r) {
+      if (productive[r]) continue;
+      if (std::any_of(rules_[r].alternatives.begin(), rules_[r].alternatives.end(), completes)) {
+        productive[r] = changed = true;
+      }
+    }
+  }
+  if (!productive[static_cast<size_t>(root)]) {
+    return invalid_argument("rule '" + rules_[static_cast<size_t>(root)].name + "' matches no text");
+  }
+  for (Rule& r : rules_) std::erase_if(r.alternatives, [&](const Alternative& alt) { return !completes(alt); });
   // Nullable rules (those matching the empty string), to a fixed point.
   std::vector<bool> nullable(n, false);
   for (bool changed = true; changed;) {
@@ -308,6 +331,111 @@ Result<Grammar> GrammarBuilder::build(int32_t root, size_t max_rules) && {
   g.rules = std::move(rules_);
   g.byte_sets = std::move(sets_);
   g.root = root;
+  return g;
+}
+
+Grammar inline_small_rules(Grammar g) {
+  constexpr size_t kMaxInlinedItems = 32, kMaxInlinedAlternatives = 16, kMaxAlternatives = 64;
+  const size_t n = g.rules.size();
+  // Strongly connected components of the references (Tarjan's, iteratively), which come out
+  // callees first: a rule is rewritten after every rule it could inline.
+  std::vector<int32_t> index(n, -1), low(n, 0), order;
+  std::vector<bool> on_stack(n, false), recursive(n, false);
+  std::vector<int32_t> stack;
+  int32_t counter = 0;
+  auto refs = [&](size_t r) {
+    std::vector<int32_t> out;
+    for (const Alternative& alt : g.rules[r].alternatives) {
+      for (const Element& e : alt) {
+        if (e.kind == Element::Kind::kRule) out.push_back(e.index);
+      }
+    }
+    return out;
+  };
+  for (size_t s = 0; s < n; ++s) {
+    if (index[s] >= 0) continue;
+    std::vector<std::pair<int32_t, std::vector<int32_t>>> frames;  // rule, references left
+    auto open = [&](int32_t r) {
+      index[static_cast<size_t>(r)] = low[static_cast<size_t>(r)] = counter++;
+      stack.push_back(r);
+      on_stack[static_cast<size_t>(r)] = true;
+      frames.emplace_back(r, refs(static_cast<size_t>(r)));
+    };
+    open(static_cast<int32_t>(s));
+    while (!frames.empty()) {
+      const int32_t r = frames.back().first;
+      std::vector<int32_t>& left = frames.back().second;
+      if (!left.empty()) {
+        const int32_t to = left.back();
+        left.pop_back();
+        if (to == r) recursive[static_cast<size_t>(r)] = true;
+        if (index[static_cast<size_t>(to)] < 0) {
+          open(to);
+        } else if (on_stack[static_cast<size_t>(to)]) {
+          low[static_cast<size_t>(r)] = std::min(low[static_cast<size_t>(r)], index[static_cast<size_t>(to)]);
+        }
+        continue;
+      }
+      frames.pop_back();
+      if (!frames.empty()) {
+        const size_t up = static_cast<size_t>(frames.back().first);
+        low[up] = std::min(low[up], low[static_cast<size_t>(r)]);
+      }
+      if (low[static_cast<size_t>(r)] == index[static_cast<size_t>(r)]) {
+        std::vector<int32_t> component;
+        int32_t m;
+        do {
+          m = stack.back();
+          stack.pop_back();
+          on_stack[static_cast<size_t>(m)] = false;
+          component.push_back(m);
+        } while (m != r);
+        for (int32_t c : component) {
+          if (component.size() > 1) recursive[static_cast<size_t>(c)] = true;
+          order.push_back(c);
+        }
+      }
+    }
+  }
+  std::vector<bool> inlinable(n, false);
+  for (int32_t r : order) {
+    Rule& rule = g.rules[static_cast<size_t>(r)];
+    std::vector<Alternative> rewritten;
+    for (Alternative& alt : rule.alternatives) {
+      // Every choice of alternatives for the inlinable references, while the rule stays small.
+      // A rule of several alternatives is written in only where it starts the alternative, so
+      // that its copies part at their first byte; further in, the copies would share the prefix
+      // before it and every one would be a parse stack of its own while that prefix matches.
+      std::vector<Alternative> variants{Alternative{}};
+      for (const Element& e : alt) {
+        const size_t choices =
+            e.kind == Element::Kind::kRule ? g.rules[static_cast<size_t>(e.index)].alternatives.size() : 0;
+        const bool expand = e.kind == Element::Kind::kRule && inlinable[static_cast<size_t>(e.index)] &&
+                            (choices == 1 || variants.front().empty()) &&
+                            variants.size() * choices + rewritten.size() <= kMaxAlternatives;
+        if (!expand) {
+          for (Alternative& v : variants) v.push_back(e);
+          continue;
+        }
+        std::vector<Alternative> next;
+        for (const Alternative& v : variants) {
+          for (const Alternative& inner : g.rules[static_cast<size_t>(e.index)].alternatives) {
+            Alternative w = v;
+            w.insert(w.end(), inner.begin(), inner.end());
+            next.push_back(std::move(w));
+          }
+        }
+        variants = std::move(next);
+      }
+      for (Alternative& v : variants) rewritten.push_back(std::move(v));
+    }
+    rule.alternatives = std::move(rewritten);
+    size_t items = 0;
+    for (const Alternative& alt : rule.alternatives) items += alt.size();
+    inlinable[static_cast<size_t>(r)] = !recursive[static_cast<size_t>(r)] && r != g.root &&
+                                        rule.alternatives.size() <= kMaxInlinedAlternatives &&
+                                        items <= kMaxInlinedItems;
+  }
   return g;
 }
 

@@ -101,6 +101,14 @@ class GrammarBuilder {
   std::string error_;  // the first limit a helper hit (build() returns it)
 };
 
+// The same language with small rules written into the alternatives that use them: a rule that
+// is not recursive, not the root, and small (a character class, a group, an escape) is replaced
+// by its alternatives where it is used (one of several alternatives only where it starts an
+// alternative), while the rule using it stays small too. Token masks cache what a
+// token does from each position until the position's rule ends (token_grammar.h), so a rule that
+// ends after one character would leave almost every token to be checked again at run time.
+Grammar inline_small_rules(Grammar g);
+
 // The UTF-8 bytes of a code point (a Unicode scalar value).
 std::string utf8_encode(uint32_t code_point);
 
