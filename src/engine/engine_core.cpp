@@ -126,8 +126,21 @@ Status EngineCore::add_request(CoreRequest r) {
   req->arrival_seq = next_arrival_++;
   req->cache_salt = r.cache_salt;
   req->use_prefix_cache = r.use_prefix_cache;
+  if (r.constraint) {
+    const int64_t vocab = executor_->config().vocab_size;
+    if (r.constraint->grammar->vocabulary().size() != vocab) {
+      return invalid_argument("a grammar over " + std::to_string(r.constraint->grammar->vocabulary().size()) +
+                              " tokens for a model of " + std::to_string(vocab));
+    }
+  }
   PAGODA_RETURN_IF_ERROR(scheduler_->add_request(std::move(req)));
   executor_->add_request(r.id, r.params, r.seed, r.min_tokens_suppressed, r.cache_salt);
+  if (r.constraint) {
+    if (!structured_) {
+      structured_ = std::make_unique<StructuredOutputs>(static_cast<size_t>(executor_->config().vocab_size + 63) / 64);
+    }
+    structured_->add(r.id, r.constraint->grammar, r.starts_text, r.constraint->after_token, r.min_tokens_suppressed);
+  }
   return Status::ok_status();
 }
 
@@ -135,6 +148,7 @@ void EngineCore::finish_requests(std::span<const RequestId> ids) {
   for (RequestId id : ids) {
     scheduler_->finish_request(id);
     executor_->remove_request(id);
+    if (structured_) structured_->remove(id);
   }
   tell_workers_if_idle();
 }
@@ -161,6 +175,7 @@ CoreStepOutput EngineCore::step(const std::function<void()>& on_scheduled) {
       for (const ScheduledSeq& seq : scheduled.seqs) {
         if (seq.output_tokens.empty()) out.scheduled.push_back(seq.request_id);
       }
+      if (structured_) structured_->fill_masks(scheduled);
       if (Status st = executor_->submit(scheduled); !st.ok()) {
         throw std::runtime_error("the engine's workers failed: " + st.message());
       }
@@ -189,6 +204,7 @@ CoreStepOutput EngineCore::step(const std::function<void()>& on_scheduled) {
   // sampling (a prompt's first token waits for the draft model's pass over the prompt, as in vLLM,
   // and counts it in its time to first token).
   out.updates = scheduler_->update_from_output(scheduled, produced);
+  if (structured_) structured_->accept(out.updates);
   out.prompt_logprobs = std::move(produced.prompt_logprobs);
   out.spec = std::move(produced.spec);
   out.num_scheduled_tokens = scheduled.num_scheduled_tokens;

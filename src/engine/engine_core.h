@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "engine/engine_types.h"
 #include "executor/executor.h"
+#include "engine/structured_outputs.h"
 #include "scheduler/scheduler.h"
 
 namespace pagoda {
@@ -40,6 +41,9 @@ struct CoreRequest {
   int64_t priority = 0;
   std::string cache_salt;
   bool use_prefix_cache = true;                 // off when every prompt row must be computed
+  std::optional<GrammarConstraint> constraint;  // its tokens follow a grammar
+  bool starts_text = false;                     // no prompt text before the output (the
+                                                // tokenizer's leading-space rule applies to it)
 };
 
 // What one core step produced (vLLM's EngineCoreOutputs): the tokens of the step it collected,
@@ -124,6 +128,7 @@ class EngineCore {
   // parallelism); their token views may outlive a request finished meanwhile, so only their ids
   // are read once the step is collected.
   std::deque<SchedulerOutput> in_flight_;
+  std::unique_ptr<StructuredOutputs> structured_;  // the grammar masks of constrained sequences
 };
 
 // Parses a byte size such as "4GiB", "512MiB", "1.5GB", "1000000" (errors name the text).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
 #include "speculative/speculative_config.h"
+#include "structured/token_grammar.h"
 #include "tensor/kv_cache_dtype.h"
 
 namespace pagoda {
@@ -66,6 +68,15 @@ struct GenerationDefaults {
   }
 };
 
+// A structured output's constraint, compiled by the frontend against the model's vocabulary
+// (structured/token_grammar.h): every output token is one the grammar allows.
+struct GrammarConstraint {
+  std::shared_ptr<const structured::TokenGrammar> grammar;
+  // When set, the constraint starts after the output's first such token (a reasoning model's
+  // end of thinking, with thinking on).
+  std::optional<TokenId> after_token;
+};
+
 struct GenerateRequest {
   std::string prompt;                   // tokenized when prompt_token_ids is empty
   std::vector<TokenId> prompt_token_ids;
@@ -73,6 +84,7 @@ struct GenerateRequest {
   SamplingParams params;
   int64_t priority = 0;
   std::string cache_salt;
+  std::optional<GrammarConstraint> constraint;
 };
 
 struct RequestTimings {

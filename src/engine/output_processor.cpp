@@ -89,6 +89,8 @@ Result<std::vector<CoreRequest>> OutputProcessor::add_request(RequestId id, cons
     c.params = r.params;
     c.seed = r.params.seed ? *r.params.seed + static_cast<uint64_t>(i) : mix_seed(seed_, seq_id);
     c.min_tokens_suppressed = stop_ids;
+    c.constraint = r.constraint;
+    c.starts_text = !after_text;
     c.priority = r.priority;
     c.cache_salt = r.cache_salt;
     c.use_prefix_cache = !r.params.prompt_logprobs.has_value();

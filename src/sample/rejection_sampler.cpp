@@ -15,7 +15,9 @@ double uniform(SamplerRng& rng) { return static_cast<double>(rng() >> 11) * 0x1.
 void verification_rows(const SamplingParams& params, SamplerRng* rng, std::span<const TokenId> prompt,
                        std::span<const TokenId> output, std::span<const TokenId> drafts,
                        std::span<const TokenId> min_tokens_suppressed, std::vector<TokenId>* history,
-                       std::vector<SamplingRow>* rows) {
+                       std::vector<SamplingRow>* rows, std::span<const uint64_t> allowed) {
+  PAGODA_CHECK(allowed.size() % (drafts.size() + 1) == 0);
+  const size_t words = allowed.size() / (drafts.size() + 1);
   std::span<const TokenId> outputs = output;
   if (!drafts.empty()) {  // (a copy only where there are drafts: it costs the output's length)
     history->assign(output.begin(), output.end());
@@ -27,7 +29,8 @@ void verification_rows(const SamplingParams& params, SamplerRng* rng, std::span<
     const size_t num_output = output.size() + j;
     const bool before_min = static_cast<int64_t>(num_output) < params.min_tokens;
     rows->push_back(SamplingRow{&params, rng, prompt, outputs.first(num_output),
-                                before_min ? min_tokens_suppressed : std::span<const TokenId>()});
+                                before_min ? min_tokens_suppressed : std::span<const TokenId>(),
+                                allowed.subspan(j * words, words)});
   }
 }
 

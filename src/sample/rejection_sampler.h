@@ -44,11 +44,12 @@ struct VerifiedTokens {
 // samples as if drafts [0, j) had been emitted: its output history is `output` then those
 // drafts (penalties count them), and it suppresses `min_tokens_suppressed` while output.size() + j
 // < params.min_tokens. With drafts the histories point into *history (replaced; the caller
-// keeps it alive while the rows are used); without, into `output`.
+// keeps it alive while the rows are used); without, into `output`. `allowed`, when not empty,
+// holds drafts.size() + 1 equal masks (SamplingRow::allowed), one a row.
 void verification_rows(const SamplingParams& params, SamplerRng* rng, std::span<const TokenId> prompt,
                        std::span<const TokenId> output, std::span<const TokenId> drafts,
                        std::span<const TokenId> min_tokens_suppressed, std::vector<TokenId>* history,
-                       std::vector<SamplingRow>* rows);
+                       std::vector<SamplingRow>* rows, std::span<const uint64_t> allowed = {});
 
 class RejectionSampler {
  public:

@@ -46,9 +46,29 @@ void apply_bias_and_penalties(float* x, int64_t vocab_size, const SamplingRow& r
     check_id(id, vocab_size);
     x[id] += bias;
   }
-  for (TokenId id : row.suppressed) {
-    check_id(id, vocab_size);
-    x[id] = kNegInf;
+  bool suppress = true;
+  if (!row.allowed.empty()) {
+    PAGODA_CHECK(row.allowed.size() * 64 >= static_cast<size_t>(vocab_size));
+    suppress = false;  // unless some allowed id is not suppressed
+    for (int64_t w = 0; w * 64 < vocab_size; ++w) {
+      uint64_t bits = row.allowed[static_cast<size_t>(w)];
+      if (w * 64 + 64 > vocab_size) bits &= (uint64_t{1} << (vocab_size - w * 64)) - 1;
+      for (uint64_t left = bits; left != 0 && !suppress; left &= left - 1) {
+        const TokenId id = static_cast<TokenId>(w * 64 + std::countr_zero(left));
+        suppress = std::find(row.suppressed.begin(), row.suppressed.end(), id) == row.suppressed.end();
+      }
+      if (bits == ~uint64_t{0}) continue;
+      const int64_t end = std::min<int64_t>(vocab_size, w * 64 + 64);
+      for (int64_t id = w * 64; id < end; ++id) {
+        if (!((bits >> (id - w * 64)) & 1)) x[id] = kNegInf;
+      }
+    }
+  }
+  if (suppress) {
+    for (TokenId id : row.suppressed) {
+      check_id(id, vocab_size);
+      x[id] = kNegInf;
+    }
   }
   // counts is all zero on entry and on exit; only the touched ids are reset, so the cost is
   // O(history), not O(vocab).

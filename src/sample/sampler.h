@@ -4,7 +4,9 @@
 // step go in, one SampledToken per row comes out. Each row is processed on its own, in this order
 // (vLLM's):
 //   1. logit_bias is added;
-//   2. the row's `suppressed` ids are set to -inf (EOS / stop ids before min_tokens);
+//   2. ids outside the row's `allowed` mask (a structured output's grammar) are set to -inf, and
+//      so are the row's `suppressed` ids (EOS / stop ids before min_tokens), unless that would
+//      leave no id at all (the grammar has ended the output: it wins over min_tokens);
 //   3. penalties: repetition_penalty (HF: over the ids in prompt or output, logit > 0 ? logit / r
 //      : logit * r, once per distinct id), then frequency_penalty (logit -= f * count in output)
 //      and presence_penalty (logit -= p if in output);
@@ -97,6 +99,9 @@ struct SamplingRow {
   std::span<const TokenId> prompt_tokens;   // for repetition penalty
   std::span<const TokenId> output_tokens;   // for all penalties
   std::span<const TokenId> suppressed;      // ids masked to -inf (EOS/stop ids before min_tokens)
+  // When not empty, the ids that may be sampled (bit id % 64 of word id / 64, at least one set):
+  // the rest are masked to -inf. A structured output's grammar mask (structured/token_grammar.h).
+  std::span<const uint64_t> allowed = {};
 };
 
 struct TokenLogprob {

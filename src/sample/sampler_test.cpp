@@ -280,6 +280,43 @@ TEST(Sampler, SuppressedIdsAreNeverChosen) {
   }
 }
 
+TEST(Sampler, AGrammarMaskLeavesOnlyItsIdsAndWinsOverMinTokens) {
+  // 130 ids (three mask words, the last partial); the mask allows 5, 64 and 129.
+  std::vector<float> logits(130, 0.0f);
+  logits[7] = 50.0f;    // the best, but not allowed
+  logits[64] = 1.0f;
+  logits[129] = 2.0f;
+  std::vector<uint64_t> mask(3, 0);
+  for (int id : {5, 64, 129}) mask[static_cast<size_t>(id / 64)] |= uint64_t{1} << (id % 64);
+  Sampler sampler;
+  SamplerRng rng(3);
+  SamplingParams greedy{.temperature = 0}, hot{.temperature = 5.0};
+  std::vector<float> x = logits;
+  SamplingRow row{&greedy, &rng, {}, {}, {}, mask};
+  EXPECT_EQ(sampler.sample(x.data(), 130, {&row, 1})[0].token, 129);
+  for (int id = 0; id < 130; ++id) {
+    EXPECT_EQ(std::isinf(x[static_cast<size_t>(id)]), id != 5 && id != 64 && id != 129) << id;
+  }
+  std::set<TokenId> seen;
+  row.params = &hot;
+  for (int i = 0; i < 300; ++i) {
+    x = logits;
+    seen.insert(sampler.sample(x.data(), 130, {&row, 1})[0].token);
+  }
+  EXPECT_EQ(seen, (std::set<TokenId>{5, 64, 129}));
+  // Suppressing some allowed ids leaves the rest; suppressing all of them (a grammar that allows
+  // only EOS before min_tokens) would leave nothing, so the grammar wins.
+  std::vector<TokenId> suppressed = {129};
+  x = logits;
+  row = SamplingRow{&greedy, &rng, {}, {}, suppressed, mask};
+  EXPECT_EQ(sampler.sample(x.data(), 130, {&row, 1})[0].token, 64);
+  std::vector<uint64_t> only(3, 0);
+  only[2] = uint64_t{1} << (129 - 128);
+  x = logits;
+  row = SamplingRow{&greedy, &rng, {}, {}, suppressed, only};
+  EXPECT_EQ(sampler.sample(x.data(), 130, {&row, 1})[0].token, 129);
+}
+
 TEST(Sampler, EverythingMaskedYieldsLowestId) {
   SamplerRng rng(2);
   std::vector<TokenId> all = {0, 1, 2};

@@ -24,6 +24,10 @@ struct ScheduledSeq {
   bool sample = false;                      // the step reaches the request's last token: sample
   std::span<const TokenId> prompt_tokens;   // for penalties and prompt logprobs
   std::span<const TokenId> output_tokens;
+  // A structured output's grammar masks, set by the engine after scheduling: when not empty, one
+  // mask over the vocabulary (SamplingRow::allowed) for each sampled row, draft_tokens.size() + 1
+  // of equal length.
+  std::span<const uint64_t> allowed_tokens;
 };
 
 struct SchedulerOutput {

@@ -8,6 +8,7 @@
 
 #include "structured/gbnf.h"
 #include "structured/grammar_matcher.h"
+#include "structured/structured_test_util.h"
 
 namespace pagoda::structured {
 namespace {
@@ -36,18 +37,7 @@ std::string error_of(const std::string& gbnf) {
   return g.ok() ? std::string("(accepted)") : g.status().message();
 }
 
-// The test's own UTF-8 encoder (the reference for the classes' byte sequences).
-std::string utf8(uint32_t c) {
-  std::string s;
-  if (c < 0x80) return std::string(1, static_cast<char>(c));
-  if (c < 0x800) return {static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
-  if (c < 0x10000) {
-    return {static_cast<char>(0xE0 | (c >> 12)), static_cast<char>(0x80 | ((c >> 6) & 0x3F)),
-            static_cast<char>(0x80 | (c & 0x3F))};
-  }
-  return {static_cast<char>(0xF0 | (c >> 18)), static_cast<char>(0x80 | ((c >> 12) & 0x3F)),
-          static_cast<char>(0x80 | ((c >> 6) & 0x3F)), static_cast<char>(0x80 | (c & 0x3F))};
-}
+using testing::utf8;
 
 TEST(Gbnf, LiteralsAlternativesAndGroups) {
   auto g = compile(R"(root ::= "yes" | "no" | ("may" "be")? "x")");

@@ -335,7 +335,7 @@ Result<Grammar> GrammarBuilder::build(int32_t root, size_t max_rules) && {
 }
 
 Grammar inline_small_rules(Grammar g) {
-  constexpr size_t kMaxInlinedItems = 32, kMaxInlinedAlternatives = 16, kMaxAlternatives = 64;
+  constexpr size_t kMaxInlinedItems = 64, kMaxInlinedAlternatives = 16, kMaxAlternatives = 64;
   const size_t n = g.rules.size();
   // Strongly connected components of the references (Tarjan's, iteratively), which come out
   // callees first: a rule is rewritten after every rule it could inline.

@@ -39,6 +39,11 @@ StateSpace::StateSpace(std::shared_ptr<const CompiledGrammar> grammar) : grammar
   intern_state();  // kDead
 }
 
+StateSpace::StateSpace(std::shared_ptr<const CompiledGrammar> grammar, std::vector<std::vector<int32_t>> returns)
+    : StateSpace(std::move(grammar)) {
+  returns_ = std::move(returns);
+}
+
 int32_t StateSpace::intern_node(int32_t pos, int32_t parent) {
   auto [it, added] = node_ids_.emplace(pair_key(pos, parent), static_cast<int32_t>(nodes_.size()));
   if (added) nodes_.push_back(Node{pos, parent});
@@ -57,7 +62,11 @@ void StateSpace::expand(int32_t pos, int32_t parent) {
     const CompiledGrammar::Item& it = grammar_->item(p);
     if (it.end()) {
       if (below < 0) {
-        ended_ = true;
+        const int32_t rule = grammar_->rule_of(p);
+        if (returns_.empty() || rule == grammar_->grammar().root) ended_ = true;
+        if (!returns_.empty()) {
+          for (int32_t q : returns_[static_cast<size_t>(rule)]) work_.emplace_back(q, -1);
+        }
       } else {
         const Node n = nodes_[static_cast<size_t>(below)];  // the frame below goes on where it left off
         work_.emplace_back(n.pos, n.parent);
@@ -111,6 +120,13 @@ int32_t StateSpace::at(int32_t pos) {
   const int32_t s = intern_state();
   at_.emplace(pos, s);
   return s;
+}
+
+int32_t StateSpace::after_rule(int32_t rule) {
+  tops_.clear();
+  ended_ = rule == grammar_->grammar().root;
+  for (int32_t q : returns_[static_cast<size_t>(rule)]) expand(q, -1);
+  return intern_state();
 }
 
 int32_t StateSpace::after(int32_t node) {

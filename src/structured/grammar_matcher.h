@@ -59,6 +59,11 @@ class CompiledGrammar {
 class StateSpace {
  public:
   explicit StateSpace(std::shared_ptr<const CompiledGrammar> grammar);
+  // A space where a rule that ends over nothing continues at every place the grammar goes on
+  // after it (`returns`, by rule), rather than ending the state: what can follow a rule in any
+  // context. Only the root's end ends a state. (Token masks use it to drop suffixes that nothing
+  // could take; token_grammar.cpp.)
+  StateSpace(std::shared_ptr<const CompiledGrammar> grammar, std::vector<std::vector<int32_t>> returns);
 
   const std::shared_ptr<const CompiledGrammar>& grammar() const { return grammar_; }
 
@@ -69,6 +74,8 @@ class StateSpace {
   // The state of one stack: the byte-set item `pos` over nothing, so that the rule holding `pos`
   // ending ends the state (ended() true). Token masks start here (token_grammar.h).
   int32_t at(int32_t pos);
+  // In a space made with `returns`: the state right after `rule` has ended, in any context.
+  int32_t after_rule(int32_t rule);
   // The state that goes on after the rules on stack `node` up to its top have ended: the frames
   // below it continue (for the root stack, ended alone).
   int32_t after(int32_t node);
@@ -131,6 +138,7 @@ class StateSpace {
   int32_t advance(int32_t state, uint8_t byte);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
+  std::vector<std::vector<int32_t>> returns_;  // empty unless the second constructor
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> node_ids_;
   std::vector<StateInfo> states_;

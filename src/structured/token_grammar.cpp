@@ -76,6 +76,44 @@ std::vector<ByteSet> follow_sets(const CompiledGrammar& g) {
   return follow;
 }
 
+// For each rule, the positions where the grammar goes on after the rule ends: those after each
+// reference to it, and where a reference ends its alternative, those of the rule holding it.
+std::vector<std::vector<int32_t>> return_positions(const CompiledGrammar& g) {
+  const size_t rules = g.grammar().rules.size();
+  std::vector<std::vector<int32_t>> direct(rules);
+  std::vector<std::vector<int32_t>> tail_callers(rules);  // rules that end with a reference to it
+  for (int32_t p = 0; p < g.size(); ++p) {
+    const int32_t r = g.item(p).rule;
+    if (r < 0) continue;
+    if (g.item(p + 1).end()) {
+      tail_callers[static_cast<size_t>(r)].push_back(g.rule_of(p));
+    } else {
+      direct[static_cast<size_t>(r)].push_back(p + 1);
+    }
+  }
+  std::vector<std::vector<int32_t>> out(rules);
+  for (size_t r = 0; r < rules; ++r) {
+    // The rules whose end is r's end, through chains of tail references.
+    std::vector<bool> seen(rules, false);
+    std::vector<size_t> work{r};
+    seen[r] = true;
+    while (!work.empty()) {
+      const size_t at = work.back();
+      work.pop_back();
+      out[r].insert(out[r].end(), direct[at].begin(), direct[at].end());
+      for (int32_t caller : tail_callers[at]) {
+        if (!seen[static_cast<size_t>(caller)]) {
+          seen[static_cast<size_t>(caller)] = true;
+          work.push_back(static_cast<size_t>(caller));
+        }
+      }
+    }
+    std::sort(out[r].begin(), out[r].end());
+    out[r].erase(std::unique(out[r].begin(), out[r].end()), out[r].end());
+  }
+  return out;
+}
+
 // The rules the root can reach.
 std::vector<bool> reachable_rules(const CompiledGrammar& g) {
   std::vector<bool> seen(g.grammar().rules.size(), false);
@@ -108,6 +146,7 @@ Result<std::shared_ptr<const TokenGrammar>> TokenGrammar::compile(std::shared_pt
   const CompiledGrammar& g = *grammar;
   const TokenVocabulary& vocab = *vocabulary;
   const std::vector<ByteSet> follow = follow_sets(g);
+  StateSpace follow_space(grammar, return_positions(g));
   const std::vector<bool> reachable = reachable_rules(g);
   const std::span<const TokenVocabulary::TrieNode> trie = vocab.trie();
   const std::span<const int32_t> sorted = vocab.sorted();
@@ -116,12 +155,20 @@ Result<std::shared_ptr<const TokenGrammar>> TokenGrammar::compile(std::shared_pt
   size_t max_depth = 0;
   for (const TokenVocabulary::TrieNode& node : trie) max_depth = std::max(max_depth, static_cast<size_t>(node.depth));
   std::vector<int32_t> state(max_depth + 1), escapes_in_effect(max_depth + 1), escapes(max_depth + 1);
-  std::unordered_map<std::string_view, int32_t> suffix_ids;
+  std::unordered_map<std::string_view, int32_t> suffix_ids;  // -1: no continuation of the rule takes it
+  std::vector<int32_t> continuations(g.grammar().rules.size(), -1);  // by rule: follow_space.after_rule
 
   tg->position_of_.assign(static_cast<size_t>(g.size()), -1);
   for (int32_t pos = 0; pos < g.size(); ++pos) {
     if (g.item(pos).set < 0 || !reachable[static_cast<size_t>(g.rule_of(pos))]) continue;
-    const ByteSet& after_rule = follow[static_cast<size_t>(g.rule_of(pos))];
+    const size_t rule = static_cast<size_t>(g.rule_of(pos));
+    const ByteSet& after_rule = follow[rule];
+    if (continuations[rule] < 0) continuations[rule] = follow_space.after_rule(static_cast<int32_t>(rule));
+    // Whether what can follow the rule anywhere in the grammar could take `suffix`: a necessary
+    // condition for the suffix to match in the real context.
+    auto may_follow = [&](std::string_view suffix) {
+      return follow_space.next(continuations[rule], suffix) != StateSpace::kDead;
+    };
     Position out;
     suffix_ids.clear();
     // The tokens under trie node `node` are uncertain, with one suffix per escape in effect.
@@ -131,8 +178,12 @@ Result<std::shared_ptr<const TokenGrammar>> TokenGrammar::compile(std::shared_pt
         const std::string& bytes = vocab.bytes(id);
         for (int32_t e = 0; e < n; ++e) {
           const std::string_view suffix = std::string_view(bytes).substr(static_cast<size_t>(escapes[static_cast<size_t>(e)]));
-          auto [it, added] = suffix_ids.emplace(suffix, static_cast<int32_t>(out.suffixes.size()));
-          if (added) out.suffixes.emplace_back(suffix);
+          auto [it, added] = suffix_ids.emplace(suffix, -1);
+          if (added && may_follow(suffix)) {
+            it->second = static_cast<int32_t>(out.suffixes.size());
+            out.suffixes.emplace_back(suffix);
+          }
+          if (it->second < 0) continue;
           out.uncertain_ids.push_back(id);
           out.uncertain_suffixes.push_back(it->second);
         }
@@ -181,16 +232,23 @@ Result<std::shared_ptr<const TokenGrammar>> TokenGrammar::compile(std::shared_pt
   return std::shared_ptr<const TokenGrammar>(std::move(tg));
 }
 
-TokenMatcher::TokenMatcher(std::shared_ptr<const TokenGrammar> grammar, bool starts_text)
+TokenMatcher::TokenMatcher(std::shared_ptr<const TokenGrammar> grammar, bool starts_text,
+                           std::span<const int32_t> stop_ids)
     : grammar_(std::move(grammar)),
-      vocab_(grammar_->vocabulary()),
+      vocab_(&grammar_->vocabulary()),
       space_(grammar_->grammar()),
-      strip_first_space_(starts_text && vocab_.strips_leading_space()) {
+      strip_first_space_(starts_text && vocab_->strips_leading_space()),
+      stop_ids_(vocab_->stop_ids()) {
+  for (int32_t id : stop_ids) {
+    if (id >= 0 && id < vocab_->size()) stop_ids_.push_back(id);
+  }
+  std::sort(stop_ids_.begin(), stop_ids_.end());
+  stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
   history_.push_back(space_.root());
 }
 
 std::string_view TokenMatcher::token_text(int32_t token) const {
-  std::string_view bytes = vocab_.bytes(token);
+  std::string_view bytes = vocab_->bytes(token);
   if (strip_first_space_ && accepted() == 0 && !bytes.empty() && bytes[0] == ' ') bytes.remove_prefix(1);
   return bytes;
 }
@@ -213,18 +271,25 @@ const std::vector<int32_t>& TokenMatcher::context_accepted(int32_t node) {
 void TokenMatcher::fill_mask(std::span<uint64_t> mask) {
   std::fill(mask.begin(), mask.end(), 0);
   auto set = [&](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-  if (stopped_) return;
   const int32_t s = state();
-  if (space_.ended(s)) {
-    for (int32_t id : vocab_.stop_ids()) set(id);
-  }
+  // Stop tokens are stops only (a request's stop id may be a token with text): allowed exactly
+  // where the text can end.
+  const bool can_stop = stopped_ || space_.ended(s);
+  auto set_stops = [&] {
+    for (int32_t id : stop_ids_) {
+      uint64_t& w = mask[static_cast<size_t>(id) / 64];
+      const uint64_t bit = uint64_t{1} << (id % 64);
+      w = can_stop ? (w | bit) : (w & ~bit);
+    }
+  };
+  if (stopped_) return set_stops();
   if (strip_first_space_ && accepted() == 0) {
     // The first token's leading space is dropped: check each token's text as it will be, from here.
-    for (int32_t id : vocab_.sorted()) {
+    for (int32_t id : vocab_->sorted()) {
       const std::string_view text = token_text(id);
       if (!text.empty() && space_.next(s, text) != StateSpace::kDead) set(id);
     }
-    return;
+    return set_stops();
   }
   // (Checking uncertain tokens may add states, which moves what stacks() points into.)
   const std::span<const int32_t> stacks = space_.stacks(s);
@@ -240,18 +305,20 @@ void TokenMatcher::fill_mask(std::span<uint64_t> mask) {
       for (int32_t id : context_accepted(node)) set(id);
     }
   }
+  set_stops();
 }
 
 bool TokenMatcher::accept(int32_t token) {
-  if (stopped_ || token < 0 || token >= vocab_.size()) return false;
+  if (token < 0 || token >= vocab_->size()) return false;
   const int32_t s = state();
-  if (std::find(vocab_.stop_ids().begin(), vocab_.stop_ids().end(), token) != vocab_.stop_ids().end()) {
-    if (!space_.ended(s)) return false;
+  if (std::binary_search(stop_ids_.begin(), stop_ids_.end(), token)) {
+    if (!space_.ended(s) && !stopped_) return false;
     history_.push_back(s);
+    if (!stopped_) stop_at_ = history_.size();
     stopped_ = true;
-    stop_at_ = history_.size();
     return true;
   }
+  if (stopped_) return false;
   const std::string_view text = token_text(token);
   if (text.empty()) return false;
   const int32_t next = space_.next(s, text);

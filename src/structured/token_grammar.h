@@ -54,6 +54,8 @@ class TokenGrammar {
     std::vector<int32_t> uncertain_ids;   // each with the suffix it must match after the rule ends
     std::vector<int32_t> uncertain_suffixes;
   };
+  // (Only the byte-set positions of rules the root reaches have one.)
+  bool has_position(int32_t pos) const { return position_of_[static_cast<size_t>(pos)] >= 0; }
   const Position& position(int32_t pos) const { return positions_[static_cast<size_t>(position_of_[static_cast<size_t>(pos)])]; }
 
   struct Stats {
@@ -75,11 +77,13 @@ class TokenMatcher {
  public:
   // `starts_text`: the output is the start of the text (no prompt text before it), so that a
   // tokenizer that drops the text's leading space (TokenVocabulary::strips_leading_space) drops
-  // it from the first token here too, as the detokenizer will.
-  TokenMatcher(std::shared_ptr<const TokenGrammar> grammar, bool starts_text);
+  // it from the first token here too, as the detokenizer will. `stop_ids`: the tokens that end
+  // this output, besides the vocabulary's (a request's stop_token_ids).
+  TokenMatcher(std::shared_ptr<const TokenGrammar> grammar, bool starts_text, std::span<const int32_t> stop_ids = {});
 
   // Sets in `mask` (TokenVocabulary::mask_words words) the bits of the tokens allowed next, and
-  // clears the others.
+  // clears the others. After a stop token only stop tokens are (a request that ignores EOS goes
+  // on emitting them).
   void fill_mask(std::span<uint64_t> mask);
   // Advances over `token` if it is allowed (what fill_mask would set): true; else false, and the
   // state is unchanged. A stop token is allowed where the text can end, and ends the matcher.
@@ -101,9 +105,10 @@ class TokenMatcher {
   const std::vector<int32_t>& context_accepted(int32_t node);
 
   std::shared_ptr<const TokenGrammar> grammar_;
-  const TokenVocabulary& vocab_;
+  const TokenVocabulary* vocab_;
   StateSpace space_;
   bool strip_first_space_;
+  std::vector<int32_t> stop_ids_;  // sorted
   bool stopped_ = false;
   std::vector<int32_t> history_;  // the state before any token, then after each
   size_t stop_at_ = 0;            // history_.size() when the stop token was accepted

@@ -186,10 +186,27 @@ TEST(TokenMasks, RollbackRestoresTheMaskAndStopEnds) {
   EXPECT_TRUE(has(after, stop));
   EXPECT_EQ(std::count_if(after.begin(), after.end(), [](uint64_t w) { return w != 0; }), 1);
   ASSERT_TRUE(m.accept(stop));
+  // After the stop, only stop tokens (again and again, for a request that ignores EOS).
   m.fill_mask(after);
-  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint64_t w) { return w == 0; }));
-  m.rollback(1);  // the stop itself undone: '}' is the last token again
-  m.fill_mask(after);
+  EXPECT_TRUE(has(after, stop));
+  EXPECT_EQ(std::count_if(after.begin(), after.end(), [](uint64_t w) { return w != 0; }), 1);
+  EXPECT_FALSE(m.accept('a'));
+  ASSERT_TRUE(m.accept(stop));
+  m.rollback(2);  // both stops undone: '}' is the last token again
+  EXPECT_FALSE(m.accept('a'));  // ('}' ended the match)
+  m.rollback(1);
+  EXPECT_TRUE(m.accept('a'));
+  // A request's own stop tokens count too.
+  const int32_t own = 'x';
+  TokenMatcher with_own(*tg, false, std::span<const int32_t>(&own, 1));
+  ASSERT_TRUE(with_own.accept('{'));
+  with_own.fill_mask(after);
+  EXPECT_TRUE(has(after, 'y'));
+  EXPECT_FALSE(has(after, own));  // a stop, so not where the match cannot end, text or not
+  EXPECT_FALSE(with_own.accept(own));
+  ASSERT_TRUE(with_own.accept('}'));
+  with_own.fill_mask(after);
+  EXPECT_TRUE(has(after, own));
   EXPECT_TRUE(has(after, stop));
 }
 

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "structured/gbnf.h"
+#include <nlohmann/json.hpp>
+
+#include "structured/json_schema.h"
 #include "structured/token_grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,20 +38,17 @@ double percentile(std::vector<double> v, double p) {
   return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-constexpr const char* kJsonGbnf = R"(
-root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array  ::= "[" ws ( value ("," ws value)* )? "]" ws
-string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
-number ::= "-"? ([0-9] | [1-9] [0-9]{1,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]{1,3})? ws
-ws     ::= ([ \t\n] ws)?
-)";
-
-// A function call's arguments and a record with nesting, as a model would write them.
-constexpr const char* kDocuments[] = {
-    R"({"location": "San Francisco, CA", "unit": "celsius", "days": 5, "include_hourly": false})",
-    R"({
+// A function call's arguments and a record with nesting, as a model would write them, and schemas
+// they satisfy.
+constexpr const char* kCall =
+    R"({"location": "San Francisco, CA", "unit": "celsius", "days": 5, "include_hourly": false})";
+constexpr const char* kCallSchema = R"({"type": "object", "properties": {
+    "location": {"type": "string", "description": "City and state"},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 16},
+    "include_hourly": {"type": "boolean"}},
+  "required": ["location", "unit", "days", "include_hourly"], "additionalProperties": false})";
+constexpr const char* kRecord = R"({
   "name": "Ada Lovelace",
   "born": 1815,
   "fields": ["mathematics", "computing"],
@@ -57,13 +56,39 @@ constexpr const char* kDocuments[] = {
   "address": {"city": "London", "postcode": "W1", "lat": 51.5072, "lon": -0.1276},
   "verified": true,
   "tags": [{"k": "era", "v": "Victorian"}, {"k": "lang", "v": "en"}]
-})",
-};
+})";
+constexpr const char* kRecordSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string", "minLength": 1},
+    "born": {"type": "integer"},
+    "fields": {"type": "array", "items": {"type": "string"}},
+    "notes": {"type": "string"},
+    "address": {"type": "object", "properties": {"city": {"type": "string"}, "postcode": {"type": "string"},
+                "lat": {"type": "number"}, "lon": {"type": "number"}}, "required": ["city", "lat", "lon"]},
+    "verified": {"type": "boolean"},
+    "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "maxItems": 10}},
+  "required": ["name", "born", "fields", "notes", "address", "verified", "tags"],
+  "$defs": {"tag": {"type": "object", "properties": {"k": {"type": "string"}, "v": {"type": "string"}},
+                    "required": ["k", "v"]}}})";
 
 struct Case {
-  const char* name;
-  const char* grammar;
+  std::string name;
+  Grammar grammar;
+  std::vector<const char*> documents;
 };
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  out.push_back({"json_object", json_object_grammar(), {kCall, kRecord}});
+  auto call = json_schema_grammar(nlohmann::ordered_json::parse(kCallSchema));
+  auto record = json_schema_grammar(nlohmann::ordered_json::parse(kRecordSchema));
+  if (!call.ok() || !record.ok()) {
+    std::fprintf(stderr, "%s\n", (call.ok() ? record.status() : call.status()).message().c_str());
+    std::exit(1);
+  }
+  out.push_back({"function-call schema", std::move(*call), {kCall}});
+  out.push_back({"record schema", std::move(*record), {kRecord}});
+  return out;
+}
 
 int run(const std::string& dir) {
   for (const char* name : {"llama3", "qwen3"}) {
@@ -73,13 +98,8 @@ int run(const std::string& dir) {
       return 1;
     }
     auto vocab = TokenVocabulary::of(**tok, (*tok)->vocab_size());
-    for (const Case& c : {Case{"json (GBNF)", kJsonGbnf}}) {
-      auto g = parse_gbnf(c.grammar);
-      if (!g.ok()) {
-        std::fprintf(stderr, "%s\n", g.status().message().c_str());
-        return 1;
-      }
-      auto compiled = std::make_shared<const CompiledGrammar>(std::move(*g));
+    for (Case& c : cases()) {
+      auto compiled = std::make_shared<const CompiledGrammar>(std::move(c.grammar));
       std::vector<double> compile_ms;
       std::shared_ptr<const TokenGrammar> tg;
       for (int r = 0; r < 5; ++r) {
@@ -95,11 +115,11 @@ int run(const std::string& dir) {
       const TokenGrammar::Stats& st = tg->stats();
       std::printf("%s, vocabulary %d, grammar %s: compile %.1f ms (median of 5); %lld positions, %lld accepted ids "
                   "listed, %lld uncertain (%lld suffixes)\n",
-                  name, vocab->size(), c.name, median(compile_ms), static_cast<long long>(st.positions),
+                  name, vocab->size(), c.name.c_str(), median(compile_ms), static_cast<long long>(st.positions),
                   static_cast<long long>(st.accepted), static_cast<long long>(st.uncertain),
                   static_cast<long long>(st.suffixes));
       std::vector<uint64_t> mask(vocab->mask_words());
-      for (const char* doc : kDocuments) {
+      for (const char* doc : c.documents) {
         const std::vector<TokenId> ids = (*tok)->encode(doc, false);
         std::vector<double> med, p90, worst;
         for (int r = 0; r < 7; ++r) {

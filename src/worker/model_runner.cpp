@@ -84,7 +84,7 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& scheduled, std::sp
     SamplingState& r = *states[k];
     const size_t num_drafts = seq->draft_tokens.size();
     verification_rows(r.params, &r.rng, seq->prompt_tokens, seq->output_tokens, seq->draft_tokens,
-                      r.min_tokens_suppressed, &history, &rows);
+                      r.min_tokens_suppressed, &history, &rows, seq->allowed_tokens);
     std::vector<SampledToken> emitted;
     if (num_drafts == 0) {
       emitted = sampler_.sample(logits, vocab, rows);

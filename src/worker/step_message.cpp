@@ -108,7 +108,7 @@ SampledOutput get_sampled(ByteReader& r) {
 
 // The smallest encodings of the repeated items, which bound a count against the bytes left.
 constexpr uint64_t kMinSampledBytes = sizeof(RequestId) + sizeof(TokenId) + sizeof(float) + sizeof(uint64_t);
-constexpr uint64_t kMinScheduledBytes = sizeof(RequestId) + 8 + 1 + 8 + 8 + 8 + 8 + 1;
+constexpr uint64_t kMinScheduledBytes = sizeof(RequestId) + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8;
 constexpr uint64_t kMinNewRequestBytes = sizeof(RequestId) + 8 + 8 + 8 + 8;
 
 }  // namespace
@@ -136,6 +136,7 @@ std::vector<uint8_t> serialize_step(const StepMessage& m) {
     w.put<int64_t>(s.num_scheduled_tokens);
     w.put_vector(s.draft_tokens);
     w.put_bool(s.sample);
+    w.put_vector(s.allowed_tokens);
   }
   w.put_vector(m.preempted);
   w.put_vector(m.finished);
@@ -169,6 +170,7 @@ Result<StepMessage> deserialize_step(std::span<const uint8_t> bytes) {
     s.num_scheduled_tokens = r.get<int64_t>();
     s.draft_tokens = r.get_vector<TokenId>();
     s.sample = r.get_bool();
+    s.allowed_tokens = r.get_vector<uint64_t>();
     m.scheduled.push_back(std::move(s));
   }
   m.preempted = r.get_vector<RequestId>();
@@ -342,6 +344,7 @@ StepMessage StepEncoder::encode(const SchedulerOutput& scheduled) {
     d.num_scheduled_tokens = static_cast<int64_t>(seq.tokens.size());
     d.draft_tokens.assign(seq.draft_tokens.begin(), seq.draft_tokens.end());
     d.sample = seq.sample;
+    d.allowed_tokens.assign(seq.allowed_tokens.begin(), seq.allowed_tokens.end());
     m.scheduled.push_back(std::move(d));
   }
   return m;

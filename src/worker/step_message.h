@@ -68,6 +68,7 @@ struct ScheduledRequestData {
   int64_t num_scheduled_tokens = 0;  // tokens [num_computed, num_computed + this) are computed
   std::vector<TokenId> draft_tokens;  // speculative drafts verified after them
   bool sample = false;               // the step reaches the request's last token
+  std::vector<uint64_t> allowed_tokens;  // ScheduledSeq::allowed_tokens
 
   bool operator==(const ScheduledRequestData&) const = default;
 };

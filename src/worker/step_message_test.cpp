@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -70,6 +71,7 @@ StepMessage random_step(std::mt19937_64& rng) {
     s.num_scheduled_tokens = static_cast<int64_t>(rng() % 512);
     s.draft_tokens = random_ints<TokenId>(rng, 4, 0, 31999);
     s.sample = rng() % 2;
+    s.allowed_tokens = random_ints<uint64_t>(rng, 6, 0, std::numeric_limits<int64_t>::max() - 1);
     m.scheduled.push_back(std::move(s));
   }
   m.preempted = random_ints<RequestId>(rng, 3, 0, 1 << 20);

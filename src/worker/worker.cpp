@@ -113,6 +113,19 @@ Status Worker::apply(const ScheduledRequestData& d, RequestState& r) const {
                      (reaches_end ? "reaches" : "stops before") + " its last token" +
                      (num_drafts > 0 ? " (with drafts)" : ""));
   }
+  if (!d.allowed_tokens.empty()) {
+    const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
+    if (!d.sample || d.allowed_tokens.size() != words * static_cast<size_t>(num_drafts + 1)) {
+      return data_loss(who + ": " + std::to_string(d.allowed_tokens.size()) + " words of token masks for " +
+                       std::to_string(d.sample ? num_drafts + 1 : 0) + " sampled rows of " + std::to_string(words));
+    }
+    for (int64_t row = 0; row <= num_drafts; ++row) {
+      const auto mask = std::span(d.allowed_tokens).subspan(static_cast<size_t>(row) * words, words);
+      if (std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; })) {
+        return data_loss(who + ": a token mask allows no token");
+      }
+    }
+  }
   const int64_t bs = runner_->kv_cache().block_size();
   const int64_t last = d.num_computed_tokens + d.num_scheduled_tokens + num_drafts;  // positions [0, last)
   if (last > 0 && (last - 1) / bs >= static_cast<int64_t>(r.block_table.size())) {
@@ -184,6 +197,7 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     seq.sample = d.sample;
     seq.prompt_tokens = all.first(r.num_prompt_tokens);
     seq.output_tokens = all.subspan(r.num_prompt_tokens);
+    seq.allowed_tokens = d.allowed_tokens;
     scheduled.num_scheduled_tokens += d.num_scheduled_tokens;
     scheduled.seqs.push_back(seq);
   }
