@@ -156,6 +156,7 @@ struct ServeFlags {
   std::string max_unsent_stream = "4MiB";
   double health_stall_timeout = 60;  // seconds
   std::string fault_injection;       // tests only: "throw-at-step:N", "stall-at-step:N[:SECONDS]"
+  std::string structured_outputs_config;  // vLLM's JSON, e.g. {"disable_any_whitespace": true}
 
   void add_to(CLI::App& cmd);
 };

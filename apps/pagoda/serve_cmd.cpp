@@ -62,6 +62,8 @@ void ServeFlags::add_to(CLI::App& cmd) {
       ->capture_default_str();
   // For the server's own tests (a failing or stuck engine step); not shown in --help.
   cmd.add_option("--fault-injection", fault_injection, "")->group("");
+  cmd.add_option("--structured-outputs-config", structured_outputs_config,
+                 "structured outputs, as vLLM's JSON: {\"backend\": \"auto\", \"disable_any_whitespace\": true}");
   cmd.add_option("--http-header-timeout", http_header_timeout,
                  "seconds a client has to send a request's headers (also the keep-alive idle limit)")
       ->capture_default_str();
@@ -212,6 +214,11 @@ int run_serve(ServeFlags f) {
   sc.http.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_write_timeout * 1000));
   sc.http.max_unsent_stream_bytes = static_cast<size_t>(*unsent_limit);
   sc.stall_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.health_stall_timeout * 1000));
+  if (!f.structured_outputs_config.empty()) {
+    auto so = server::parse_structured_outputs_config(f.structured_outputs_config);
+    if (!so.ok()) return fail(so.status());
+    sc.structured_outputs = *so;
+  }
   auto server = server::OpenAiServer::start(sc);
   if (!server.ok()) return fail(server.status());
   log_line(LogLevel::kInfo, "serve", "listening on http://" + f.host + ":" + std::to_string((*server)->port()) +

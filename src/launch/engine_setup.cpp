@@ -39,6 +39,8 @@ server::ModelContext model_context(const ModelFlags& model, const EngineSetup& s
   ctx.limits.max_logprobs = ec.max_logprobs;
   ctx.defaults = setup.generation_defaults;
   ctx.default_max_tokens = default_max_tokens;
+  ctx.structured.grammars = setup.grammars.get();
+  ctx.structured.max_json_depth = ctx.limits.max_json_depth;
   return ctx;
 }
 
@@ -183,6 +185,7 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
     }
     setup.replicas.push_back(std::make_unique<LLMEngine>(std::move(*replica), setup.tokenizer));
   }
+  setup.grammars = structured::GrammarCompiler::for_model(setup.tokenizer, core->model_config().vocab_size);
   setup.engine = std::make_unique<LLMEngine>(std::move(core), setup.tokenizer);
   if (group != nullptr) group->running();
   return setup;

@@ -20,6 +20,9 @@ struct EngineSetup {
   // their steps run on their own ranks.
   std::vector<std::unique_ptr<LLMEngine>> replicas;
   std::shared_ptr<const Tokenizer> tokenizer;
+  // Structured outputs' grammars over the model's vocabulary, compiled once each (its trie is
+  // made on first use).
+  std::shared_ptr<structured::GrammarCompiler> grammars;
   GenerationDefaults generation_defaults;  // from --generation-config
   std::string kernels;                     // the backend's description(): the kernel table it picked
 };

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "tokenizer/tokenizer.h"
@@ -33,6 +34,11 @@ using ApiResult = std::variant<T, ApiError>;
 // `j` as one line of JSON. Every body the protocol writes goes through here: text from the
 // model or the user may hold invalid UTF-8, which comes out replaced.
 std::string dump(const nlohmann::ordered_json& j);
+
+// True when no array or object in the JSON text `text` nests deeper than `max_depth` (checked
+// before the recursive JSON parser sees untrusted text). Brackets inside strings do not count;
+// the scan does not otherwise check the syntax.
+bool json_nesting_within(std::string_view text, int max_depth);
 
 // Token `id`'s text as a client sees it (invalid UTF-8 replaced).
 std::string token_string(const Tokenizer& tok, TokenId id);

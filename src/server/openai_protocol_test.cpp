@@ -13,6 +13,7 @@
 #include <random>
 
 #include "loader/gguf_file.h"
+#include "structured/grammar_matcher.h"
 #include "support/test_data.h"
 
 namespace pagoda::server {
@@ -26,8 +27,15 @@ struct Model {
   std::unique_ptr<GgufFile> gguf;  // the tokenizer was read from it
   std::unique_ptr<Tokenizer> tok;
   std::optional<ChatTemplate> tmpl;
+  std::unique_ptr<structured::GrammarCompiler> grammars;
   ModelContext ctx;
 };
+
+// Structured outputs for `m`, over its tokenizer's vocabulary.
+void add_grammars(Model& m) {
+  m.grammars = std::make_unique<structured::GrammarCompiler>(structured::TokenVocabulary::of(*m.tok, m.tok->vocab_size()));
+  m.ctx.structured.grammars = m.grammars.get();
+}
 
 const Model* stories() {
   static Model m;
@@ -45,6 +53,7 @@ const Model* stories() {
   m.ctx.served_model_names = {"stories", "stories-alias"};
   m.ctx.max_model_len = 64;
   m.ctx.tokenizer = m.tok.get();
+  add_grammars(m);
   return &m;
 }
 
@@ -70,6 +79,7 @@ const Model* qwen3() {
   m.ctx.chat_template = &*m.tmpl;
   m.ctx.bos_token = c->bos_token;
   m.ctx.eos_token = c->eos_token;
+  add_grammars(m);
   return &m;
 }
 
@@ -360,7 +370,7 @@ TEST(OpenAiProtocol, ParameterLayerErrors) {
       // Not supported.
       {R"("suffix": "tail")", "suffix", ""},
       {R"("response_format": {"type": "json_schema"})", "response_format", ""},
-      {R"("response_format": {"type": "json_object"})", "response_format", ""},
+      {R"("response_format": {"type": "xml"})", "response_format", ""},
       {R"("response_format": "text")", "response_format", ""},
       {R"("cache_salt": "")", "cache_salt", ""},
   };
@@ -948,13 +958,6 @@ TEST(OpenAiProtocol, PromptLogprobsInVllmShape) {
 TEST(OpenAiProtocol, UnimplementedFieldsAreRefusedUnknownOnesListed) {
   PAGODA_STORIES(m);
   const std::pair<const char*, const char*> refused[] = {
-      {"response_format", R"({"type": "json_object"})"},
-      {"response_format", R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})"},
-      {"guided_json", R"({"type": "object"})"},
-      {"guided_regex", R"("[a-z]+")"},
-      {"guided_choice", R"(["yes", "no"])"},
-      {"guided_grammar", R"("root ::= \"a\"")"},
-      {"structured_outputs", R"({"choice": ["a"]})"},
       {"tools", R"([{"type": "function", "function": {"name": "f"}}])"},
       {"tool_choice", R"("required")"},
       {"use_beam_search", "true"},
@@ -973,7 +976,7 @@ TEST(OpenAiProtocol, UnimplementedFieldsAreRefusedUnknownOnesListed) {
   }
   PAGODA_QWEN3(q);
   for (const char* extra : {R"("continue_final_message": true)", R"("chat_template": "{{ 1 }}")",
-                            R"("guided_choice": ["a"])", R"("documents": [{"text": "x"}])"}) {
+                            R"("documents": [{"text": "x"}])"}) {
     const std::string body = std::string(R"({"messages": [{"role": "user", "content": "hi"}], )") + extra + "}";
     SCOPED_TRACE(body);
     EXPECT_FALSE(accepted(parse_chat_request(body, q->ctx)).has_value());
@@ -1445,6 +1448,126 @@ TEST(OpenAiProtocol, SamplingFieldsAreCheckedWithoutAModel) {
   // Ids and logprobs wait for the model's vocabulary and --max-logprobs.
   EXPECT_EQ(sampling_fields_problem(R"({"stop_token_ids": [1000000], "logprobs": 50})"), std::nullopt);
   EXPECT_TRUE(sampling_fields_problem(R"({"stop_token_ids": [-1]})").has_value());
+}
+
+// ---- structured outputs ----------------------------------------------------------------------------
+
+// The grammar a parsed completions body carries: whether it takes `text` whole.
+bool constraint_takes(const ParsedRequest& r, const std::string& text) {
+  const auto& c = r.prompts.at(0).constraint;
+  if (!c) return false;
+  structured::GrammarMatcher m(c->grammar->grammar());
+  return m.accept(text) && m.can_end();
+}
+
+TEST(OpenAiProtocol, StructuredOutputFieldsCompileOneConstraint) {
+  PAGODA_QWEN3(q);
+  struct Case {
+    std::string fields;
+    std::vector<std::string> good, bad;
+  };
+  const std::vector<Case> cases = {
+      {R"("response_format": {"type": "json_object"})", {R"({"a": [1]})", "{}"}, {"[]", "1"}},
+      // Properties in the order written (b before a), not in the JSON library's sorted order.
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "r", "strict": true, "schema":
+           {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}},
+            "required": ["b", "a"], "additionalProperties": false}}})",
+       {R"({"b": 1, "a": "x"})"}, {R"({"a": "x", "b": 1})", R"({"b": 1})"}},
+      {R"("structured_outputs": {"json": "{\"enum\": [\"x\", \"y\"]}"})", {R"("x")"}, {R"("z")"}},
+      {R"("structured_outputs": {"json": {"type": "integer", "maximum": 5}, "disable_any_whitespace": true})",
+       {"5", "-3"}, {"6"}},
+      {R"("structured_outputs": {"regex": "[a-c]{2}\\d"})", {"ab1"}, {"ab", "abd"}},
+      {R"("structured_outputs": {"choice": ["yes", "no"]})", {"yes", "no"}, {"maybe"}},
+      {R"("structured_outputs": {"grammar": "root ::= \"a\" [0-9]+"})", {"a12"}, {"a"}},
+      {R"("structured_outputs": {"json_object": true})", {"{}"}, {"1"}},
+      {R"("guided_json": {"type": "boolean"})", {"true"}, {"1"}},
+      {R"("guided_regex": "x+")", {"xxx"}, {"y"}},
+      {R"("guided_choice": ["a", "b"])", {"b"}, {"c"}},
+      {R"("guided_grammar": "root ::= \"z\"")", {"z"}, {"zz"}},
+  };
+  for (const Case& c : cases) {
+    const std::string body = R"({"prompt": "a", )" + c.fields + "}";
+    SCOPED_TRACE(body);
+    auto r = accepted(parse_completion_request(body, q->ctx));
+    ASSERT_TRUE(r.has_value()) << error_message(parse_completion_request(body, q->ctx));
+    for (const std::string& t : c.good) EXPECT_TRUE(constraint_takes(*r, t)) << t;
+    for (const std::string& t : c.bad) EXPECT_FALSE(constraint_takes(*r, t)) << t;
+  }
+  // Whitespace: any by default, none with disable_any_whitespace (the request's or the server's).
+  const std::string schema = R"({"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]})";
+  auto loose = accepted(parse_completion_request(R"({"prompt": "a", "guided_json": )" + schema + "}", q->ctx));
+  auto tight = accepted(parse_completion_request(
+      R"({"prompt": "a", "structured_outputs": {"json": )" + schema + R"(, "disable_any_whitespace": true}})", q->ctx));
+  ASSERT_TRUE(loose && tight);
+  EXPECT_TRUE(constraint_takes(*loose, "{ \"k\" : 1 }"));
+  EXPECT_FALSE(constraint_takes(*tight, "{ \"k\" : 1 }"));
+  EXPECT_TRUE(constraint_takes(*tight, "{\"k\":1}"));
+  ModelContext compact = q->ctx;
+  compact.structured.config.disable_any_whitespace = true;
+  auto server_wide = accepted(parse_completion_request(R"({"prompt": "a", "guided_json": )" + schema + "}", compact));
+  ASSERT_TRUE(server_wide);
+  EXPECT_FALSE(constraint_takes(*server_wide, "{ \"k\" : 1 }"));
+  // The same constraint again is the compiled one: no second compile.
+  const int64_t compiled = q->grammars->num_compiled();
+  EXPECT_TRUE(accepted(parse_completion_request(R"({"prompt": "b", "guided_json": )" + schema + "}", q->ctx)));
+  EXPECT_EQ(q->grammars->num_compiled(), compiled);
+  // Chat takes them too.
+  auto chat = accepted(parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})", q->ctx));
+  ASSERT_TRUE(chat);
+  EXPECT_TRUE(chat->prompts[0].constraint.has_value());
+}
+
+TEST(OpenAiProtocol, StructuredOutputErrorsNameWhatIsRefused) {
+  PAGODA_QWEN3(q);
+  struct Case {
+    std::string fields, param, in_message;
+  };
+  const std::vector<Case> cases = {
+      {R"("guided_json": {"type": "integer", "multipleOf": 3})", "guided_json", "'multipleOf' is not supported"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object",
+           "properties": {"a": {"not": {}}}}}})",
+       "response_format", "at #/properties/a: 'not' is not supported"},
+      {R"x("guided_regex": "a(?=b)")x", "guided_regex", "lookahead '(?=' at offset 1"},
+      {R"("structured_outputs": {"grammar": "root ::= \"a"})", "structured_outputs", "GBNF: line 1"},
+      {R"("structured_outputs": {"regex": "a", "choice": ["b"]})", "structured_outputs", "one constraint"},
+      {R"("guided_regex": "a", "guided_choice": ["b"])", "guided_choice", "guided_regex and guided_choice"},
+      {R"("response_format": {"type": "json_object"}, "guided_json": {})", "guided_json", "one structured output"},
+      {R"("structured_outputs": {"structural_tag": "x"})", "structured_outputs", "structural_tag is not supported"},
+      {R"("structured_outputs": {"choice": []})", "structured_outputs", "non-empty array"},
+      {R"("structured_outputs": {"json": "{not json"})", "structured_outputs", "not valid JSON"},
+      {R"("guided_whitespace_pattern": "[ ]*")", "guided_whitespace_pattern", "not supported"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})", "response_format", "schema"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = R"({"prompt": "a", )" + c.fields + "}";
+    SCOPED_TRACE(body);
+    auto r = parse_completion_request(body, q->ctx);
+    EXPECT_TRUE(is_error(r, c.param));
+    EXPECT_NE(error_message(r).find(c.in_message), std::string::npos) << error_message(r);
+  }
+  // Deep schemas in a string are bounded like bodies.
+  std::string deep = "1";
+  for (int i = 0; i < 100; ++i) deep = "[" + deep + "]";
+  EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": "a", "guided_json": ")" + deep + "\"}", q->ctx),
+                       "guided_json"));
+  // Without a compiler (no vocabulary), a constraint is a 400, never ignored.
+  ModelContext none = q->ctx;
+  none.structured.grammars = nullptr;
+  auto r = parse_completion_request(R"({"prompt": "a", "guided_choice": ["a"]})", none);
+  EXPECT_TRUE(is_error(r, "guided_choice"));
+  EXPECT_NE(error_message(r).find("not available"), std::string::npos);
+}
+
+TEST(OpenAiProtocol, StructuredOutputsConfigFlag) {
+  auto c = parse_structured_outputs_config(R"({"backend": "xgrammar", "disable_any_whitespace": true})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->disable_any_whitespace);
+  EXPECT_EQ(c->backend, "xgrammar");
+  EXPECT_FALSE(parse_structured_outputs_config(R"({"backend": "mine"})").ok());
+  EXPECT_FALSE(parse_structured_outputs_config(R"({"whitespace": 1})").ok());
+  EXPECT_FALSE(parse_structured_outputs_config("[").ok());
+  EXPECT_FALSE(parse_structured_outputs_config(R"({"disable_additional_properties": false})").ok());
 }
 
 }  // namespace

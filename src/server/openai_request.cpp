@@ -161,32 +161,8 @@ bool in_vocab(const json& id, int64_t vocab) {
 
 // ---- the body -------------------------------------------------------------------------------
 
-// True when no array or object in `body` nests deeper than `max_depth`. Brackets inside
-// strings do not count; the scan does not otherwise check the syntax.
-bool nesting_within(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // the escaped character, whatever it is, cannot end the string
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
-
 ApiResult<json> parse_body(std::string_view body, const ProtocolLimits& limits) {
-  if (!nesting_within(body, limits.max_json_depth)) {
+  if (!json_nesting_within(body, limits.max_json_depth)) {
     return bad_request("the request body nests arrays and objects deeper than " +
                        std::to_string(limits.max_json_depth) + " levels");
   }
@@ -450,19 +426,9 @@ bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_empty(const json& v) {
   return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
 }
-bool is_text_format(const json& v) {
-  const json* type = v.is_object() ? field(v, "type") : nullptr;
-  return type && type->is_string() && type->get_ref<const std::string&>() == "text";
-}
 bool is_none_choice(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }
 
 constexpr Refused kRefused[] = {
-    {"response_format", is_text_format, "response_format other than {\"type\": \"text\"} (structured output)"},
-    {"guided_json", never, "guided_json (structured output)"},
-    {"guided_regex", never, "guided_regex (structured output)"},
-    {"guided_choice", never, "guided_choice (structured output)"},
-    {"guided_grammar", never, "guided_grammar (structured output)"},
-    {"structured_outputs", never, "structured_outputs"},
     {"tools", is_empty, "tools (function calling)"},
     {"functions", is_empty, "functions (function calling)"},
     {"tool_choice", is_none_choice, "tool_choice other than \"none\""},
@@ -487,14 +453,14 @@ MaybeError refuse_unsupported(const json& body) {
 }
 
 // Every field a request may carry; the rest are ignored, and reported in ignored_fields. Some
-// have no effect here by nature: user (OpenAI's end-user id), parallel_tool_calls and
-// guided_decoding_backend (without tools or guided decoding), request_id (we make our own).
+// have no effect here by nature: user (OpenAI's end-user id), parallel_tool_calls (without
+// tools), request_id (we make our own). The structured-output fields are structured_fields.h's.
 const char* const kCommonFields[] = {
     "model", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "logit_bias", "seed", "stop", "stop_token_ids", "ignore_eos",
     "include_stop_str_in_output", "skip_special_tokens", "min_tokens", "n", "best_of", "priority",
     "cache_salt", "stream", "stream_options", "max_tokens", "prompt_logprobs", "user",
-    "guided_decoding_backend", "request_id", "parallel_tool_calls"};
+    "request_id", "parallel_tool_calls"};
 const char* const kCompletionFields[] = {"prompt", "logprobs", "echo", "suffix", "add_special_tokens"};
 const char* const kChatFields[] = {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
                                    "add_generation_prompt", "chat_template_kwargs", "add_special_tokens"};
@@ -509,7 +475,7 @@ std::vector<std::string> unknown_fields(const json& body, Endpoint endpoint) {
     const bool refused = std::any_of(std::begin(kRefused), std::end(kRefused),
                                      [&key](const Refused& r) { return key == r.key; });
     const bool own = endpoint == Endpoint::kChat ? is(kChatFields) : is(kCompletionFields);
-    if (refused || own || is(kCommonFields)) continue;
+    if (refused || own || is(kCommonFields) || is_constraint_field(key)) continue;
     out.push_back(key.size() > kMaxEchoedBytes ? key.substr(0, kMaxEchoedBytes) + "..." : key);
   }
   return out;
@@ -721,6 +687,10 @@ ApiResult<CommonFields> read_request(std::string_view body_text, const ModelCont
   c.r.ignored_fields = unknown_fields(c.body, endpoint);
   model.defaults.apply_to(c.p);
   PAGODA_RETURN_IF_API_ERROR(read_common(c.body, model, c.r, c.p, c.proto));
+  ApiResult<std::optional<GrammarConstraint>> constraint =
+      read_constraint(c.body, body_text, model.structured, std::nullopt);
+  if (auto* e = std::get_if<ApiError>(&constraint)) return *e;
+  c.proto.constraint = std::move(std::get<std::optional<GrammarConstraint>>(constraint));
   return c;
 }
 

@@ -12,9 +12,10 @@
 // all come back as an ApiError naming the parameter. The lengths, ids and sampling parameters
 // are checked by the engine's one validator (engine/request_validation.h). Unknown fields are
 // ignored (as OpenAI and vLLM do) and listed in ParsedRequest::ignored_fields for the caller to
-// log; fields that would change the result but are not implemented (structured output, tools,
-// beam search, allowed_token_ids, bad_words, truncate_prompt_tokens, ...) are refused with a 400
-// naming the field. The same parser serves `pagoda generate`, so the CLI and the server accept
+// log; fields that would change the result but are not implemented (tools, beam search,
+// allowed_token_ids, bad_words, truncate_prompt_tokens, ...) are refused with a 400 naming the
+// field. Structured outputs (response_format, structured_outputs, guided_*) are compiled here, in
+// the caller's thread (structured_fields.h). The same parser serves `pagoda generate`, so the CLI and the server accept
 // and refuse the same requests.
 #pragma once
 
@@ -29,6 +30,7 @@
 #include "engine/engine_types.h"
 #include "engine/request_validation.h"
 #include "server/openai_common.h"
+#include "server/structured_fields.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,6 +63,7 @@ struct ModelContext {
   ProtocolLimits limits;
   GenerationDefaults defaults;    // --generation-config: defaults for fields a request leaves out
   int64_t default_max_tokens = 16;  // completions' max_tokens when absent (OpenAI's 16)
+  StructuredContext structured;     // structured outputs (structured_fields.h)
 };
 
 enum class Endpoint { kCompletions, kChat };

@@ -67,6 +67,7 @@ struct OpenAiServer::Impl {
   std::atomic<State> state{State::kLoading};
   ServedModel model;  // written once by set_model(), before state becomes kReady
   ModelContext context;
+  std::unique_ptr<structured::GrammarCompiler> grammars;  // the model's constraints, compiled once
   IgnoredFieldNames ignored_fields;
   int64_t created = unix_now();
   std::atomic<int64_t> in_flight{0};  // inference requests not yet answered
@@ -443,6 +444,12 @@ void OpenAiServer::set_model(ServedModel model) {
   c.eos_token = s.model.eos_token;
   c.limits = s.config.limits;
   c.defaults = s.model.generation_defaults;
+  // The vocabulary's trie is built by the first request with a constraint, not at start-up.
+  s.grammars = structured::GrammarCompiler::for_model(s.model.tokenizer,
+                                                      c.vocab_size > 0 ? c.vocab_size : c.tokenizer->vocab_size());
+  c.structured.grammars = s.grammars.get();
+  c.structured.config = s.config.structured_outputs;
+  c.structured.max_json_depth = c.limits.max_json_depth;
   s.state.store(State::kReady);
 }
 

@@ -43,6 +43,7 @@ struct ServerConfig {
   ProtocolLimits limits;
   HttpLimits http;
   int io_threads = 2;
+  StructuredOutputsConfig structured_outputs;  // --structured-outputs-config
 };
 
 // Everything the routes need about the served model. The engine and tokenizer outlive the server.

@@ -21,6 +21,7 @@ constexpr int kMaxDepth = 64;           // schemas inside schemas (the compiler 
 constexpr size_t kMaxLiterals = 4096;   // values of one enum or choice list
 constexpr size_t kMaxBoundDigits = 30;  // digits of a numeric bound
 constexpr size_t kMaxExceptKey = 1024;  // bytes of a property name that other keys must differ from
+constexpr int64_t kMaxWhitespace = 32;  // bytes of whitespace between two tokens (json_schema.h)
 
 bool is_annotation(const std::string& key) {
   static const std::set<std::string> kAnnotations = {
@@ -164,8 +165,7 @@ class SchemaCompiler {
       ws_ = b_.rule("ws");
       ByteSet space;
       for (char c : {' ', '\t', '\n', '\r'}) space.add(static_cast<uint8_t>(c));
-      b_.add_alternative(ws_, {b_.bytes(space), GrammarBuilder::ref(ws_)});
-      b_.add_alternative(ws_, {});
+      b_.add_alternative(ws_, {b_.repeat({b_.bytes(space)}, 0, kMaxWhitespace, "ws")});
     }
     return GrammarBuilder::ref(ws_);
   }

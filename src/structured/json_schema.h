@@ -23,9 +23,10 @@
 //
 // Each value is written in one spelling: strings escape only what JSON requires (with \uXXXX in
 // lowercase for other control characters), `enum` and `const` values as compact JSON. Whitespace
-// between tokens is any run of space, tab, newline and carriage return, or none at all with
-// `any_whitespace` false (vLLM's disable_any_whitespace); there is none before or after the
-// document, so that generation ends as soon as the document does.
+// between tokens is a run of space, tab, newline and carriage return of at most 32 bytes (enough
+// for pretty-printed JSON eight levels deep, and a bound on the whitespace loops small models fall
+// into), or none at all with `any_whitespace` false (vLLM's disable_any_whitespace); there is
+// none before or after the document, so that generation ends as soon as the document does.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

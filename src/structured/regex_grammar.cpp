@@ -395,9 +395,8 @@ class RegexParser {
   // One UTF-8 character of the pattern: shortest form, no surrogates, at most U+10FFFF.
   std::optional<uint32_t> parse_utf8() {
     const auto lead = static_cast<unsigned char>(peek());
-    const size_t len = lead < 0x80 ? 1 : lead >= 0xC2 && lead < 0xE0 ? 2 : lead >= 0xE0 && lead < 0xF0 ? 3
-                       : lead >= 0xF0 && lead < 0xF5                   ? 4
-                                                                       : 0;
+    // 0x80-0xC1 continue a character or start an overlong one; 0xF5 and up start none.
+    const size_t len = lead < 0x80 ? 1 : lead < 0xC2 ? 0 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF5 ? 4 : 0;
     uint32_t c = len == 1 ? lead : lead & (0x7F >> len);
     bool ok = len > 0 && pos_ + len <= p_.size();
     for (size_t i = 1; ok && i < len; ++i) {

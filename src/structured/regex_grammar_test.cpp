@@ -356,7 +356,7 @@ TEST(RegexGrammar, SearchMatchesAnywhereUnlessAnchored) {
 }
 
 // Random patterns over a small alphabet against std::regex (ECMAScript), whole-text and search,
-// on every text of up to four characters.
+// plain and json_string, on every text of up to four characters.
 TEST(RegexGrammar, AgreesWithStdRegexOnRandomPatterns) {
   std::mt19937 rng(2024);
   const std::vector<std::string> atoms = {"a", "b", "1", ".", "[ab]", "[^a]", "[a-b1]", "\\d", "\\w", "\\W", "\\n"};
@@ -386,10 +386,20 @@ TEST(RegexGrammar, AgreesWithStdRegexOnRandomPatterns) {
     if (rng() % 3 == 0) pattern += "$";
     const std::regex reference(pattern, std::regex::ECMAScript);
     Pattern whole(pattern), anywhere(pattern, search());
-    ASSERT_TRUE(whole.ok() && anywhere.ok()) << pattern;
+    // json_string: the same texts, each character spelled as JSON does (and a raw '\n' never).
+    Pattern json(pattern, json_string()), json_anywhere(pattern, search(true));
+    ASSERT_TRUE(whole.ok() && anywhere.ok() && json.ok() && json_anywhere.ok()) << pattern;
     for (const std::string& s : texts) {
-      ASSERT_EQ(whole.matches(s), std::regex_match(s, reference)) << "/" << pattern << "/ vs '" << s << "'";
-      ASSERT_EQ(anywhere.matches(s), std::regex_search(s, reference)) << "/" << pattern << "/ searched in '" << s << "'";
+      const bool match = std::regex_match(s, reference), found = std::regex_search(s, reference);
+      ASSERT_EQ(whole.matches(s), match) << "/" << pattern << "/ vs '" << s << "'";
+      ASSERT_EQ(anywhere.matches(s), found) << "/" << pattern << "/ searched in '" << s << "'";
+      std::string spelled;
+      for (char ch : s) spelled += json_spelling(static_cast<uint8_t>(ch));
+      ASSERT_EQ(json.matches(spelled), match) << "/" << pattern << "/ vs JSON '" << spelled << "'";
+      ASSERT_EQ(json_anywhere.matches(spelled), found) << "/" << pattern << "/ searched in JSON '" << spelled << "'";
+      if (s.find('\n') != std::string::npos) {
+        ASSERT_FALSE(json.matches(s) || json_anywhere.matches(s)) << pattern << " vs raw '" << s << "'";
+      }
     }
   }
 }
