@@ -157,6 +157,9 @@ struct ServeFlags {
   double health_stall_timeout = 60;  // seconds
   std::string fault_injection;       // tests only: "throw-at-step:N", "stall-at-step:N[:SECONDS]"
   std::string structured_outputs_config;  // vLLM's JSON, e.g. {"disable_any_whitespace": true}
+  std::string reasoning_parser;           // qwen3, deepseek_r1
+  std::string tool_call_parser;           // hermes, llama3_json, mistral, pythonic
+  bool enable_auto_tool_choice = false;
 
   void add_to(CLI::App& cmd);
 };

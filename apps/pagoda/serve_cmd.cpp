@@ -62,6 +62,12 @@ void ServeFlags::add_to(CLI::App& cmd) {
       ->capture_default_str();
   // For the server's own tests (a failing or stuck engine step); not shown in --help.
   cmd.add_option("--fault-injection", fault_injection, "")->group("");
+  cmd.add_option("--reasoning-parser", reasoning_parser,
+                 "put the model's thinking into message.reasoning_content: qwen3, deepseek_r1");
+  cmd.add_option("--tool-call-parser", tool_call_parser,
+                 "read tool calls from the model's output: hermes, llama3_json, mistral, pythonic");
+  cmd.add_flag("--enable-auto-tool-choice", enable_auto_tool_choice,
+               "let the model choose to call tools (tool_choice auto; needs --tool-call-parser)");
   cmd.add_option("--structured-outputs-config", structured_outputs_config,
                  "structured outputs, as vLLM's JSON: {\"backend\": \"auto\", \"disable_any_whitespace\": true}");
   cmd.add_option("--http-header-timeout", http_header_timeout,
@@ -214,6 +220,21 @@ int run_serve(ServeFlags f) {
   sc.http.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.http_write_timeout * 1000));
   sc.http.max_unsent_stream_bytes = static_cast<size_t>(*unsent_limit);
   sc.stall_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.health_stall_timeout * 1000));
+  if (f.enable_auto_tool_choice && f.tool_call_parser.empty()) {
+    return fail(invalid_argument("--enable-auto-tool-choice needs --tool-call-parser"));
+  }
+  std::shared_ptr<const server::ReasoningParser> reasoning_parser;
+  std::shared_ptr<const server::ToolParser> tool_parser;
+  if (!f.reasoning_parser.empty()) {
+    auto p = server::make_reasoning_parser(f.reasoning_parser);
+    if (!p.ok()) return fail(p.status());
+    reasoning_parser = std::move(*p);
+  }
+  if (!f.tool_call_parser.empty()) {
+    auto p = server::make_tool_parser(f.tool_call_parser);
+    if (!p.ok()) return fail(p.status());
+    tool_parser = std::move(*p);
+  }
   if (!f.structured_outputs_config.empty()) {
     auto so = server::parse_structured_outputs_config(f.structured_outputs_config);
     if (!so.ok()) return fail(so.status());
@@ -254,6 +275,9 @@ int run_serve(ServeFlags f) {
   served.root = f.model.model;
   served.tokenizer = setup->tokenizer;
   served.generation_defaults = setup->generation_defaults;
+  served.enable_auto_tool_choice = f.enable_auto_tool_choice;
+  served.reasoning_parser = reasoning_parser;
+  served.tool_parser = tool_parser;
   const EngineConfig ec = core.config();
   metrics::CacheConfigInfo cache;
   cache.block_size = ec.block_size;

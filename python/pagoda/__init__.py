@@ -16,7 +16,8 @@ import math
 
 from . import _pagoda
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "Tokenizer"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingParams", "RequestOutput",
+           "CompletionOutput", "Logprob", "Tokenizer"]
 
 # Keywords of vLLM's LLM / EngineArgs that have no flag here and change nothing on a CPU (those
 # with a flag, swap_space or tokenizer_mode, go to it and are checked there).
@@ -43,6 +44,57 @@ def _flag_args(kwargs):
     return args
 
 
+class StructuredOutputsParams:
+    """vLLM's StructuredOutputsParams: one constraint of json (a schema: a dict, its JSON text, or a
+    pydantic model class), regex, choice, grammar (GBNF) or json_object, with
+    disable_any_whitespace. The output follows it exactly (the server's structured outputs)."""
+
+    _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object")
+
+    def __init__(self, json=None, regex=None, choice=None, grammar=None, json_object=None, disable_fallback=False,
+                 disable_any_whitespace=False, disable_additional_properties=False, whitespace_pattern=None,
+                 structural_tag=None, backend=None):
+        self.json, self.regex, self.choice, self.grammar, self.json_object = json, regex, choice, grammar, json_object
+        self.disable_fallback = disable_fallback
+        self.disable_any_whitespace = disable_any_whitespace
+        self.disable_additional_properties = disable_additional_properties
+        self.whitespace_pattern, self.structural_tag, self.backend = whitespace_pattern, structural_tag, backend
+        given = [name for name in self._CONSTRAINTS if getattr(self, name) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError("structured outputs take exactly one of json, regex, choice, grammar, json_object; got "
+                             + (", ".join(given) or "none"))
+        if whitespace_pattern is not None:
+            raise ValueError("whitespace_pattern is not supported by pagoda (disable_any_whitespace is)")
+        if structural_tag is not None:
+            raise ValueError("structural_tag is not supported by pagoda")
+
+    def __repr__(self):
+        name = next(n for n in self._CONSTRAINTS if getattr(self, n) not in (None, False))
+        return f"{type(self).__name__}({name}={getattr(self, name)!r})"
+
+    def _body(self):
+        body = {}
+        schema = self.json
+        if schema is not None and hasattr(schema, "model_json_schema"):  # a pydantic model class
+            schema = schema.model_json_schema()
+        for name, value in (("json", schema), ("regex", self.regex), ("grammar", self.grammar)):
+            if value is not None:
+                body[name] = value
+        if self.choice is not None:
+            body["choice"] = [str(c) for c in self.choice]
+        if self.json_object:
+            body["json_object"] = True
+        if self.disable_any_whitespace:
+            body["disable_any_whitespace"] = True
+        if self.disable_additional_properties:
+            body["disable_additional_properties"] = True
+        return body
+
+
+class GuidedDecodingParams(StructuredOutputsParams):
+    """vLLM's older name for StructuredOutputsParams (SamplingParams(guided_decoding=...))."""
+
+
 class SamplingParams:
     """vLLM's SamplingParams: the same keywords, the same defaults."""
 
@@ -53,10 +105,10 @@ class SamplingParams:
         "prompt_logprobs": None, "detokenize": True, "skip_special_tokens": True,
         "spaces_between_special_tokens": True, "include_stop_str_in_output": False, "logit_bias": None,
         "bad_words": None, "allowed_token_ids": None, "truncate_prompt_tokens": None, "logits_processors": None,
-        "guided_decoding": None, "output_kind": None,
+        "guided_decoding": None, "structured_outputs": None, "output_kind": None,
     }
     # Fields Pagoda has no way to honour: refused when set, not ignored.
-    _REFUSED = ("bad_words", "allowed_token_ids", "truncate_prompt_tokens", "logits_processors", "guided_decoding")
+    _REFUSED = ("bad_words", "allowed_token_ids", "truncate_prompt_tokens", "logits_processors")
 
     def __init__(self, **kwargs):
         for name in kwargs:
@@ -71,6 +123,12 @@ class SamplingParams:
             raise ValueError("SamplingParams.best_of is not supported by pagoda (give n alone)")
         if not self.detokenize:
             raise ValueError("SamplingParams.detokenize=False is not supported by pagoda")
+        if self.structured_outputs is not None and self.guided_decoding is not None:
+            raise ValueError("give structured_outputs or guided_decoding (its older name), not both")
+        for name in ("structured_outputs", "guided_decoding"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, StructuredOutputsParams):
+                raise TypeError(f"SamplingParams.{name} must be a StructuredOutputsParams")
         problem = _pagoda.sampling_params_problem(json.dumps(self._body()))
         if problem is not None:
             raise ValueError(problem)
@@ -102,6 +160,9 @@ class SamplingParams:
             body["prompt_logprobs"] = self.prompt_logprobs
         if self.logit_bias is not None:
             body["logit_bias"] = {str(k): v for k, v in dict(self.logit_bias).items()}
+        constraint = self.structured_outputs or self.guided_decoding
+        if constraint is not None:
+            body["structured_outputs"] = constraint._body()
         for key, value in body.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{key} must be finite, got {value}")
@@ -234,7 +295,9 @@ def _chat_body(body, conversation, tools, add_generation_prompt, continue_final_
     body["add_generation_prompt"] = bool(add_generation_prompt)
     body["continue_final_message"] = bool(continue_final_message)
     if tools:
+        # Rendered for the model, not parsed back: LLM.chat returns the text, as vLLM's does.
         body["tools"] = list(tools)
+        body.setdefault("tool_choice", "none")
     if template_kwargs:
         body["chat_template_kwargs"] = dict(template_kwargs)
     return body

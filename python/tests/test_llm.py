@@ -153,8 +153,8 @@ class LLMTest(unittest.TestCase):
             self.llm.generate("hi", SamplingParams(max_tokens=0), use_tqdm=False)
         with self.assertRaisesRegex(ValueError, "prompt 1"):
             self.llm.generate(["hi", {"prompt_token_ids": [10 ** 6]}], SamplingParams(), use_tqdm=False)
-        with self.assertRaises(ValueError):
-            SamplingParams(guided_decoding={"json": {}})
+        with self.assertRaises(TypeError):
+            SamplingParams(guided_decoding={"json": {}})  # a GuidedDecodingParams, not a dict
         with self.assertRaisesRegex(ValueError, "spaces_between_special_tokens"):  # refused, not dropped
             self.llm.generate("hi", SamplingParams(spaces_between_special_tokens=False), use_tqdm=False)
         with self.assertRaises(TypeError):
@@ -170,6 +170,41 @@ class LLMTest(unittest.TestCase):
         # The engine is still usable after all of these.
         out = self.llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
         self.assertEqual(len(out[0].outputs[0].token_ids), 4)
+
+    def test_structured_outputs_follow_their_constraint(self):
+        from pagoda import GuidedDecodingParams, StructuredOutputsParams
+        import json
+        import re
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                                   "age": {"type": "integer", "minimum": 1, "maximum": 99}},
+                  "required": ["name", "age"]}
+        cases = [
+            (StructuredOutputsParams(choice=["happy", "sad"]), lambda t: t in ("happy", "sad")),
+            (StructuredOutputsParams(regex="[a-z]{3,8}[0-9]"), lambda t: re.fullmatch("[a-z]{3,8}[0-9]", t)),
+            (GuidedDecodingParams(json=schema, disable_any_whitespace=True),
+             lambda t: 1 <= json.loads(t)["age"] <= 99 and list(json.loads(t)) == ["name", "age"] and " " not in t[:3]),
+            # (A JSON text; whitespace off: the tiny model would spend its tokens on it.)
+            (StructuredOutputsParams(json=json.dumps(schema), disable_any_whitespace=True),
+             lambda t: isinstance(json.loads(t)["name"], str)),
+        ]
+        for params, valid in cases:
+            for key in ("structured_outputs", "guided_decoding"):
+                if key == "guided_decoding" and not isinstance(params, GuidedDecodingParams):
+                    continue
+                sp = SamplingParams(temperature=1.0, seed=5, max_tokens=60, **{key: params})
+                out = self.llm.generate(["Once upon a time"] * 3, sp, use_tqdm=False)
+                for o in out:
+                    text = o.outputs[0].text
+                    self.assertEqual(o.outputs[0].finish_reason, "stop", text)
+                    self.assertTrue(valid(text), f"{params!r}: {text!r}")
+        with self.assertRaisesRegex(ValueError, "exactly one"):
+            StructuredOutputsParams(json={}, regex="a")
+        with self.assertRaisesRegex(ValueError, "not both"):
+            SamplingParams(structured_outputs=StructuredOutputsParams(regex="a"),
+                           guided_decoding=GuidedDecodingParams(regex="b"))
+        with self.assertRaisesRegex(ValueError, "multipleOf"):
+            self.llm.generate("hi", SamplingParams(structured_outputs=StructuredOutputsParams(
+                json={"type": "integer", "multipleOf": 2})), use_tqdm=False)
 
     def test_sampling_params_are_checked_when_made(self):
         # As vLLM's SamplingParams does: a bad value raises ValueError at construction, naming it.
@@ -331,9 +366,8 @@ class ChatTest(unittest.TestCase):
             self.llm.chat(messages, chat_template=TEMPLATE, continue_final_message=True, use_tqdm=False)
         with self.assertRaisesRegex(ValueError, "continue_final_message"):
             self.tok.apply_chat_template(messages, chat_template=TEMPLATE, continue_final_message=True)
-        with self.assertRaisesRegex(ValueError, "function calling"):
-            self.llm.chat(messages, chat_template=TEMPLATE, use_tqdm=False,
-                          tools=[{"type": "function", "function": {"name": "f"}}])
+        with self.assertRaisesRegex(ValueError, "tools"):  # tools are rendered, a malformed one refused
+            self.llm.chat(messages, chat_template=TEMPLATE, use_tqdm=False, tools=[{"type": "retrieval"}])
         with self.assertRaisesRegex(ValueError, "context_length|maximum context length|max_model_len"):
             self.llm.chat([{"role": "user", "content": "word " * 600}], chat_template=TEMPLATE, use_tqdm=False)
         # The engine serves on after every refusal.

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "loader/gguf_file.h"
+#include "server/output_parsers.h"
 #include "structured/grammar_matcher.h"
 #include "support/test_data.h"
 
@@ -664,8 +665,9 @@ TEST(OpenAiProtocol, ChatLayerErrors) {
       // J3 inside tools.
       {deep_tools, "", ""},
       // Not supported.
+      // Tools with tool_choice auto (the default) without the server's flags.
       {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]})",
-       "tools", ""},
+       "tool_choice", ""},
       {R"({"messages": [{"role": "user", "content": "hi"}], "functions": [{"name": "f"}]})", "functions", ""},
       {R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"})", "tool_choice", ""},
       {R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function"}})", "tool_choice", ""},
@@ -958,8 +960,6 @@ TEST(OpenAiProtocol, PromptLogprobsInVllmShape) {
 TEST(OpenAiProtocol, UnimplementedFieldsAreRefusedUnknownOnesListed) {
   PAGODA_STORIES(m);
   const std::pair<const char*, const char*> refused[] = {
-      {"tools", R"([{"type": "function", "function": {"name": "f"}}])"},
-      {"tool_choice", R"("required")"},
       {"use_beam_search", "true"},
       {"allowed_token_ids", "[1, 2]"},
       {"bad_words", R"(["x"])"},
@@ -983,8 +983,8 @@ TEST(OpenAiProtocol, UnimplementedFieldsAreRefusedUnknownOnesListed) {
   }
   // Values that ask for nothing pass.
   const std::optional<ParsedRequest> harmless = accepted(parse_completion_request(
-      R"({"prompt": "a", "response_format": {"type": "text"}, "use_beam_search": false, "tools": [],
-          "tool_choice": "none", "spaces_between_special_tokens": true, "guided_json": null, "bad_words": []})",
+      R"({"prompt": "a", "response_format": {"type": "text"}, "use_beam_search": false, "functions": [],
+          "spaces_between_special_tokens": true, "guided_json": null, "bad_words": []})",
       m->ctx));
   ASSERT_TRUE(harmless.has_value());
   EXPECT_TRUE(harmless->ignored_fields.empty());
@@ -1308,11 +1308,22 @@ TEST(OpenAiProtocol, TokenizeAndDetokenize) {
   EXPECT_TRUE(is_error(handle_tokenize(R"({})", m->ctx), "prompt"));
   EXPECT_TRUE(is_error(handle_tokenize(R"({"prompt": 5})", m->ctx), "prompt"));
   EXPECT_TRUE(is_error(handle_tokenize(R"({"messages": [{}]})", m->ctx), "messages"));
-  // What a chat request refuses, /tokenize refuses too, rather than rendering without it.
+  // What a chat request refuses, /tokenize refuses too, rather than rendering without it; tools
+  // are rendered as chat renders them.
   EXPECT_TRUE(is_error(handle_tokenize(R"({"messages": [{"role": "user", "content": "a"}],
-                                           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+                                           "continue_final_message": true})",
+                                       m->ctx),
+                       "continue_final_message"));
+  EXPECT_TRUE(is_error(handle_tokenize(R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "x"}]})",
                                        m->ctx),
                        "tools"));
+  t = handle_tokenize(R"({"messages": [{"role": "user", "content": "a"}],
+                          "tools": [{"type": "function", "function": {"name": "lookup_word"}}]})",
+                      m->ctx);
+  ASSERT_NE(ok_value(t), nullptr);
+  const std::string rendered = tok.decode(json::parse(*ok_value(t))["tokens"].get<std::vector<TokenId>>(), false);
+  EXPECT_NE(rendered.find(R"({"type": "function", "function": {"name": "lookup_word"}})"), std::string::npos)
+      << rendered;
   EXPECT_TRUE(is_error(handle_tokenize("[", m->ctx), ""));
   EXPECT_TRUE(is_error(handle_tokenize(R"({"prompt": "a", "model": "x"})", m->ctx), "model", "model_not_found", 404,
                        "not_found_error"));
@@ -1557,6 +1568,229 @@ TEST(OpenAiProtocol, StructuredOutputErrorsNameWhatIsRefused) {
   auto r = parse_completion_request(R"({"prompt": "a", "guided_choice": ["a"]})", none);
   EXPECT_TRUE(is_error(r, "guided_choice"));
   EXPECT_NE(error_message(r).find("not available"), std::string::npos);
+}
+
+// ---- tools and reasoning ---------------------------------------------------------------------------
+
+constexpr const char* kWeatherTools = R"([{"type": "function", "function": {"name": "get_weather",
+    "description": "Weather in a city", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+    "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}])";
+
+// A Qwen3 context with the hermes tool parser and the qwen3 reasoning parser, as `pagoda serve
+// --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3` has it.
+struct AgentContext {
+  std::unique_ptr<ToolParser> tools;
+  std::unique_ptr<ReasoningParser> reasoning;
+  ModelContext ctx;
+};
+AgentContext agent_context(const Model& m) {
+  AgentContext a;
+  a.tools = std::move(make_tool_parser("hermes")).value();
+  a.reasoning = std::move(make_reasoning_parser("qwen3")).value();
+  a.ctx = m.ctx;
+  a.ctx.tools.parser = a.tools.get();
+  a.ctx.tools.enable_auto_tool_choice = true;
+  a.ctx.reasoning = a.reasoning.get();
+  const std::vector<TokenId> end = m.tok->encode("</think>", false);
+  if (end.size() == 1) a.ctx.reasoning_end_token = end[0];
+  return a;
+}
+
+std::string chat_body(const std::string& extra) {
+  return R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], )" + extra + "}";
+}
+
+TEST(OpenAiProtocol, ToolsReachTheTemplateAndToolChoiceIsChecked) {
+  PAGODA_QWEN3(q);
+  const AgentContext a = agent_context(*q);
+  const std::string tools = std::string(R"("tools": )") + kWeatherTools;
+  // auto (the default with tools) needs the server's flags.
+  EXPECT_TRUE(is_error(parse_chat_request(chat_body(tools), q->ctx), "tool_choice"));
+  auto r = accepted(parse_chat_request(chat_body(tools), a.ctx));
+  ASSERT_TRUE(r) << error_message(parse_chat_request(chat_body(tools), a.ctx));
+  EXPECT_EQ(r->tools.choice, ToolRequest::Choice::kAuto);
+  EXPECT_EQ(r->tool_parser, a.tools.get());
+  EXPECT_FALSE(r->prompts[0].constraint.has_value());
+  // Qwen3's template lists the tools, their keys in the order written.
+  const std::string& prompt = r->prompt_texts[0];
+  EXPECT_NE(prompt.find("<tools>"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather in a city")"),
+            std::string::npos)
+      << prompt;
+  // A conversation with calls and results is rendered as the model was trained on it.
+  auto turn = accepted(parse_chat_request(R"({"messages": [{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "18C"}], )" + tools + "}",
+                                          a.ctx));
+  ASSERT_TRUE(turn);
+  EXPECT_NE(turn->prompt_texts[0].find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+            std::string::npos)
+      << turn->prompt_texts[0];
+  EXPECT_NE(turn->prompt_texts[0].find("<tool_response>\n18C\n</tool_response>"), std::string::npos);
+  // Refusals name the field.
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("tool_choice": "required")", "tool_choice"},  // no tools
+           {tools + R"(, "tool_choice": "sometimes")", "tool_choice"},
+           {tools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})", "tool_choice"},
+           {R"("tools": [{"type": "function", "function": {}}])", "tools"},
+           {R"("tools": [{"type": "retrieval"}])", "tools"},
+           {R"("tools": {"a": 1})", "tools"},
+           {tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})", "tool_choice"},
+           {R"("messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])",
+            "messages"},
+       }) {
+    const std::string body = extra.rfind(R"("messages")", 0) == 0 ? "{" + extra + "}" : chat_body(extra);
+    SCOPED_TRACE(body);
+    EXPECT_TRUE(is_error(parse_chat_request(body, a.ctx), param)) << error_message(parse_chat_request(body, a.ctx));
+  }
+  // none: the template still sees the tools, nothing is parsed or forced.
+  auto none = accepted(parse_chat_request(chat_body(tools + R"(, "tool_choice": "none")"), q->ctx));
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->tools.choice, ToolRequest::Choice::kNone);
+  EXPECT_EQ(none->tool_parser, nullptr);
+}
+
+TEST(OpenAiProtocol, ForcedToolChoiceIsAGrammarAndItsCallsParse) {
+  PAGODA_QWEN3(q);
+  const std::string tools = std::string(R"("tools": )") + kWeatherTools;
+  // A named function: the answer is its arguments object.
+  auto named = accepted(parse_chat_request(
+      chat_body(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})"), q->ctx));
+  ASSERT_TRUE(named);
+  EXPECT_TRUE(constraint_takes(*named, R"({"city": "Paris", "unit": "c"})"));
+  EXPECT_FALSE(constraint_takes(*named, R"({"unit": "c"})"));  // city is required
+  EXPECT_FALSE(constraint_takes(*named, R"({"a": 1, "b": 2})"));
+  // required: an array of calls of the listed functions, one only without parallel calls.
+  auto required = accepted(parse_chat_request(chat_body(tools + R"(, "tool_choice": "required")"), q->ctx));
+  ASSERT_TRUE(required);
+  const std::string two = R"([{"name": "get_weather", "parameters": {"city": "Rome"}}, {"name": "add", "parameters": {"a": 1, "b": 2}}])";
+  EXPECT_TRUE(constraint_takes(*required, two));
+  EXPECT_FALSE(constraint_takes(*required, "[]"));
+  EXPECT_FALSE(constraint_takes(*required, R"([{"name": "nope", "parameters": {}}])"));
+  EXPECT_FALSE(constraint_takes(*required, R"([{"name": "add", "parameters": {"a": 1}}])"));
+  auto single = accepted(parse_chat_request(
+      chat_body(tools + R"(, "tool_choice": "required", "parallel_tool_calls": false)"), q->ctx));
+  ASSERT_TRUE(single);
+  EXPECT_FALSE(constraint_takes(*single, two));
+  EXPECT_TRUE(constraint_takes(*single, R"([{"name": "add", "parameters": {"a": 1, "b": 2}}])"));
+
+  // The response: the calls, with ids, finish_reason tool_calls; whole and streamed alike.
+  const Tokenizer& tok = *q->tok;
+  ResponseBuilder whole(*required, tok, "chatcmpl-t1", 5);
+  whole.add(0, last(0, two, {1, 2}, FinishReason::kStop, 9, 2));
+  json j = json::parse(whole.body());
+  const json& msg = j["choices"][0]["message"];
+  EXPECT_TRUE(msg["content"].is_null());
+  ASSERT_EQ(msg["tool_calls"].size(), 2u);
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Rome"}}));
+  EXPECT_EQ(json::parse(msg["tool_calls"][1]["function"]["arguments"].get<std::string>()), json({{"a", 1}, {"b", 2}}));
+  EXPECT_NE(msg["tool_calls"][0]["id"], msg["tool_calls"][1]["id"]);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+
+  auto streamed = accepted(parse_chat_request(
+      chat_body(tools + R"(, "stream": true, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})"),
+      q->ctx));
+  ASSERT_TRUE(streamed);
+  ResponseBuilder sb(*streamed, tok, "chatcmpl-t2", 5);
+  std::string arguments;
+  std::vector<json> all;
+  const std::string answer = R"({"city": "Paris"})";
+  for (size_t k = 0; k < answer.size(); k += 3) {
+    const std::string piece = answer.substr(k, 3);
+    const bool end = k + 3 >= answer.size();
+    for (json& e : events_of(sb.stream_events(0, end ? last(0, piece, {1}, FinishReason::kStop, 9, 6) : chunk(0, piece, {1})))) {
+      all.push_back(e);
+    }
+  }
+  int with_name = 0;
+  for (const json& e : all) {
+    const json& d = e["choices"][0]["delta"];
+    if (!d.contains("tool_calls")) continue;
+    const json& call = d["tool_calls"][0];
+    EXPECT_EQ(call["index"], 0);
+    if (call["function"].contains("name")) {
+      ++with_name;
+      EXPECT_EQ(call["function"]["name"], "get_weather");
+      EXPECT_EQ(call["type"], "function");
+      EXPECT_TRUE(call["id"].is_string());
+    }
+    arguments += call["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(with_name, 1);
+  EXPECT_EQ(arguments, answer);
+  EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(OpenAiProtocol, AutoToolCallsAndReasoningInTheAnswer) {
+  PAGODA_QWEN3(q);
+  const AgentContext a = agent_context(*q);
+  ASSERT_TRUE(a.ctx.reasoning_end_token.has_value()) << "</think> is one token of Qwen3's vocabulary";
+  const std::string tools = std::string(R"("tools": )") + kWeatherTools;
+  const std::string text = "<think>\nThe user wants weather.\n</think>\n\nChecking.\n<tool_call>\n"
+                           "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  auto r = accepted(parse_chat_request(chat_body(tools), a.ctx));
+  ASSERT_TRUE(r);
+  const Tokenizer& tok = *q->tok;
+  ResponseBuilder whole(*r, tok, "chatcmpl-a1", 5);
+  whole.add(0, last(0, text, {1}, FinishReason::kStop, 9, 30));
+  json j = json::parse(whole.body());
+  const json& msg = j["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning_content"], "\nThe user wants weather.\n");
+  EXPECT_EQ(msg["reasoning"], msg["reasoning_content"]);
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_NE(msg["content"].get<std::string>().find("Checking."), std::string::npos);
+
+  // Streamed in pieces of every size, the deltas add up to the same message.
+  for (size_t size = 1; size <= text.size(); size += 7) {
+    auto s = accepted(parse_chat_request(chat_body(tools + R"(, "stream": true)"), a.ctx));
+    ASSERT_TRUE(s);
+    ResponseBuilder b(*s, tok, "chatcmpl-a1", 5);
+    std::string content, reasoning, name, arguments, id;
+    for (size_t k = 0; k < text.size(); k += size) {
+      const bool end = k + size >= text.size();
+      const std::string piece = text.substr(k, size);
+      for (const json& e : events_of(b.stream_events(0, end ? last(0, piece, {1}, FinishReason::kStop, 9, 30)
+                                                             : chunk(0, piece, {1})))) {
+        const json& d = e["choices"][0]["delta"];
+        if (d.contains("content")) content += d["content"].get<std::string>();
+        if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+        for (const json& c : d.value("tool_calls", json::array())) {
+          if (c["function"].contains("name")) {
+            name += c["function"]["name"].get<std::string>();
+            id = c["id"];
+          }
+          arguments += c["function"]["arguments"].get<std::string>();
+        }
+        if (end && e["choices"][0]["finish_reason"].is_string()) {
+          EXPECT_EQ(e["choices"][0]["finish_reason"], "tool_calls");
+        }
+      }
+    }
+    SCOPED_TRACE(size);
+    EXPECT_EQ(content, msg["content"].get<std::string>());
+    EXPECT_EQ(reasoning, msg["reasoning_content"].get<std::string>());
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(arguments, msg["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    EXPECT_EQ(id, msg["tool_calls"][0]["id"]);
+  }
+
+  // A structured output starts after the thinking; with thinking off, from the start.
+  auto thinking = accepted(parse_chat_request(chat_body(R"("response_format": {"type": "json_object"})"), a.ctx));
+  ASSERT_TRUE(thinking);
+  EXPECT_EQ(thinking->prompts[0].constraint->after_token, a.ctx.reasoning_end_token);
+  auto off = accepted(parse_chat_request(
+      chat_body(R"("response_format": {"type": "json_object"}, "chat_template_kwargs": {"enable_thinking": false})"),
+      a.ctx));
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->prompts[0].constraint->after_token.has_value());
 }
 
 TEST(OpenAiProtocol, StructuredOutputsConfigFlag) {

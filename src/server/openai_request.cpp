@@ -426,12 +426,9 @@ bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_empty(const json& v) {
   return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
 }
-bool is_none_choice(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }
 
 constexpr Refused kRefused[] = {
-    {"tools", is_empty, "tools (function calling)"},
     {"functions", is_empty, "functions (function calling)"},
-    {"tool_choice", is_none_choice, "tool_choice other than \"none\""},
     {"use_beam_search", is_false, "use_beam_search (beam search)"},
     {"allowed_token_ids", never, "allowed_token_ids"},
     {"bad_words", is_empty, "bad_words"},
@@ -463,7 +460,8 @@ const char* const kCommonFields[] = {
     "request_id", "parallel_tool_calls"};
 const char* const kCompletionFields[] = {"prompt", "logprobs", "echo", "suffix", "add_special_tokens"};
 const char* const kChatFields[] = {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
-                                   "add_generation_prompt", "chat_template_kwargs", "add_special_tokens"};
+                                   "add_generation_prompt", "chat_template_kwargs", "add_special_tokens", "tools",
+                                   "tool_choice"};
 
 std::vector<std::string> unknown_fields(const json& body, Endpoint endpoint) {
   std::vector<std::string> out;
@@ -603,6 +601,30 @@ MaybeError read_messages(const json& body, const ModelContext& model, std::vecto
     if (r == "tool") {
       const json* call = field(m, "tool_call_id");
       if (!call || !call->is_string()) return fail("is a tool message without a tool_call_id string");
+      msg.tool_call_id = call->get<std::string>();
+    }
+    if (const json* calls = field(m, "tool_calls"); calls && r == "assistant") {
+      if (!calls->is_array()) return fail("tool_calls must be an array");
+      for (size_t k = 0; k < calls->size(); ++k) {
+        const json& c = (*calls)[k];
+        const json* f = c.is_object() ? field(c, "function") : nullptr;
+        const json* name = f && f->is_object() ? field(*f, "name") : nullptr;
+        const json* args = f && f->is_object() ? field(*f, "arguments") : nullptr;
+        const json* id = c.is_object() ? field(c, "id") : nullptr;
+        if (!name || !name->is_string()) return fail("tool_calls[" + std::to_string(k) + "] needs function.name");
+        // OpenAI sends the arguments as JSON text; an object is taken too.
+        std::string arguments = "{}";
+        if (args && args->is_string()) {
+          arguments = args->get<std::string>();
+          if (!json::accept(arguments)) return fail("tool_calls[" + std::to_string(k) + "].function.arguments is not JSON");
+        } else if (args && args->is_object()) {
+          arguments = args->dump();
+        } else if (args) {
+          return fail("tool_calls[" + std::to_string(k) + "].function.arguments must be a JSON string");
+        }
+        msg.tool_calls.push_back({id && id->is_string() ? id->get<std::string>() : std::string(), name->get<std::string>(),
+                                  std::move(arguments)});
+      }
     }
     if (r == "assistant") {
       for (const char* key : {"reasoning_content", "reasoning"}) {
@@ -635,11 +657,16 @@ MaybeError read_template_options(const json& body, const ModelContext& model, Ch
   return {};
 }
 
-MaybeError render_chat(const json& body, const ModelContext& model, ChatPrompt& prompt) {
+// The chat prompt of `body`, with the tools' JSON text for the template ("" for none);
+// *options_out, when given, gets the template options it was rendered with.
+MaybeError render_chat(const json& body, const ModelContext& model, const std::string& tools_json, ChatPrompt& prompt,
+                       ChatTemplateOptions* options_out = nullptr) {
   std::vector<ChatMessage> messages;
   PAGODA_RETURN_IF_API_ERROR(read_messages(body, model, messages));
   ChatTemplateOptions options;
   PAGODA_RETURN_IF_API_ERROR(read_template_options(body, model, options));
+  options.tools_json = tools_json;
+  if (options_out) *options_out = options;
   if (!model.chat_template) {
     return bad_request(
         "this model has no chat template, so the server cannot format messages; start it with "
@@ -687,10 +714,6 @@ ApiResult<CommonFields> read_request(std::string_view body_text, const ModelCont
   c.r.ignored_fields = unknown_fields(c.body, endpoint);
   model.defaults.apply_to(c.p);
   PAGODA_RETURN_IF_API_ERROR(read_common(c.body, model, c.r, c.p, c.proto));
-  ApiResult<std::optional<GrammarConstraint>> constraint =
-      read_constraint(c.body, body_text, model.structured, std::nullopt);
-  if (auto* e = std::get_if<ApiError>(&constraint)) return *e;
-  c.proto.constraint = std::move(std::get<std::optional<GrammarConstraint>>(constraint));
   return c;
 }
 
@@ -717,6 +740,9 @@ ApiResult<ParsedRequest> parse_completion(std::string_view body_text, const Mode
   if (suffix && !suffix->empty()) return bad_request("suffix is not supported by this server", "suffix");
   bool add_special_tokens = true;
   PAGODA_RETURN_IF_API_ERROR(read_bool(body, "add_special_tokens", add_special_tokens));
+  ApiResult<std::optional<GrammarConstraint>> constraint = read_constraint(body, body_text, model.structured, std::nullopt);
+  if (auto* e = std::get_if<ApiError>(&constraint)) return *e;
+  proto.constraint = std::move(std::get<std::optional<GrammarConstraint>>(constraint));
   std::vector<PromptInput> prompts;
   PAGODA_RETURN_IF_API_ERROR(read_prompts(body, model, prompts));
   if (static_cast<int64_t>(prompts.size()) * p.n > model.limits.max_sequences) {
@@ -772,8 +798,41 @@ ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelConte
     p.logprobs = r.logprobs;
   }
 
+  // Thinking first (--reasoning-parser, unless the request switched it off): a constraint then
+  // starts after the end of thinking.
+  ChatTemplateOptions peek;
+  PAGODA_RETURN_IF_API_ERROR(read_template_options(body, model, peek));
+  const auto thinking_flag = peek.flags.find("enable_thinking");
+  const bool thinking = model.reasoning && (thinking_flag == peek.flags.end() || thinking_flag->second);
+  const std::optional<TokenId> after = thinking ? model.reasoning_end_token : std::nullopt;
+  r.reasoning = model.reasoning;
+  ApiResult<ToolRequest> tools = read_tools(body, body_text, model.tools, model.structured, after);
+  if (auto* e = std::get_if<ApiError>(&tools)) return *e;
+  r.tools = std::move(std::get<ToolRequest>(tools));
+  ApiResult<std::optional<GrammarConstraint>> constraint = read_constraint(body, body_text, model.structured, after);
+  if (auto* e = std::get_if<ApiError>(&constraint)) return *e;
+  proto.constraint = std::move(std::get<std::optional<GrammarConstraint>>(constraint));
+  if (r.tools.constraint) {
+    if (proto.constraint) {
+      return bad_request("tool_choice " + std::string(r.tools.choice == ToolRequest::Choice::kNamed ? "naming a function"
+                                                                                                      : "\"required\"") +
+                             " constrains the output already; it cannot be combined with a structured output",
+                         "tool_choice");
+    }
+    proto.constraint = r.tools.constraint;
+  }
+  if (thinking && !after && proto.constraint) {
+    return bad_request("a structured output with --reasoning-parser needs the end of thinking to be one token of the "
+                       "vocabulary",
+                       "response_format");
+  }
+  if (r.tools.choice == ToolRequest::Choice::kAuto) {
+    r.tool_parser = model.tools.parser;
+    // A tool parser that reads control tokens' text (mistral's [TOOL_CALLS]) needs it in the output.
+    if (r.tool_parser->needs_special_tokens()) p.skip_special_tokens = false;
+  }
   ChatPrompt prompt;
-  PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, prompt));
+  PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, r.tools.tools_json, prompt));
   const auto num_prompt = static_cast<int64_t>(prompt.ids.size());
   // Without max_tokens the answer may use whatever the prompt leaves of the context.
   p.max_tokens = capped_max_tokens(max_tokens ? *max_tokens : std::max<int64_t>(model.max_model_len - num_prompt, 1),
@@ -811,10 +870,12 @@ ApiResult<std::string> tokenize(std::string_view body_text, const ModelContext& 
   PAGODA_RETURN_IF_API_ERROR(read_bool(body, "return_token_strs", return_token_strs));
   std::vector<TokenId> ids;
   if (field(body, "messages")) {
-    // Rendered as a chat request is, so refused as one is (tools, continue_final_message, ...).
+    // Rendered as a chat request is, tools included, and refused as one is (continue_final_message, ...).
     PAGODA_RETURN_IF_API_ERROR(refuse_unsupported(body));
+    ApiResult<std::string> tools = read_tools_json(body, body_text);
+    if (auto* e = std::get_if<ApiError>(&tools)) return *e;
     ChatPrompt prompt;
-    PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, prompt));
+    PAGODA_RETURN_IF_API_ERROR(render_chat(body, model, std::get<std::string>(tools), prompt));
     ids = std::move(prompt.ids);
   } else {
     std::optional<std::string> prompt;
@@ -888,8 +949,10 @@ ApiResult<ChatPrompt> render_chat_messages(std::string_view body_text, const Mod
     ApiResult<json> parsed = parse_body(body_text, model.limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     PAGODA_RETURN_IF_API_ERROR(refuse_unsupported(std::get<json>(parsed)));
+    ApiResult<std::string> tools = read_tools_json(std::get<json>(parsed), body_text);
+    if (auto* e = std::get_if<ApiError>(&tools)) return *e;
     ChatPrompt prompt;
-    PAGODA_RETURN_IF_API_ERROR(render_chat(std::get<json>(parsed), model, prompt));
+    PAGODA_RETURN_IF_API_ERROR(render_chat(std::get<json>(parsed), model, std::get<std::string>(tools), prompt));
     return prompt;
   });
 }

@@ -31,6 +31,7 @@
 #include "engine/request_validation.h"
 #include "server/openai_common.h"
 #include "server/structured_fields.h"
+#include "server/tool_fields.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -64,6 +65,11 @@ struct ModelContext {
   GenerationDefaults defaults;    // --generation-config: defaults for fields a request leaves out
   int64_t default_max_tokens = 16;  // completions' max_tokens when absent (OpenAI's 16)
   StructuredContext structured;     // structured outputs (structured_fields.h)
+  ToolContext tools;                // --tool-call-parser, --enable-auto-tool-choice (tool_fields.h)
+  // --reasoning-parser (output_parsers.h), and the token of its end tag when that is one token:
+  // a structured output starts after it while the model thinks.
+  const ReasoningParser* reasoning = nullptr;
+  std::optional<TokenId> reasoning_end_token;
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -89,6 +95,11 @@ struct ParsedRequest {
   std::optional<int64_t> prompt_logprobs;
   // Top-level fields the parser did not know and ignored (cut to 64 bytes each).
   std::vector<std::string> ignored_fields;
+  // Chat: how the answer is read: the thinking (null: no reasoning parser) and the tool calls
+  // (tool_parser: with tool_choice auto; forced ones: tools.choice required or named).
+  const ReasoningParser* reasoning = nullptr;
+  const ToolParser* tool_parser = nullptr;
+  ToolRequest tools;
 };
 
 // Parses and validates a /v1/completions body. The prompt is a string, a list of strings, a

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
@@ -230,6 +231,106 @@ void add_prompt_logprobs(const Tokenizer& tok, const std::vector<TokenId>& ids,
 
 }  // namespace
 
+std::string ResponseBuilder::tool_call_id(size_t choice_index, int call_index) const {
+  // FNV-1a over the response id and the call's place, twice: 24 hex digits, like OpenAI's ids.
+  const std::string key = id_ + "/" + std::to_string(choice_index) + "/" + std::to_string(call_index);
+  std::string out = "call_";
+  for (uint64_t salt : {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull}) {
+    uint64_t h = salt;
+    for (char ch : key) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    out.append(buf, out.size() == 5 ? 16 : 8);
+  }
+  return out;
+}
+
+ojson ResponseBuilder::chat_message(size_t choice_index, const std::string& text, bool& calls) const {
+  const ParsedOutput parsed = parse_output(text, request_.reasoning, request_.tool_parser);
+  std::string content = parsed.content;
+  std::vector<ParsedToolCall> tool_calls = parsed.tool_calls;
+  const auto forced = request_.tools.choice;
+  if (forced == ToolRequest::Choice::kNamed || forced == ToolRequest::Choice::kRequired) {
+    tool_calls = forced_tool_calls(request_.tools, content);
+    if (!tool_calls.empty()) content.clear();
+  }
+  calls = !tool_calls.empty();
+  ojson m;
+  m["role"] = "assistant";
+  m["content"] = calls && content.empty() ? ojson(nullptr) : ojson(content);
+  if (parsed.reasoning) {
+    m["reasoning_content"] = *parsed.reasoning;  // vLLM's older name, which many clients read
+    m["reasoning"] = *parsed.reasoning;
+  }
+  if (calls) {
+    ojson list = ojson::array();
+    for (size_t i = 0; i < tool_calls.size(); ++i) {
+      list.push_back({{"id", tool_call_id(choice_index, static_cast<int>(i))},
+                      {"type", "function"},
+                      {"function", {{"name", tool_calls[i].name}, {"arguments", tool_calls[i].arguments}}}});
+    }
+    m["tool_calls"] = std::move(list);
+  }
+  return m;
+}
+
+ojson ResponseBuilder::chat_delta(size_t choice_index, Choice& c, const std::string& text, bool finished) {
+  if (!c.parts) c.parts = std::make_unique<OutputStream>(request_.reasoning, request_.tool_parser);
+  OutputDelta d = c.parts->push(text);
+  if (finished) {
+    OutputDelta rest = c.parts->finish();
+    d.content += rest.content;
+    d.reasoning += rest.reasoning;
+    d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+  }
+  ojson delta = ojson::object();
+  if (!d.reasoning.empty()) {
+    delta["reasoning_content"] = d.reasoning;
+    delta["reasoning"] = d.reasoning;
+  }
+  auto call_json = [&](int index, const std::optional<std::string>& name, const std::string& arguments) {
+    ojson j;
+    j["index"] = index;
+    if (name) {
+      j["id"] = tool_call_id(choice_index, index);
+      j["type"] = "function";
+      j["function"] = {{"name", *name}, {"arguments", arguments}};
+    } else {
+      j["function"] = {{"arguments", arguments}};
+    }
+    return j;
+  };
+  ojson calls = ojson::array();
+  switch (request_.tools.choice) {
+    case ToolRequest::Choice::kNamed:
+      // The answer is the call's arguments, streamed as they come.
+      if (!d.content.empty()) {
+        const bool first = c.calls_sent == 0;
+        calls.push_back(call_json(0, first ? std::optional<std::string>(request_.tools.named) : std::nullopt, d.content));
+        c.calls_sent = 1;
+      }
+      break;
+    case ToolRequest::Choice::kRequired:
+      // An array of calls: each is sent whole once the output is.
+      c.forced += d.content;
+      if (finished) {
+        const std::vector<ParsedToolCall> all = forced_tool_calls(request_.tools, c.forced);
+        for (size_t i = 0; i < all.size(); ++i) calls.push_back(call_json(static_cast<int>(i), all[i].name, all[i].arguments));
+        c.calls_sent = static_cast<int>(all.size());
+        if (all.empty() && !c.forced.empty()) delta["content"] = c.forced;  // cut short: the text as it is
+      }
+      break;
+    default:
+      if (!d.content.empty()) delta["content"] = d.content;
+      for (const ToolCallDelta& t : d.tool_calls) {
+        calls.push_back(call_json(t.index, t.name, t.arguments));
+        c.calls_sent = std::max(c.calls_sent, t.index + 1);
+      }
+  }
+  if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+  return delta;
+}
+
 std::string ResponseBuilder::body() const {
   const bool chat = request_.endpoint == Endpoint::kChat;
   ojson out = envelope(id_, chat ? "chat.completion" : "text_completion", created_, request_.model);
@@ -239,8 +340,9 @@ std::string ResponseBuilder::body() const {
     const size_t p = k / static_cast<size_t>(request_.n);
     ojson j;
     j["index"] = k;
+    bool calls = false;
     if (chat) {
-      j["message"] = {{"role", "assistant"}, {"content", c.text}};
+      j["message"] = chat_message(k, c.text, calls);
       j["logprobs"] = request_.logprobs ? chat_logprobs_json(tokenizer_, c.logprobs) : ojson(nullptr);
     } else {
       j["text"] = request_.echo ? request_.prompt_texts[p] + c.text : c.text;
@@ -256,7 +358,7 @@ std::string ResponseBuilder::body() const {
         j["logprobs"] = nullptr;
       }
     }
-    j["finish_reason"] = finish_json(c.finish_reason);
+    j["finish_reason"] = finish_json(calls && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason);
     j["stop_reason"] = stop_reason_json(c.stop_reason_text, c.stop_reason_token);
     if (request_.prompt_logprobs) {
       j["prompt_logprobs"] = prompt_logprobs_json(tokenizer_, request_.prompts[p].prompt_token_ids, c.prompt_logprobs);
@@ -296,11 +398,20 @@ std::string ResponseBuilder::stream_events(size_t prompt_index, const OutputChun
     }
     const bool has_logprobs = request_.logprobs && !chunk.logprobs.empty();
     if (chunk.text.empty() && !has_logprobs && !finished) return events;
+    ojson delta;
+    if (!request_.reasoning && !request_.tool_parser && request_.tools.choice != ToolRequest::Choice::kNamed &&
+        request_.tools.choice != ToolRequest::Choice::kRequired) {
+      delta = chunk.text.empty() && finished ? ojson::object() : ojson({{"content", chunk.text}});
+    } else {
+      delta = chat_delta(index, c, chunk.text, finished);
+      if (delta.empty() && !has_logprobs && !finished) return events;  // all held back for now
+    }
     ojson j;
     j["index"] = index;
-    j["delta"] = chunk.text.empty() && finished ? ojson::object() : ojson({{"content", chunk.text}});
+    j["delta"] = std::move(delta);
     j["logprobs"] = has_logprobs ? chat_logprobs_json(tokenizer_, chunk.logprobs) : ojson(nullptr);
-    j["finish_reason"] = finish_json(finished ? c.finish_reason : "");
+    const bool calls = c.calls_sent > 0 && c.finish_reason == "stop";
+    j["finish_reason"] = finish_json(finished ? (calls ? "tool_calls" : c.finish_reason) : "");
     if (finished) j["stop_reason"] = stop_reason_json(c.stop_reason_text, c.stop_reason_token);
     return events + event(std::move(j));
   }

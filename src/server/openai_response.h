@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "engine/engine_types.h"
 #include "server/openai_common.h"
 #include "server/openai_request.h"
+#include "server/output_parsers.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
@@ -57,7 +60,19 @@ class ResponseBuilder {
     std::optional<TokenId> stop_reason_token;
     bool started = false;                // streaming: the first event was sent
     int64_t text_offset = 0;             // completions logprobs: bytes of text so far
+    // Chat streaming: the thinking and the calls taken apart (output_parsers.h), and what a
+    // forced tool_choice's output holds so far.
+    std::unique_ptr<OutputStream> parts;
+    std::string forced;
+    int calls_sent = 0;
   };
+  // The chat message of a whole output: content, reasoning, tool calls; `calls` is set to
+  // whether there were any.
+  nlohmann::ordered_json chat_message(size_t choice_index, const std::string& text, bool& calls) const;
+  // Chat streaming: the delta of a choice's new text (and, when `finished`, of what was held).
+  nlohmann::ordered_json chat_delta(size_t choice_index, Choice& c, const std::string& text, bool finished);
+  // A tool call's id: unique in the response, the same for a call whether streamed or not.
+  std::string tool_call_id(size_t choice_index, int call_index) const;
   // The choice a chunk of prompt `prompt_index` belongs to (PAGODA_CHECKs the indices).
   Choice& choice(size_t prompt_index, const OutputChunk& chunk);
   // Bookkeeping for a chunk whose text and tokens `c` already holds: finish reason, stop

@@ -450,6 +450,14 @@ void OpenAiServer::set_model(ServedModel model) {
   c.structured.grammars = s.grammars.get();
   c.structured.config = s.config.structured_outputs;
   c.structured.max_json_depth = c.limits.max_json_depth;
+  c.tools.parser = s.model.tool_parser.get();
+  c.tools.enable_auto_tool_choice = s.model.enable_auto_tool_choice;
+  c.reasoning = s.model.reasoning_parser.get();
+  if (c.reasoning) {
+    // The end of thinking as one token, where structured outputs start.
+    const std::vector<TokenId> end = c.tokenizer->encode(c.reasoning->end_tag(), /*add_special=*/false);
+    if (end.size() == 1) c.reasoning_end_token = end[0];
+  }
   s.state.store(State::kReady);
 }
 

@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "metrics/engine_metrics.h"
 #include "server/http_server.h"
+#include "server/output_parsers.h"
 #include "server/openai_request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -56,6 +57,10 @@ struct ServedModel {
   std::string root;                             // the model path, reported by /v1/models
   std::shared_ptr<metrics::EngineMetrics> metrics;
   GenerationDefaults generation_defaults;       // --generation-config: request defaults
+  // --reasoning-parser, --tool-call-parser and --enable-auto-tool-choice (output_parsers.h).
+  std::shared_ptr<const ReasoningParser> reasoning_parser;
+  std::shared_ptr<const ToolParser> tool_parser;
+  bool enable_auto_tool_choice = false;
 };
 
 class OpenAiServer {

@@ -791,11 +791,17 @@ class SchemaCompiler {
     return rule_of({{b_.byte('"'), b_.repeat({json_char()}, min, max, "chars"), b_.byte('"')}}, "string");
   }
 
-  // The formats as regular expressions over the value (ASCII: what each RFC allows).
+  // The formats as regular expressions over the value (ASCII: what each RFC allows). Dates: the
+  // days of each month, February 29th in leap years only; a leap second only at 23:59:60 UTC,
+  // written with Z or a zero offset (RFC 3339 5.7).
   static std::optional<std::string> format_pattern(const std::string& format) {
-    static const std::string kDate = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
+    static const std::string kDate =
+        "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
+        "02-(0[1-9]|1[0-9]|2[0-8]))|([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[048]|[2468][048]|[13579][26])00)"
+        "-02-29)";
     static const std::string kTime =
-        "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+        "(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])|"
+        "23:59:60(\\.[0-9]+)?(Z|[+-]00:00))";
     static const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?";
     static const std::map<std::string, std::string> kFormats = {
         {"date", kDate},

@@ -29,6 +29,42 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   return t;
 }
 
+namespace {
+
+// A JSON value as the template sees it (Python's json.loads: objects keep their keys' order).
+jinja::Value from_json(const nlohmann::ordered_json& j) {
+  using jinja::Value;
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) ? Value(static_cast<int64_t>(j.get<uint64_t>()))
+                                                                   : Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      jinja::List list;
+      for (const auto& e : j) list.push_back(from_json(e));
+      return Value(std::move(list));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      jinja::Dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d.emplace_back(Value(it.key()), from_json(it.value()));
+      return Value(std::move(d));
+    }
+    default: return Value::none();
+  }
+}
+
+// JSON text (checked by the caller) as a template value; text that does not parse is a string.
+jinja::Value from_json_text(const std::string& text) {
+  const auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? jinja::Value(text) : from_json(j);
+}
+
+}  // namespace
+
 Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                         const ChatTemplateOptions& options) const {
   using jinja::Value;
@@ -40,10 +76,26 @@ Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages
       d.emplace_back(Value("content"), Value(m.content));
       if (!m.reasoning_content.empty())
         d.emplace_back(Value("reasoning_content"), Value(m.reasoning_content));
+      if (!m.tool_calls.empty()) {
+        jinja::List calls;
+        for (const ChatToolCall& c : m.tool_calls) {
+          jinja::Dict function;
+          function.emplace_back(Value("name"), Value(c.name));
+          function.emplace_back(Value("arguments"), from_json_text(c.arguments));
+          jinja::Dict call;
+          call.emplace_back(Value("id"), Value(c.id));
+          call.emplace_back(Value("type"), Value("function"));
+          call.emplace_back(Value("function"), Value(std::move(function)));
+          calls.emplace_back(std::move(call));
+        }
+        d.emplace_back(Value("tool_calls"), Value(std::move(calls)));
+      }
+      if (!m.tool_call_id.empty()) d.emplace_back(Value("tool_call_id"), Value(m.tool_call_id));
       list.emplace_back(std::move(d));
     }
     std::vector<std::pair<std::string, Value>> globals;
     globals.emplace_back("messages", Value(std::move(list)));
+    if (!options.tools_json.empty()) globals.emplace_back("tools", from_json_text(options.tools_json));
     globals.emplace_back("add_generation_prompt", Value(options.add_generation_prompt));
     globals.emplace_back("bos_token", Value(options.bos_token));
     globals.emplace_back("eos_token", Value(options.eos_token));
@@ -127,10 +179,13 @@ Result<ChatPrompt> encode_chat(const ChatTemplate& tmpl, const Tokenizer& tok,
   for (size_t i = 0; i < std::min(special_texts.size(), kRadix * kRadix); ++i) {
     specials.add(special_texts[i], static_cast<TokenId>(i));
   }
-  bool any_special = false;
+  bool any_special = has_special_text(options.tools_json, specials);
   for (const ChatMessage& m : messages) {
     any_special = any_special || has_special_text(m.content, specials) ||
                   has_special_text(m.reasoning_content, specials);
+    for (const ChatToolCall& c : m.tool_calls) {
+      any_special = any_special || has_special_text(c.name, specials) || has_special_text(c.arguments, specials);
+    }
   }
   ChatPrompt prompt;
   if (!any_special) {
@@ -143,8 +198,14 @@ Result<ChatPrompt> encode_chat(const ChatTemplate& tmpl, const Tokenizer& tok,
   for (ChatMessage& m : hidden) {
     m.content = hide_special_texts(m.content, specials);
     m.reasoning_content = hide_special_texts(m.reasoning_content, specials);
+    for (ChatToolCall& c : m.tool_calls) {
+      c.name = hide_special_texts(c.name, specials);
+      c.arguments = hide_special_texts(c.arguments, specials);
+    }
   }
-  PAGODA_ASSIGN_OR_RETURN(std::string rendered, tmpl.apply(hidden, options));
+  ChatTemplateOptions hidden_options = options;
+  hidden_options.tools_json = hide_special_texts(options.tools_json, specials);
+  PAGODA_ASSIGN_OR_RETURN(std::string rendered, tmpl.apply(hidden, hidden_options));
   // Put the texts back, remembering where they went: those bytes came from messages.
   std::vector<TextRange> verbatim;
   prompt.text.reserve(rendered.size());

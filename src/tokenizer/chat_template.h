@@ -51,12 +51,24 @@ struct Stmt;
 }
 
 // One message of a conversation. Content-part arrays are flattened to text by the caller.
+// A tool call of an assistant turn, as OpenAI's messages carry it.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object's text
+};
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
   // An assistant turn's reasoning; the template sees message.reasoning_content only when this
   // is not empty (otherwise the key is absent, i.e. undefined).
   std::string reasoning_content;
+  // An assistant turn's calls: message.tool_calls, each {"id", "type": "function", "function":
+  // {"name", "arguments"}} with the arguments as a mapping (they are sent as JSON text, and
+  // templates write them with tojson, as vLLM hands them over). Absent when empty.
+  std::vector<ChatToolCall> tool_calls = {};
+  std::string tool_call_id = {};  // a tool turn's: message.tool_call_id when not empty
 };
 
 // What one apply() may spend before it fails with resource_exhausted.
@@ -72,6 +84,9 @@ struct ChatTemplateOptions {
   std::string bos_token, eos_token;   // the template's bos_token / eos_token variables
   // Extra template variables such as enable_thinking (Qwen3); absent ones are undefined.
   std::map<std::string, bool> flags;
+  // The request's tools as a JSON array's text (OpenAI's [{"type": "function", "function": {...}}]),
+  // which the template sees as `tools` with its keys in their order; "" leaves `tools` undefined.
+  std::string tools_json;
   ChatTemplateLimits limits;
 };
 

@@ -42,6 +42,13 @@ std::vector<ChatMessage> messages_of(const json& list) {
   for (const json& m : list) {
     ChatMessage msg{m.at("role").get<std::string>(), m.at("content").get<std::string>(), ""};
     if (m.contains("reasoning_content")) msg.reasoning_content = m["reasoning_content"].get<std::string>();
+    if (m.contains("tool_call_id")) msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    // (Calls are sent with their arguments as JSON text, as OpenAI clients send them; the case
+    // file writes them as objects, which the reference renderer is given.)
+    for (const json& call : m.value("tool_calls", json::array())) {
+      msg.tool_calls.push_back({call.at("id").get<std::string>(), call.at("function").at("name").get<std::string>(),
+                                call.at("function").at("arguments").dump()});
+    }
     out.push_back(std::move(msg));
   }
   return out;
@@ -103,7 +110,13 @@ TEST(ChatTemplate, MatchesReferenceRenderer) {
                         : tokens                ? tokens->eos_token
                                                 : "";
     if (c.contains("kwargs")) {
-      for (const auto& [k, v] : c["kwargs"].items()) options.flags[k] = v.get<bool>();
+      for (const auto& [k, v] : c["kwargs"].items()) {
+        if (k == "tools") {
+          options.tools_json = v.dump();  // (the case file writes every object's keys sorted)
+        } else {
+          options.flags[k] = v.get<bool>();
+        }
+      }
     }
     auto tmpl = ChatTemplate::parse(source);
     ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
