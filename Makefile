@@ -128,7 +128,8 @@ soak: build
 
 # npm packages of the client-side server tests, from the committed package-lock.json.
 npm-deps: setup
-	@[ -d tests/server/node_modules/openai ] || (cd tests/server && npm ci --no-audit --no-fund)
+	@(cd tests/server && for p in openai ajv ajv-formats zod; do [ -d node_modules/$$p ] || exit 1; done) || \
+	  (cd tests/server && npm ci --no-audit --no-fund)
 
 # DESTDIR=/some/root stages the files there instead (as packagers do).
 install: build

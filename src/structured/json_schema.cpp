@@ -22,6 +22,9 @@ constexpr size_t kMaxLiterals = 4096;   // values of one enum or choice list
 constexpr size_t kMaxBoundDigits = 30;  // digits of a numeric bound
 constexpr size_t kMaxExceptKey = 1024;  // bytes of a property name that other keys must differ from
 constexpr int64_t kMaxWhitespace = 32;  // bytes of whitespace between two tokens (json_schema.h)
+// Digits of a number's whole part, and of its exponent: parsers read JSON numbers as doubles, where
+// 1e999 or 400 digits are infinity (json_schema.h).
+constexpr int64_t kMaxWholeDigits = 32;
 
 bool is_annotation(const std::string& key) {
   static const std::set<std::string> kAnnotations = {
@@ -248,14 +251,33 @@ class SchemaCompiler {
       ByteSet escaped;
       for (char c : std::string("\"\\/bfnrt")) escaped.add(static_cast<uint8_t>(c));
       b_.add_alternative(char_, {b_.byte('\\'), b_.bytes(escaped)});
-      ByteSet hex;
-      hex.add_range('0', '9');
-      hex.add_range('a', 'f');
-      hex.add_range('A', 'F');
-      const Element h = b_.bytes(hex);
-      b_.add_alternative(char_, {b_.byte('\\'), b_.byte('u'), h, h, h, h});
+      // \uXXXX: a code point outside the surrogates, or a high surrogate's escape followed by a
+      // low one's (one character, as JSON Schema counts them); a lone surrogate is no character.
+      const Element h = hex_digit(), u = b_.byte('u'), slash = b_.byte('\\');
+      ByteSet d, not_d, high, low, below_d8;
+      d.add('D');
+      d.add('d');
+      not_d.add_range('0', '9');
+      not_d.add_range('a', 'c');
+      not_d.add_range('e', 'f');
+      not_d.add_range('A', 'C');
+      not_d.add_range('E', 'F');
+      for (char c : std::string("89abAB")) high.add(static_cast<uint8_t>(c));
+      for (char c : std::string("cdefCDEF")) low.add(static_cast<uint8_t>(c));
+      below_d8.add_range('0', '7');
+      b_.add_alternative(char_, {slash, u, b_.bytes(not_d), h, h, h});
+      b_.add_alternative(char_, {slash, u, b_.bytes(d), b_.bytes(below_d8), h, h});
+      b_.add_alternative(char_, {slash, u, b_.bytes(d), b_.bytes(high), h, h, slash, u, b_.bytes(d), b_.bytes(low), h, h});
     }
     return GrammarBuilder::ref(char_);
+  }
+
+  Element hex_digit() {
+    ByteSet hex;
+    hex.add_range('0', '9');
+    hex.add_range('a', 'f');
+    hex.add_range('A', 'F');
+    return b_.bytes(hex);
   }
 
   Element any_string() {
@@ -279,7 +301,7 @@ class SchemaCompiler {
       e.add('E');
       sign.add('+');
       sign.add('-');
-      Alternative exponent{b_.bytes(e), b_.repeat({b_.bytes(sign)}, 0, 1, "exponent-sign"), digits(1, -1)};
+      Alternative exponent{b_.bytes(e), b_.repeat({b_.bytes(sign)}, 0, 1, "exponent-sign"), digits(1, 2)};
       alt.push_back(b_.repeat(exponent, 0, 1, "exponent"));
       b_.add_alternative(number_, std::move(alt));
     }
@@ -299,7 +321,7 @@ class SchemaCompiler {
     if (natural_ < 0) {
       natural_ = b_.rule("natural");
       b_.add_alternative(natural_, {b_.byte('0')});
-      b_.add_alternative(natural_, {digit('1', '9'), digits(0, -1)});
+      b_.add_alternative(natural_, {digit('1', '9'), digits(0, kMaxWholeDigits - 1)});
     }
     return GrammarBuilder::ref(natural_);
   }
@@ -803,6 +825,21 @@ class SchemaCompiler {
         "(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])|"
         "23:59:60(\\.[0-9]+)?(Z|[+-]00:00))";
     static const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?";
+    // A host name's labels are at most 63 characters (RFC 1123), and a name at most 253: three
+    // labels keep it under.
+    static const std::string kHostLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    // RFC 3986 URIs without IP-literal hosts: scheme ":" ("//" authority path | path) ["?" query]
+    // ["#" fragment], every other character percent-encoded; the path not empty (as validators
+    // such as ajv's check it).
+    static const std::string kPct = "%[0-9A-Fa-f]{2}";
+    static const std::string kSub = "!$&'()*+,;=";
+    static const std::string kUnreserved = "A-Za-z0-9._~";
+    static const std::string kPchar = "([" + kUnreserved + kSub + ":@-]|" + kPct + ")";
+    static const std::string kAuthority = "(([" + kUnreserved + kSub + ":-]|" + kPct + ")*@)?([" + kUnreserved + kSub +
+                                          "-]|" + kPct + ")*(:[0-9]*)?";
+    static const std::string kPath = "(//" + kAuthority + "(/" + kPchar + "*)*|/(" + kPchar + "+(/" + kPchar +
+                                     "*)*)?|" + kPchar + "+(/" + kPchar + "*)*)";
+    static const std::string kTail = "([" + kUnreserved + kSub + ":@/?-]|" + kPct + ")*";
     static const std::map<std::string, std::string> kFormats = {
         {"date", kDate},
         {"time", kTime},
@@ -810,8 +847,8 @@ class SchemaCompiler {
         {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
         {"email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(" + kLabel + "\\.)+" + kLabel},
         {"ipv4", "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"},
-        {"hostname", kLabel + "(\\." + kLabel + ")*"},
-        {"uri", "[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=%-]+"},
+        {"hostname", kHostLabel + "(\\." + kHostLabel + "){0,2}"},
+        {"uri", "[A-Za-z][A-Za-z0-9+.-]*:" + kPath + "(\\?" + kTail + ")?(#" + kTail + ")?"},
     };
     auto it = kFormats.find(format);
     if (it == kFormats.end()) return std::nullopt;
@@ -975,7 +1012,7 @@ class SchemaCompiler {
       same_length_range(from, to, {}, alts);
     }
     if (!hi) {  // longer than lo: any
-      alts.push_back({digit('1', '9'), digits(static_cast<int64_t>(lo.size()), -1)});
+      alts.push_back({digit('1', '9'), digits(static_cast<int64_t>(lo.size()), kMaxWholeDigits - 1)});
     }
     return rule_of(std::move(alts), "whole");
   }
@@ -985,7 +1022,9 @@ class SchemaCompiler {
                          std::vector<Alternative>& alts) {
     size_t c = 0;
     while (c < lo.size() && lo[c] == hi[c]) prefix.push_back(b_.byte(static_cast<uint8_t>(lo[c++])));
-    if (c == lo.size()) {
+    if (lo.find_first_not_of('0', c) == std::string::npos && hi.find_first_not_of('9', c) == std::string::npos) {
+      // Every tail: any digits (without this, each level would split in two again).
+      for (size_t i = c; i < lo.size(); ++i) prefix.push_back(digit());
       alts.push_back(std::move(prefix));
       return;
     }

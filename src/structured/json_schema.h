@@ -12,10 +12,12 @@
 //     `maxItems`, `uniqueItems: false`;
 //   strings: `minLength`, `maxLength`, `pattern` (regex_grammar.h, matched anywhere unless
 //     anchored, as JSON Schema says), `format` date, time, date-time, email, uuid, ipv4,
-//     hostname, uri;
+//     hostname (up to three labels), uri (RFC 3986, without IP-literal hosts); lengths count
+//     characters, a \uD83D\uDE00 pair as one (a lone surrogate escape is not written);
 //   numbers and integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (draft 4's
 //     boolean form too), exact for integers; a number's bound must be a whole number, and a
-//     bounded number is written without an exponent;
+//     bounded number is written without an exponent; a whole part has at most 32 digits and an
+//     exponent at most 2 (parsers read JSON numbers as doubles, where 1e999 is infinity);
 //   annotations, which are ignored: title, description, default, examples, $schema, $id,
 //     $comment, deprecated, readOnly, writeOnly, $defs, definitions, and any "x-..." key.
 // Any other keyword, or a value of the wrong kind, is an error that names it and where it is

@@ -117,6 +117,31 @@ TEST(JsonSchema, StringLengthsPatternsAndFormats) {
          {R"("256.1.1.1")", R"("1.2.3")", R"("01.2.3.4")"});
 }
 
+// What the property test's validator (ajv, tests/structured) showed: each of these once let
+// through a text that a JSON Schema validator refuses.
+TEST(JsonSchema, WhatValidatorsRefuseIsNotWritten) {
+  // Numbers a double cannot hold (a parser reads them as infinity).
+  expect(R"({"type": "number"})", {"1e99", "-2.5E-99", std::string(32, '9') + ".5"},
+         {"1e999", "1e100", std::string(33, '9')});
+  expect(R"({"type": "integer"})", {std::string(32, '7')}, {std::string(33, '7')});
+  expect(R"({"type": "integer", "minimum": 5})", {"5", std::string(32, '8')}, {std::string(33, '8')});
+  // Lengths count characters: an escaped surrogate pair is one; a lone surrogate is not written.
+  expect(R"({"type": "string", "minLength": 2, "maxLength": 2})", {R"("\ud83d\ude00x")", R"("\u00e9x")"},
+         {R"("\ud83d\ude00")", R"("\ud83dx")", R"("\ude00x")"});
+  // JSON Schema's '.' is ECMAScript's: no line terminator.
+  expect(R"({"type": "string", "pattern": "^a.b$"})", {R"("a-b")", "\"a\xC3\xA9" "b\""},
+         {R"("a\nb")", R"("a\rb")", "\"a\xE2\x80\xA8" "b\"", "\"a\xE2\x80\xA9" "b\""});
+  // URIs: percent signs with two hex digits, brackets only in IP literals (not written), one '#'.
+  expect(R"({"type": "string", "format": "uri"})",
+         {R"("https://example.com/a/b?x=1&y=%20#top")", R"("mailto:ada@example.com")", R"("urn:isbn:0451450523")",
+          R"("http://user:pw@host:8080/")", R"("a:/")"},
+         {R"("a:")", R"("a:%")", R"("a:%g0")", R"("a:b[c]")", R"("a:b#c#d")", R"("1a:b")", R"("a:b c")", R"("a://h:x/")"});
+  // Host names: labels of at most 63 characters.
+  expect(R"({"type": "string", "format": "hostname"})",
+         {R"("example.com")", "\"" + std::string(63, 'a') + ".io\""},
+         {"\"" + std::string(64, 'a') + ".io\"", R"("-a.com")", R"("a..b")"});
+}
+
 TEST(JsonSchema, NumericBoundsAreExact) {
   // Integers: every value at and around the bounds.
   expect(R"({"type": "integer", "minimum": -12, "maximum": 105})", {"-12", "-1", "0", "9", "10", "99", "100", "105"},
@@ -199,6 +224,16 @@ TEST(JsonSchema, HostileSchemasAreRefusedOrBounded) {
   for (int i = 0; i < 5000; ++i) big["enum"].push_back(i);
   EXPECT_NE(error_of(big.dump()).find("more than 4096 values"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "integer", "minimum": 1e300})").find("out of range"), std::string::npos);
+  // Wide ranges stay small (digit by digit, not one alternative per split), and exact at the ends.
+  auto wide = compile(R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})");
+  ASSERT_NE(wide, nullptr);
+  EXPECT_LT(wide->size(), 5000);
+  for (const char* ok : {"9007199254740991", "-9007199254740991", "0", "1000000000000000"}) {
+    EXPECT_TRUE(matches(wide, ok)) << ok;
+  }
+  for (const char* bad : {"9007199254740992", "-9007199254740992", "10000000000000000"}) {
+    EXPECT_FALSE(matches(wide, bad)) << bad;
+  }
   // Self-reference without progress is no grammar (it matches nothing), not a hang.
   EXPECT_NE(error_of(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), "(accepted)");
 }

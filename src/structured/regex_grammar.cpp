@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,7 +113,9 @@ struct ClassAtom {
 
 class RegexParser {
  public:
-  explicit RegexParser(std::string_view pattern) : p_(pattern) {}
+  // `ecmascript`: '.' is ECMAScript's (JSON Schema's dialect), which excludes every line
+  // terminator: \n, \r, U+2028 and U+2029; otherwise Python's, which excludes \n only.
+  RegexParser(std::string_view pattern, bool ecmascript) : p_(pattern), ecmascript_(ecmascript) {}
 
   Result<Ast> parse() {
     if (peek() == '^') {
@@ -195,6 +198,9 @@ class RegexParser {
       case '[': return parse_class();
       case '.':
         ++pos_;
+        if (ecmascript_) {
+          return chars(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), begin);
+        }
         return chars(normalize({{0, '\n' - 1}, {'\n' + 1, kMaxCodePoint}}), begin);
       case '\\': {
         std::optional<ClassAtom> e = parse_escape(/*in_class=*/false);
@@ -258,6 +264,10 @@ class RegexParser {
       while (!eof() && (is_alnum(peek()) || peek() == '_')) ++pos_;
       if (pos_ == name || is_digit(p_[name]) || peek() != '>') {
         fail("named group", begin, pos_ + 1, " needs a name of letters, digits and '_' and then '>'");
+        return false;
+      }
+      if (!group_names_.insert(std::string(p_.substr(name, pos_ - name))).second) {
+        fail("group name", name, pos_, " is used twice");
         return false;
       }
       ++pos_;
@@ -482,9 +492,11 @@ class RegexParser {
   }
 
   std::string_view p_;
+  bool ecmascript_;
   size_t pos_ = 0;
   Ast ast_;
   std::optional<std::string> error_;
+  std::set<std::string> group_names_;
 };
 
 // Writes the tree as rules. A node becomes a sequence of elements: characters their bytes (or a
@@ -764,7 +776,7 @@ class RegexEmitter {
 
 Result<Element> add_regex(GrammarBuilder& b, std::string_view pattern, const RegexOptions& options,
                           const std::string& hint) {
-  Result<Ast> ast = RegexParser(pattern).parse();
+  Result<Ast> ast = RegexParser(pattern, options.json_string).parse();
   if (!ast.ok()) return ast.status();
   return RegexEmitter(b, *ast, pattern, options, hint).emit_root();
 }

@@ -3,7 +3,8 @@
 // value and each character is written as JSON writes it.
 //
 // The syntax is the common subset of ECMAScript (JSON Schema's dialect) and Python's `re`:
-// literals; '.' (any character but '\n'); classes [a-z], [^...] with the escapes below inside
+// literals; '.' (any character but '\n', as Python's; with json_string, JSON Schema's patterns,
+// any but ECMAScript's line terminators \n \r U+2028 U+2029); classes [a-z], [^...] with the escapes below inside
 // (and \b, the backspace, there); \d \D \w \W \s \S; \t \n \r \f \v \0 \xHH \uHHHH \u{H...} (a
 // \uHHHH\uHHHH surrogate pair is the one character it encodes) and escaped ASCII punctuation or
 // space; groups (...), (?:...) and named groups (?<name>...) / (?P<name>...); alternation |; the
@@ -16,8 +17,8 @@
 // it, and on {,n}), and so is an empty class [] or [^]. Anything else is refused with an error
 // "regex: <what> '<text>' at offset N ...": backreferences, lookaround, word boundaries, inline
 // flags, possessive quantifiers, anchors elsewhere, octal escapes, Unicode properties, groups
-// nested deeper than 200, pattern text that is not UTF-8, and patterns whose grammar would be
-// too large (over a million items or GrammarBuilder::kMaxRules rules).
+// nested deeper than 200, a group name used twice, pattern text that is not UTF-8, and patterns
+// whose grammar would be too large (over a million items or GrammarBuilder::kMaxRules rules).
 // Classes and '.' are over code points, matched as their UTF-8 bytes. Pure functions.
 #pragma once
 
