@@ -85,7 +85,8 @@ SANITIZER_BUILD := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHD
 # enum checks stay, and the fuzz build (scripts/fuzz) keeps every UBSan check.
 ASAN_SKIP := vptr,null,alignment
 ASAN_SLOW_TESTS := FastKernels\.TinyLlamaShapedLogitsMatchScalarKernels|Determinism\.DummyQ8GroupOf8|Determinism\.DummyQwen3MoeQ4_0|TensorParallelModel\.TinyLlamaShapedLogitsMatchOneRank
-ASAN_TARGETS := loader_test quant_test tokenizer_test chat_template_test openai_protocol_test server_test structured_test pagoda \
+ASAN_TARGETS := loader_test quant_test tokenizer_test chat_template_test openai_protocol_test output_parsers_test server_test \
+  structured_test pagoda \
   cpu_simd_kernels_test $(FUZZ_TARGETS) $(ASAN_UNIT_TESTS)
 test-asan: setup
 	cmake -S . -B $(ASAN_DIR) -G Ninja $(SANITIZER_BUILD) -DPAGODA_WERROR=ON \

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -204,7 +205,10 @@ TEST(Cli, PipelineParallelKeepsTheGoldenTextAndTheProbes) {
                        "\"presence_penalty\": 0.5, \"max_tokens\": 40}\n"
                     << "{\"prompt\": \"Tom saw\", \"stop\": [\".\"], \"max_tokens\": 60, \"temperature\": 0}\n"
                     << "{\"prompt\": \"The sun\", \"temperature\": 0.8, \"top_p\": 0.9, \"seed\": 11, "
-                       "\"max_tokens\": 50, \"logprobs\": 2}\n";
+                       "\"max_tokens\": 50, \"logprobs\": 2}\n"
+                    // A structured output: its masks travel to every rank with the step.
+                    << "{\"prompt\": \"Once upon a time\", \"temperature\": 1.0, \"seed\": 5, \"max_tokens\": 40, "
+                       "\"structured_outputs\": {\"regex\": \" [a-z]+( [a-z]+){2,8}\\\\.\"}}\n";
   std::vector<nlohmann::json> outputs[3];
   const char* sizes[] = {"-pp 1", "-pp 2", "-pp 2 -tp 2"};
   for (int i = 0; i < 3; ++i) {
@@ -214,10 +218,13 @@ TEST(Cli, PipelineParallelKeepsTheGoldenTextAndTheProbes) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::ifstream file(out);
     for (std::string line; std::getline(file, line);) outputs[i].push_back(nlohmann::json::parse(line));
-    ASSERT_EQ(outputs[i].size(), 4u) << sizes[i];
+    ASSERT_EQ(outputs[i].size(), 5u) << sizes[i];
+    const std::string text = outputs[i][4]["text"].get<std::string>();
+    EXPECT_TRUE(std::regex_match(text, std::regex(" [a-z]+( [a-z]+){2,8}\\."))) << sizes[i] << ": " << text;
+    EXPECT_EQ(outputs[i][4]["finish_reason"], "stop") << text;
   }
   for (int i = 1; i < 3; ++i) {
-    for (size_t p = 0; p < 4; ++p) {
+    for (size_t p = 0; p < 5; ++p) {
       nlohmann::json one = outputs[0][p], other = outputs[i][p];
       if (!one.is_array()) one = nlohmann::json::array({one}), other = nlohmann::json::array({other});
       ASSERT_EQ(one.size(), other.size()) << sizes[i] << " probe " << p;

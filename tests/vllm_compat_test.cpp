@@ -538,12 +538,18 @@ TEST(VllmCompat, OfflineBatchFollowsTheServersRules) {
   EXPECT_EQ(lines[2]["outputs"].size(), 4u);
   EXPECT_EQ(lines[2]["usage"]["completion_tokens"], 8);
 
-  // Fields that would change the result are refused by name, as the server refuses them.
-  std::ofstream(in) << R"({"prompt": "a", "guided_json": {"type": "object"}})" << "\n";
+  // Fields that would change the result are refused by name, as the server refuses them; a
+  // structured output's unsupported keyword too.
+  std::ofstream(in) << R"({"prompt": "a", "guided_json": {"type": "integer", "multipleOf": 2}})" << "\n";
   RunResult refused = run_pagoda("generate --model " + shell_quote(model) + " --input-file " + shell_quote(in));
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_NE(refused.err.find(in + ":1: guided_json (structured output) is not supported"), std::string::npos)
+  EXPECT_NE(refused.err.find(in + ":1: guided_json: JSON schema: at #: 'multipleOf' is not supported"),
+            std::string::npos)
       << refused.err;
+  std::ofstream(in) << R"({"prompt": "a", "use_beam_search": true})" << "\n";
+  RunResult beam = run_pagoda("generate --model " + shell_quote(model) + " --input-file " + shell_quote(in));
+  EXPECT_EQ(beam.exit_code, 1);
+  EXPECT_NE(beam.err.find(in + ":1: use_beam_search (beam search) is not supported"), std::string::npos) << beam.err;
   // No tokens at all is refused in the CLI and in the server alike.
   RunResult none = run_pagoda("generate --model " + shell_quote(model) + " -p '' --no-add-special");
   EXPECT_EQ(none.exit_code, 1);

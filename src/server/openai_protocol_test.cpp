@@ -1639,7 +1639,10 @@ TEST(OpenAiProtocol, ToolsReachTheTemplateAndToolChoiceIsChecked) {
            {R"("tools": [{"type": "retrieval"}])", "tools"},
            {R"("tools": {"a": 1})", "tools"},
            {tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})", "tool_choice"},
-           {R"("messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])",
+           {R"("messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]}])",
+            "messages"},
+           {R"("messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": ")" +
+                std::string(100, '[') + std::string(100, ']') + R"("}}]}])",
             "messages"},
        }) {
     const std::string body = extra.rfind(R"("messages")", 0) == 0 ? "{" + extra + "}" : chat_body(extra);
@@ -1723,7 +1726,31 @@ TEST(OpenAiProtocol, ForcedToolChoiceIsAGrammarAndItsCallsParse) {
   }
   EXPECT_EQ(with_name, 1);
   EXPECT_EQ(arguments, answer);
-  EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "stop");  // a named function: "stop", as OpenAI's
+  ResponseBuilder named_whole(*named, tok, "chatcmpl-t3", 5);
+  named_whole.add(0, last(0, answer, {1}, FinishReason::kStop, 9, 6));
+  json nj = json::parse(named_whole.body());
+  EXPECT_EQ(nj["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(nj["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], answer);
+
+  // A tool's own $defs (Pydantic writes them) inside the required array, and arguments as written
+  // (a 23-digit integer is not re-spelled through a double); parameters without a type are an object.
+  const std::string defs_tools = R"("tools": [{"type": "function", "function": {"name": "t", "parameters":
+      {"$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+       "type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "required": ["p"]}}},
+      {"type": "function", "function": {"name": "u", "parameters": {"description": "no type"}}}])";
+  auto defs = accepted(parse_chat_request(chat_body(defs_tools + R"(, "tool_choice": "required")"), q->ctx));
+  ASSERT_TRUE(defs) << error_message(parse_chat_request(chat_body(defs_tools + R"(, "tool_choice": "required")"), q->ctx));
+  const std::string big = R"([{"name": "t", "parameters": {"p": {"x": 12345678901234567890123}}}, {"name": "u", "parameters": {}}])";
+  EXPECT_TRUE(constraint_takes(*defs, big));
+  EXPECT_FALSE(constraint_takes(*defs, R"([{"name": "t", "parameters": {"p": {"y": 1}}}])"));
+  EXPECT_FALSE(constraint_takes(*defs, R"([{"name": "u", "parameters": 1}])"));
+  ResponseBuilder db(*defs, tok, "chatcmpl-t4", 5);
+  db.add(0, last(0, big, {1}, FinishReason::kStop, 9, 6));
+  json dj = json::parse(db.body());
+  EXPECT_EQ(dj["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            R"({"p": {"x": 12345678901234567890123}})");
+  EXPECT_EQ(dj["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"], "{}");
 }
 
 TEST(OpenAiProtocol, AutoToolCallsAndReasoningInTheAnswer) {

@@ -612,14 +612,18 @@ MaybeError read_messages(const json& body, const ModelContext& model, std::vecto
         const json* args = f && f->is_object() ? field(*f, "arguments") : nullptr;
         const json* id = c.is_object() ? field(c, "id") : nullptr;
         if (!name || !name->is_string()) return fail("tool_calls[" + std::to_string(k) + "] needs function.name");
-        // OpenAI sends the arguments as JSON text; an object is taken too.
+        // OpenAI sends the arguments as JSON text (the template sees them parsed; text that is not
+        // JSON, a call cut short, as a string); an object is taken too; "" is no arguments.
         std::string arguments = "{}";
-        if (args && args->is_string()) {
+        if (args && args->is_string() && !args->get_ref<const std::string&>().empty()) {
           arguments = args->get<std::string>();
-          if (!json::accept(arguments)) return fail("tool_calls[" + std::to_string(k) + "].function.arguments is not JSON");
+          if (!json_nesting_within(arguments, model.limits.max_json_depth)) {
+            return fail("tool_calls[" + std::to_string(k) + "].function.arguments nests deeper than " +
+                        std::to_string(model.limits.max_json_depth) + " levels");
+          }
         } else if (args && args->is_object()) {
           arguments = args->dump();
-        } else if (args) {
+        } else if (args && !args->is_string()) {
           return fail("tool_calls[" + std::to_string(k) + "].function.arguments must be a JSON string");
         }
         msg.tool_calls.push_back({id && id->is_string() ? id->get<std::string>() : std::string(), name->get<std::string>(),
@@ -805,7 +809,9 @@ ApiResult<ParsedRequest> parse_chat(std::string_view body_text, const ModelConte
   const auto thinking_flag = peek.flags.find("enable_thinking");
   const bool thinking = model.reasoning && (thinking_flag == peek.flags.end() || thinking_flag->second);
   const std::optional<TokenId> after = thinking ? model.reasoning_end_token : std::nullopt;
-  r.reasoning = model.reasoning;
+  r.reasoning = thinking ? model.reasoning : nullptr;
+  // The end of thinking must reach the parser as text (a control token would be skipped).
+  if (after && model.tokenizer->is_special(*after)) p.skip_special_tokens = false;
   ApiResult<ToolRequest> tools = read_tools(body, body_text, model.tools, model.structured, after);
   if (auto* e = std::get_if<ApiError>(&tools)) return *e;
   r.tools = std::move(std::get<ToolRequest>(tools));

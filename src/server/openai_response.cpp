@@ -254,15 +254,16 @@ ojson ResponseBuilder::chat_message(size_t choice_index, const std::string& text
     tool_calls = forced_tool_calls(request_.tools, content);
     if (!tool_calls.empty()) content.clear();
   }
-  calls = !tool_calls.empty();
+  // (A named tool_choice finishes with "stop", as OpenAI's and vLLM's do.)
+  calls = !tool_calls.empty() && forced != ToolRequest::Choice::kNamed;
   ojson m;
   m["role"] = "assistant";
-  m["content"] = calls && content.empty() ? ojson(nullptr) : ojson(content);
+  m["content"] = !tool_calls.empty() && content.empty() ? ojson(nullptr) : ojson(content);
   if (parsed.reasoning) {
     m["reasoning_content"] = *parsed.reasoning;  // vLLM's older name, which many clients read
     m["reasoning"] = *parsed.reasoning;
   }
-  if (calls) {
+  if (!tool_calls.empty()) {
     ojson list = ojson::array();
     for (size_t i = 0; i < tool_calls.size(); ++i) {
       list.push_back({{"id", tool_call_id(choice_index, static_cast<int>(i))},
@@ -281,7 +282,15 @@ ojson ResponseBuilder::chat_delta(size_t choice_index, Choice& c, const std::str
     OutputDelta rest = c.parts->finish();
     d.content += rest.content;
     d.reasoning += rest.reasoning;
-    d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+    for (ToolCallDelta& t : rest.tool_calls) {
+      // One entry per call in a chunk: the rest of a call this push() already began joins it.
+      if (!d.tool_calls.empty() && d.tool_calls.back().index == t.index) {
+        if (t.name) d.tool_calls.back().name = t.name;
+        d.tool_calls.back().arguments += t.arguments;
+      } else {
+        d.tool_calls.push_back(std::move(t));
+      }
+    }
   }
   ojson delta = ojson::object();
   if (!d.reasoning.empty()) {
@@ -410,7 +419,7 @@ std::string ResponseBuilder::stream_events(size_t prompt_index, const OutputChun
     j["index"] = index;
     j["delta"] = std::move(delta);
     j["logprobs"] = has_logprobs ? chat_logprobs_json(tokenizer_, chunk.logprobs) : ojson(nullptr);
-    const bool calls = c.calls_sent > 0 && c.finish_reason == "stop";
+    const bool calls = c.calls_sent > 0 && c.finish_reason == "stop" && request_.tools.choice != ToolRequest::Choice::kNamed;
     j["finish_reason"] = finish_json(finished ? (calls ? "tool_calls" : c.finish_reason) : "");
     if (finished) j["stop_reason"] = stop_reason_json(c.stop_reason_text, c.stop_reason_token);
     return events + event(std::move(j));

@@ -144,6 +144,12 @@ struct OpenAiServer::Impl {
   std::optional<HttpResponse> refuse(const HttpRequest& req) const;
   void handle(HttpRequest&& req, std::shared_ptr<Exchange> ex);
   void generate(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  // A request that may compile a grammar (structured outputs, forced tool calls) is read on a
+  // thread of its own, so that a compile (up to TokenGrammar's bound) never holds up an I/O
+  // thread and the other connections it serves; at most kMaxCompiling at once, the rest 429.
+  void generate_off_io(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  static constexpr int kMaxCompiling = 4;
+  std::atomic<int> compiling{0};
   void health(const std::shared_ptr<Exchange>& ex);
   void stats_loop();
 };
@@ -185,6 +191,28 @@ void OpenAiServer::Impl::Call::finish() {
   } else {
     exchange->respond(json_response(200, builder->body()));
   }
+}
+
+void OpenAiServer::Impl::generate_off_io(Endpoint endpoint, const HttpRequest& req,
+                                         const std::shared_ptr<Exchange>& ex) {
+  // (A cheap look at the body: the fields that can compile a grammar. A false positive only costs
+  // a thread.)
+  bool may_compile = false;
+  for (const char* key : {"\"response_format\"", "\"structured_outputs\"", "\"guided_", "\"tool_choice\""}) {
+    may_compile = may_compile || req.body.find(key) != std::string::npos;
+  }
+  if (!may_compile) return generate(endpoint, req, ex);
+  if (compiling.fetch_add(1) >= kMaxCompiling) {
+    compiling.fetch_sub(1);
+    ex->respond(error_response(make_error(429, "rate_limit_error",
+                                          "too many structured-output requests are being compiled; retry",
+                                          "rate_limit_exceeded")));
+    return;
+  }
+  std::thread([this, endpoint, req, ex] {
+    generate(endpoint, req, ex);
+    compiling.fetch_sub(1);
+  }).detach();
 }
 
 void OpenAiServer::Impl::generate(Endpoint endpoint, const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
@@ -341,9 +369,9 @@ void OpenAiServer::Impl::handle(HttpRequest&& req, std::shared_ptr<Exchange> ex)
   } else if (path == "/v1/models") {
     ex->respond(json_response(200, models_list(context, model.root, created)));
   } else if (path == "/v1/completions") {
-    generate(Endpoint::kCompletions, req, ex);
+    generate_off_io(Endpoint::kCompletions, req, ex);
   } else if (path == "/v1/chat/completions") {
-    generate(Endpoint::kChat, req, ex);
+    generate_off_io(Endpoint::kChat, req, ex);
   } else if (path == "/tokenize" || path == "/detokenize") {
     ApiResult<std::string> r =
         path == "/tokenize" ? handle_tokenize(req.body, context) : handle_detokenize(req.body, context);
@@ -496,6 +524,8 @@ void OpenAiServer::shutdown(std::chrono::milliseconds timeout) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  // Requests still being read on their own threads (generate_off_io) finish before the server goes.
+  while (s.compiling.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   s.http->stop(std::chrono::seconds(2));
   s.http.reset();
   {

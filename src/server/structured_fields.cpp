@@ -46,6 +46,39 @@ const ordered* ordered_at(const ordered& root, const std::vector<std::string>& p
   return at;
 }
 
+}  // namespace
+
+ApiResult<std::optional<ordered>> ordered_member(std::string_view body_text, const std::string& key) {
+  // Everything outside `key` is dropped as it is parsed; keys inside it are counted.
+  std::string current;
+  size_t keys = 0;
+  struct TooMany {};
+  const ordered::parser_callback_t keep = [&](int depth, ordered::parse_event_t event, ordered& parsed) {
+    if (depth == 1 && event == ordered::parse_event_t::key) {
+      current = parsed.is_string() ? parsed.get<std::string>() : std::string();
+      return true;
+    }
+    if (depth >= 2 && event == ordered::parse_event_t::key && current == key && ++keys > kMaxOrderedKeys) {
+      throw TooMany{};
+    }
+    if (depth == 1 && (event == ordered::parse_event_t::value || event == ordered::parse_event_t::object_end ||
+                       event == ordered::parse_event_t::array_end)) {
+      return current == key;
+    }
+    return true;
+  };
+  ordered whole;
+  try {
+    whole = ordered::parse(body_text.begin(), body_text.end(), keep, /*allow_exceptions=*/false);
+  } catch (const TooMany&) {
+    return bad_request(key + " holds more than " + std::to_string(kMaxOrderedKeys) + " keys", key);
+  }
+  if (whole.is_discarded() || !whole.is_object() || !whole.contains(key)) return std::optional<ordered>();
+  return std::optional<ordered>(std::move(whole[key]));
+}
+
+namespace {
+
 // A schema: an object (or boolean) in the body, or a JSON text.
 ApiResult<ordered> read_schema(const json& value, const std::string& field, const std::vector<std::string>& path,
                                std::string_view body_text, const StructuredContext& context) {
@@ -54,14 +87,18 @@ ApiResult<ordered> read_schema(const json& value, const std::string& field, cons
     if (!json_nesting_within(text, context.max_json_depth)) {
       return refuse(field + " nests deeper than " + std::to_string(context.max_json_depth) + " levels", field);
     }
-    ordered parsed = ordered::parse(text, nullptr, false);
-    if (parsed.is_discarded()) return refuse(field + " is not valid JSON", field);
-    return parsed;
+    // (Read as the "schema" member of a body, for ordered_member's bound on keys.)
+    ApiResult<std::optional<ordered>> parsed = ordered_member("{\"schema\": " + text + "}", "schema");
+    if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(field + ": " + e->message, field);
+    if (!std::get<std::optional<ordered>>(parsed)) return refuse(field + " is not valid JSON", field);
+    return *std::get<std::optional<ordered>>(parsed);
   }
   if (!value.is_object() && !value.is_boolean()) return wrong(field, "a JSON schema (an object, or its JSON text)");
-  // (The body already parsed once, with the same depth limit: this cannot fail.)
-  const ordered whole = ordered::parse(body_text, nullptr, false);
-  const ordered* at = whole.is_discarded() ? nullptr : ordered_at(whole, path);
+  // (The body already parsed once, with the same depth limit.)
+  ApiResult<std::optional<ordered>> top = ordered_member(body_text, path.front());
+  if (auto* e = std::get_if<ApiError>(&top)) return *e;
+  const auto& member = std::get<std::optional<ordered>>(top);
+  const ordered* at = member ? ordered_at(*member, std::vector<std::string>(path.begin() + 1, path.end())) : nullptr;
   if (!at) return refuse(field + " could not be read again", field);
   return *at;
 }

@@ -15,6 +15,7 @@
 // Pure, apart from the compiler's cache; thread-safe.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,6 +51,12 @@ struct StructuredContext {
 ApiResult<std::optional<GrammarConstraint>> read_constraint(const nlohmann::json& body, std::string_view body_text,
                                                             const StructuredContext& context,
                                                             std::optional<TokenId> after_token);
+
+// The body's top-level member `key` read again with its objects' order kept (a schema's properties,
+// the tools), nullopt when absent. Only that member is kept while parsing, and it may hold at most
+// kMaxOrderedKeys keys (an order-keeping object costs a scan per key: a bound keeps it linear).
+inline constexpr size_t kMaxOrderedKeys = 20000;
+ApiResult<std::optional<nlohmann::ordered_json>> ordered_member(std::string_view body_text, const std::string& key);
 
 // The body's fields read_constraint reads (for the list of ignored fields).
 bool is_constraint_field(std::string_view key);

@@ -33,16 +33,84 @@ ApiResult<ordered> read_tool_list(const json& tools, std::string_view body_text)
       }
     }
   }
-  const ordered whole = ordered::parse(body_text, nullptr, false);
-  if (whole.is_discarded() || !whole.contains("tools")) return bad_request("tools could not be read again", "tools");
-  return whole["tools"];
+  ApiResult<std::optional<ordered>> listed = ordered_member(body_text, "tools");
+  if (auto* e = std::get_if<ApiError>(&listed)) return *e;
+  if (!std::get<std::optional<ordered>>(listed)) return bad_request("tools could not be read again", "tools");
+  return *std::get<std::optional<ordered>>(listed);
 }
 
-// A function's arguments schema: its parameters, or any object.
+// A function's arguments schema: its parameters, an object whatever else they say (a schema
+// without a type would take any value), or any object.
 ordered parameters_of(const ordered& tool) {
   const ordered& f = tool["function"];
-  if (f.contains("parameters") && f["parameters"].is_object()) return f["parameters"];
-  return ordered{{"type", "object"}};
+  if (!f.contains("parameters") || !f["parameters"].is_object()) return ordered{{"type", "object"}};
+  ordered p = f["parameters"];
+  bool typed = false;
+  for (const char* key : {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}) typed = typed || p.contains(key);
+  if (!typed) p["type"] = "object";
+  return p;
+}
+
+// `schema` embedded at `at` (a JSON pointer) in a larger one: its references to its own root
+// ("#", "#/$defs/x") made to point where it now is. Values that are data, not schemas (const,
+// enum, default, examples), are left as they are.
+void rebase_refs(ordered& schema, const std::string& at) {
+  if (schema.is_array()) {
+    for (ordered& e : schema) rebase_refs(e, at);
+    return;
+  }
+  if (!schema.is_object()) return;
+  for (auto it = schema.begin(); it != schema.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
+    if (key == "$ref" && it->is_string() && it->get_ref<const std::string&>().rfind('#', 0) == 0) {
+      *it = at + it->get<std::string>().substr(1);
+    } else {
+      rebase_refs(*it, at);
+    }
+  }
+}
+
+// The text of each `"parameters"` value of a JSON array of {"name", "parameters"} objects, as
+// written (a parse and a dump would re-spell numbers through doubles). `text` is what the grammar
+// made: valid JSON.
+std::vector<std::string_view> parameter_texts(std::string_view text) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  bool in_string = false;
+  size_t key_start = 0;
+  std::string_view last_key;
+  size_t value_start = std::string_view::npos;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        if (depth == 2) last_key = text.substr(key_start, i - key_start);
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      key_start = i + 1;
+    } else if (c == ':' && depth == 2 && last_key == "parameters") {
+      value_start = i + 1;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']' || (c == ',' && depth == 2)) {
+      if (depth == 2 && value_start != std::string_view::npos) {
+        std::string_view v = text.substr(value_start, i - value_start);
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t' || v.front() == '\n' || v.front() == '\r')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\n' || v.back() == '\r')) v.remove_suffix(1);
+        out.push_back(v);
+        value_start = std::string_view::npos;
+      }
+      if (c != ',') --depth;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -113,7 +181,9 @@ ApiResult<ToolRequest> read_tools(const json& body, std::string_view body_text, 
     for (const ordered& t : tool_list) {
       ordered call;
       call["type"] = "object";
-      call["properties"] = {{"name", {{"const", t["function"]["name"]}}}, {"parameters", parameters_of(t)}};
+      ordered parameters = parameters_of(t);
+      rebase_refs(parameters, "#/items/anyOf/" + std::to_string(calls.size()) + "/properties/parameters");
+      call["properties"] = {{"name", {{"const", t["function"]["name"]}}}, {"parameters", std::move(parameters)}};
       call["required"] = {"name", "parameters"};
       call["additionalProperties"] = false;
       calls.push_back(std::move(call));
@@ -140,19 +210,21 @@ ApiResult<std::string> read_tools_json(const json& body, std::string_view body_t
 }
 
 std::vector<ParsedToolCall> forced_tool_calls(const ToolRequest& tools, std::string_view answer) {
-  const ordered j = ordered::parse(answer, nullptr, false);
-  if (j.is_discarded()) return {};
   std::vector<ParsedToolCall> out;
   if (tools.choice == ToolRequest::Choice::kNamed) {
-    if (j.is_object()) out.push_back({tools.named, std::string(answer)});
+    // The answer is the arguments, whole or cut short, as vLLM reports it (and as it streams).
+    if (!answer.empty()) out.push_back({tools.named, std::string(answer)});
     return out;
   }
-  if (tools.choice != ToolRequest::Choice::kRequired || !j.is_array()) return out;
-  for (const ordered& call : j) {
-    if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("parameters")) {
-      return {};
-    }
-    out.push_back({call["name"].get<std::string>(), call["parameters"].dump()});
+  if (tools.choice != ToolRequest::Choice::kRequired) return out;
+  const json j = json::parse(answer, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) return out;
+  const std::vector<std::string_view> texts = parameter_texts(answer);
+  if (texts.size() != j.size()) return out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& call = j[i];
+    if (!call.is_object() || !call.contains("name") || !call["name"].is_string()) return {};
+    out.push_back({call["name"].get<std::string>(), std::string(texts[i])});
   }
   return out;
 }

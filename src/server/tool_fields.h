@@ -53,8 +53,9 @@ ApiResult<ToolRequest> read_tools(const nlohmann::json& body, std::string_view b
 ApiResult<std::string> read_tools_json(const nlohmann::json& body, std::string_view body_text);
 
 // The calls in the output of a request whose tool_choice was required or named (the grammar made
-// it): named: the whole answer is the arguments; required: the array's elements. Empty when the
-// output is not what the grammar makes (cut short by max_tokens).
+// it): named: the whole answer (if any) is the arguments, as vLLM has it; required: the array's
+// elements, each call's parameters as written. Required gives none when the output is not what the
+// grammar makes (cut short by max_tokens).
 std::vector<ParsedToolCall> forced_tool_calls(const ToolRequest& tools, std::string_view answer);
 
 }  // namespace pagoda::server

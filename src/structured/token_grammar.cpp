@@ -1,6 +1,7 @@
 #include "structured/token_grammar.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string_view>
 
 namespace pagoda::structured {
@@ -140,6 +141,11 @@ std::vector<bool> reachable_rules(const CompiledGrammar& g) {
 Result<std::shared_ptr<const TokenGrammar>> TokenGrammar::compile(std::shared_ptr<const CompiledGrammar> grammar,
                                                                   std::shared_ptr<const TokenVocabulary> vocabulary,
                                                                   int64_t max_work) {
+  if (grammar->size() > kMaxItems) {
+    return invalid_argument("the grammar has " + std::to_string(grammar->size()) + " items, over the limit of " +
+                            std::to_string(kMaxItems));
+  }
+  const auto started = std::chrono::steady_clock::now();
   std::shared_ptr<TokenGrammar> tg(new TokenGrammar());
   tg->grammar_ = grammar;
   tg->vocabulary_ = vocabulary;
@@ -215,6 +221,10 @@ Result<std::shared_ptr<const TokenGrammar>> TokenGrammar::compile(std::shared_pt
     if (tg->stats_.work > max_work) {
       return invalid_argument("the grammar is too large to compile against the vocabulary (over " +
                               std::to_string(max_work) + " steps)");
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > kMaxSeconds) {
+      return invalid_argument("the grammar is too large to compile against the vocabulary (over " +
+                              std::to_string(static_cast<int>(kMaxSeconds)) + " s)");
     }
     std::sort(out.accepted_ids.begin(), out.accepted_ids.end());
     if (out.accepted_ids.size() * 32 > static_cast<size_t>(vocab.size())) {

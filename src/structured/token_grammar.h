@@ -36,12 +36,15 @@ namespace pagoda::structured {
 
 class TokenGrammar {
  public:
-  // Fails when walking the vocabulary would take more than `max_work` trie steps (a grammar that
-  // large is refused rather than stalling the caller).
+  // Fails when the grammar has more than kMaxItems items, when walking the vocabulary would take
+  // more than `max_work` trie steps, or when compiling runs past kMaxSeconds (a grammar that large
+  // is refused rather than stalling the caller).
   static Result<std::shared_ptr<const TokenGrammar>> compile(std::shared_ptr<const CompiledGrammar> grammar,
                                                              std::shared_ptr<const TokenVocabulary> vocabulary,
                                                              int64_t max_work = kDefaultMaxWork);
   static constexpr int64_t kDefaultMaxWork = int64_t{1} << 28;
+  static constexpr int32_t kMaxItems = 1 << 20;
+  static constexpr double kMaxSeconds = 5.0;
 
   const std::shared_ptr<const CompiledGrammar>& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }

@@ -59,7 +59,7 @@ try {
     tool_choice: { type: 'function', function: { name: 'get_weather' } },
   });
   const call = named.choices[0].message.tool_calls[0];
-  assert.equal(named.choices[0].finish_reason, 'tool_calls');
+  assert.equal(named.choices[0].finish_reason, 'stop');  // a named function: 'stop', as OpenAI's
   assert.equal(call.type, 'function');
   assert.equal(call.function.name, 'get_weather');
   assert.ok(call.id.startsWith('call_'));
@@ -89,7 +89,7 @@ try {
   assert.ok(deltas > 1, 'the arguments arrive in pieces');
   assert.equal(streamed.function.name, 'get_weather');
   assert.equal(streamed.function.arguments, call.function.arguments);  // same seed, same call
-  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+  assert.equal(final.choices[0].finish_reason, 'stop');
 
   // tool_choice auto with the hermes parser: this model writes no calls, so it answers in text.
   const auto = await client.chat.completions.create({
