@@ -1562,6 +1562,19 @@ TEST(OpenAiProtocol, StructuredOutputErrorsNameWhatIsRefused) {
   for (int i = 0; i < 100; ++i) deep = "[" + deep + "]";
   EXPECT_TRUE(is_error(parse_completion_request(R"({"prompt": "a", "guided_json": ")" + deep + "\"}", q->ctx),
                        "guided_json"));
+  // Large schemas (this one 600 KB): too many keys to keep in order, or too many values, are 400s.
+  std::string many = R"({"prompt": "a", "guided_json": {"type": "object", "properties": {)";
+  for (int i = 0; i < 25000; ++i) many += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(": {"type": "null"})";
+  many += "}}}";
+  auto many_keys = parse_completion_request(many, q->ctx);
+  EXPECT_TRUE(is_error(many_keys, "guided_json"));
+  EXPECT_NE(error_message(many_keys).find("more than 20000 keys"), std::string::npos) << error_message(many_keys);
+  std::string values = R"({"prompt": "a", "guided_json": {"enum": [)";
+  for (int i = 0; i < 5000; ++i) values += (i ? ",\"" : "\"") + std::string(10, 'a' + i % 26) + std::to_string(i) + "\"";
+  values += "]}}";
+  auto many_values = parse_completion_request(values, q->ctx);
+  EXPECT_TRUE(is_error(many_values, "guided_json"));
+  EXPECT_NE(error_message(many_values).find("more than 4096 values"), std::string::npos) << error_message(many_values);
   // Without a compiler (no vocabulary), a constraint is a 400, never ignored.
   ModelContext none = q->ctx;
   none.structured.grammars = nullptr;

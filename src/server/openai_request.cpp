@@ -161,30 +161,51 @@ bool in_vocab(const json& id, int64_t vocab) {
 
 // ---- the body -------------------------------------------------------------------------------
 
+// Which top-level field of `body` a JSON syntax error is in, so that a bad number (1e400) names
+// it: a SAX pass that builds nothing (nlohmann's DOM callback parser rescans an object's members at
+// each member's end, which a body of many small objects makes quadratic).
+class FailingField : public nlohmann::json_sax<json> {
+ public:
+  std::string field;  // "" when the error is outside any field
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool key(string_t& k) override {
+    if (depth_ == 1) field = k;
+    return true;
+  }
+  bool end_object() override { return --depth_, value(); }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, value(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool value() {
+    if (depth_ == 1) field.clear();  // a top-level field's value is complete
+    return true;
+  }
+  int depth_ = 0;
+};
+
 ApiResult<json> parse_body(std::string_view body, const ProtocolLimits& limits) {
   if (!json_nesting_within(body, limits.max_json_depth)) {
     return bad_request("the request body nests arrays and objects deeper than " +
                        std::to_string(limits.max_json_depth) + " levels");
   }
-  // Which top-level field the parser is inside, so that a bad number (1e400) names it.
-  std::string current_key;
-  const json::parser_callback_t track = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1) {
-      if (event == json::parse_event_t::key) {
-        current_key = parsed.is_string() ? parsed.get<std::string>() : std::string();
-      } else if (event == json::parse_event_t::value || event == json::parse_event_t::object_end ||
-                 event == json::parse_event_t::array_end) {
-        current_key.clear();
-      }
-    }
-    return true;
-  };
   json j;
   try {
-    j = json::parse(body.begin(), body.end(), track);
+    j = json::parse(body.begin(), body.end());
   } catch (const json::exception& e) {
-    if (current_key.size() > kMaxEchoedBytes) current_key.clear();
-    return bad_request("the request body is not valid JSON: " + describe(e), current_key);
+    FailingField where;
+    json::sax_parse(body.begin(), body.end(), &where);
+    if (where.field.size() > kMaxEchoedBytes) where.field.clear();
+    return bad_request("the request body is not valid JSON: " + describe(e), where.field);
   }
   if (!j.is_object()) return bad_request("request body must be a JSON object");
   return j;

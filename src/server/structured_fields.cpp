@@ -7,6 +7,7 @@
 #include "structured/gbnf.h"
 #include "structured/json_schema.h"
 #include "structured/regex_grammar.h"
+#include "tokenizer/ordered_json.h"
 
 namespace pagoda::server {
 namespace {
@@ -49,32 +50,10 @@ const ordered* ordered_at(const ordered& root, const std::vector<std::string>& p
 }  // namespace
 
 ApiResult<std::optional<ordered>> ordered_member(std::string_view body_text, const std::string& key) {
-  // Everything outside `key` is dropped as it is parsed; keys inside it are counted.
-  std::string current;
-  size_t keys = 0;
-  struct TooMany {};
-  const ordered::parser_callback_t keep = [&](int depth, ordered::parse_event_t event, ordered& parsed) {
-    if (depth == 1 && event == ordered::parse_event_t::key) {
-      current = parsed.is_string() ? parsed.get<std::string>() : std::string();
-      return true;
-    }
-    if (depth >= 2 && event == ordered::parse_event_t::key && current == key && ++keys > kMaxOrderedKeys) {
-      throw TooMany{};
-    }
-    if (depth == 1 && (event == ordered::parse_event_t::value || event == ordered::parse_event_t::object_end ||
-                       event == ordered::parse_event_t::array_end)) {
-      return current == key;
-    }
-    return true;
-  };
-  ordered whole;
-  try {
-    whole = ordered::parse(body_text.begin(), body_text.end(), keep, /*allow_exceptions=*/false);
-  } catch (const TooMany&) {
-    return bad_request(key + " holds more than " + std::to_string(kMaxOrderedKeys) + " keys", key);
-  }
-  if (whole.is_discarded() || !whole.is_object() || !whole.contains(key)) return std::optional<ordered>();
-  return std::optional<ordered>(std::move(whole[key]));
+  std::optional<ordered> whole = parse_ordered_json(body_text, kMaxOrderedKeys, &key);
+  if (!whole) return bad_request(key + " holds more than " + std::to_string(kMaxOrderedKeys) + " keys", key);
+  if (!whole->is_object() || !whole->contains(key)) return std::optional<ordered>();
+  return std::optional<ordered>(std::move((*whole)[key]));
 }
 
 namespace {
@@ -87,11 +66,13 @@ ApiResult<ordered> read_schema(const json& value, const std::string& field, cons
     if (!json_nesting_within(text, context.max_json_depth)) {
       return refuse(field + " nests deeper than " + std::to_string(context.max_json_depth) + " levels", field);
     }
-    // (Read as the "schema" member of a body, for ordered_member's bound on keys.)
-    ApiResult<std::optional<ordered>> parsed = ordered_member("{\"schema\": " + text + "}", "schema");
-    if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(field + ": " + e->message, field);
-    if (!std::get<std::optional<ordered>>(parsed)) return refuse(field + " is not valid JSON", field);
-    return *std::get<std::optional<ordered>>(parsed);
+    std::optional<ordered> parsed = parse_ordered_json(text, kMaxOrderedKeys);
+    if (!parsed) {
+      return refuse(field + (json::accept(text) ? " holds more than " + std::to_string(kMaxOrderedKeys) + " keys"
+                                                : std::string(" is not valid JSON")),
+                    field);
+    }
+    return *parsed;
   }
   if (!value.is_object() && !value.is_boolean()) return wrong(field, "a JSON schema (an object, or its JSON text)");
   // (The body already parsed once, with the same depth limit.)

@@ -53,8 +53,8 @@ ApiResult<std::optional<GrammarConstraint>> read_constraint(const nlohmann::json
                                                             std::optional<TokenId> after_token);
 
 // The body's top-level member `key` read again with its objects' order kept (a schema's properties,
-// the tools), nullopt when absent. Only that member is kept while parsing, and it may hold at most
-// kMaxOrderedKeys keys (an order-keeping object costs a scan per key: a bound keeps it linear).
+// the tools; tokenizer/ordered_json.h), nullopt when absent. Only that member is built, and it may
+// hold at most kMaxOrderedKeys keys (the schema compiler looks keys up one by one).
 inline constexpr size_t kMaxOrderedKeys = 20000;
 ApiResult<std::optional<nlohmann::ordered_json>> ordered_member(std::string_view body_text, const std::string& key);
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/ordered_json.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab_tokenizer.h"
 
@@ -57,22 +58,11 @@ jinja::Value from_json(const nlohmann::ordered_json& j) {
   }
 }
 
-// JSON text (its depth bounded by the caller) as a template value; text that does not parse, or
-// holds more than 20,000 keys (an order-keeping object scans its keys on each insert), is a string.
+// JSON text (its depth bounded by the caller) as a template value, its objects' keys in order;
+// text that does not parse, or holds more than 20,000 keys, is a string.
 jinja::Value from_json_text(const std::string& text) {
-  struct TooMany {};
-  size_t keys = 0;
-  const nlohmann::ordered_json::parser_callback_t count = [&](int, nlohmann::ordered_json::parse_event_t event,
-                                                              nlohmann::ordered_json&) {
-    if (event == nlohmann::ordered_json::parse_event_t::key && ++keys > 20000) throw TooMany{};
-    return true;
-  };
-  try {
-    const auto j = nlohmann::ordered_json::parse(text, count, /*allow_exceptions=*/false);
-    return j.is_discarded() ? jinja::Value(text) : from_json(j);
-  } catch (const TooMany&) {
-    return jinja::Value(text);
-  }
+  const std::optional<nlohmann::ordered_json> j = parse_ordered_json(text, 20000);
+  return j ? from_json(*j) : jinja::Value(text);
 }
 
 }  // namespace

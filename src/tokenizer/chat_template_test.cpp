@@ -3,6 +3,7 @@
 // tokenizer_config.json loader, error reporting, resource limits, and a mutation fuzz of the
 // real templates (parse and apply must fail cleanly or succeed; this binary runs under ASan).
 #include "tokenizer/chat_template.h"
+#include "tokenizer/ordered_json.h"
 
 #include <gtest/gtest.h>
 
@@ -650,6 +651,33 @@ TEST(ChatTemplate, SurvivesMutatedTemplates) {
     for (int k = 0; k < n; ++k) s += kFragments[rng() % (sizeof(kFragments) / sizeof(kFragments[0]))];
     exercise(s, conversations);
   }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Order-keeping JSON for templates and schemas (tokenizer/ordered_json.h).
+TEST(OrderedJson, KeepsOrderSkipsWhatIsNotAskedAndStaysLinear) {
+  auto j = parse_ordered_json(R"({"b": 1, "a": [true, null, {"z": "x", "y": 2.5}], "c": {}})", 100);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ(j->dump(), R"({"b":1,"a":[true,null,{"z":"x","y":2.5}],"c":{}})");
+  const std::string want = "a";
+  auto only = parse_ordered_json(R"({"b": {"deep": [1, 2]}, "a": {"k2": 1, "k1": 2}, "c": [3]})", 100, &want);
+  ASSERT_TRUE(only.has_value());
+  EXPECT_EQ(only->dump(), R"({"a":{"k2":1,"k1":2}})");
+  EXPECT_FALSE(parse_ordered_json(R"({"a": 1, "b": 2, "c": 3})", 2).has_value());  // too many keys
+  EXPECT_FALSE(parse_ordered_json("{\"a\": ", 100).has_value());
+  // Many small objects, in an array and as members: read in one pass (a quadratic reader would
+  // not finish within the test's time limit).
+  std::string many = "[";
+  for (int i = 0; i < 200000; ++i) many += i ? ",{}" : "{}";
+  many += "]";
+  auto big = parse_ordered_json(many, 10);
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->size(), 200000u);
 }
 
 }  // namespace
