@@ -32,6 +32,14 @@ void StructuredOutputs::fill_masks(SchedulerOutput& scheduled) {
     for (size_t j = first; j < rows; ++j) {
       const std::span<uint64_t> row(seq.masks.data() + j * words_, words_);
       seq.matcher.fill_mask(row);
+      if (std::all_of(row.begin(), row.end(), [](uint64_t w) { return w == 0; })) {
+        // No token can follow (a vocabulary without a stop token, or without the bytes the
+        // grammar needs): the sequence goes on unconstrained rather than fail the step for all.
+        seq.broken = true;
+        ++num_refused_;
+        std::fill(seq.masks.begin(), seq.masks.end(), ~uint64_t{0});
+        break;
+      }
       if (j + 1 == rows) break;
       if (!seq.matcher.accept(s.draft_tokens[j])) {
         // Draft j cannot be accepted under this mask; the rows after it are never sampled.

@@ -47,8 +47,9 @@ class StructuredOutputs {
   void fill_masks(SchedulerOutput& scheduled);
   void accept(std::span<const RequestUpdate> updates);
 
-  // Tokens a matcher refused after they were sampled (never, unless a mask was not applied); the
-  // sequence goes on unconstrained. For tests and a warning.
+  // Sequences whose constraint was dropped: a sampled token the matcher refused (never, unless a
+  // mask was not applied), or a mask that allowed nothing (a vocabulary with no stop token, or
+  // without the bytes the grammar needs); they go on unconstrained. For tests and a warning.
   int64_t num_refused() const { return num_refused_; }
 
  private:
