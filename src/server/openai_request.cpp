@@ -682,16 +682,13 @@ MaybeError read_template_options(const json& body, const ModelContext& model, Ch
   return {};
 }
 
-// The chat prompt of `body`, with the tools' JSON text for the template ("" for none);
-// *options_out, when given, gets the template options it was rendered with.
-MaybeError render_chat(const json& body, const ModelContext& model, const std::string& tools_json, ChatPrompt& prompt,
-                       ChatTemplateOptions* options_out = nullptr) {
+// The chat prompt of `body`, with the tools' JSON text for the template ("" for none).
+MaybeError render_chat(const json& body, const ModelContext& model, const std::string& tools_json, ChatPrompt& prompt) {
   std::vector<ChatMessage> messages;
   PAGODA_RETURN_IF_API_ERROR(read_messages(body, model, messages));
   ChatTemplateOptions options;
   PAGODA_RETURN_IF_API_ERROR(read_template_options(body, model, options));
   options.tools_json = tools_json;
-  if (options_out) *options_out = options;
   if (!model.chat_template) {
     return bad_request(
         "this model has no chat template, so the server cannot format messages; start it with "

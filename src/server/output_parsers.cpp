@@ -12,6 +12,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "tokenizer/unicode.h"
+
 namespace pagoda::server {
 namespace {
 
@@ -54,23 +56,6 @@ std::string quote_json(const std::string& s) {
   return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // ---- a JSON value, checked one byte at a time (RFC 8259, nesting bounded) ----
 
@@ -630,7 +615,7 @@ class PythonCalls {
             ++i_;
           }
           if (cp > 0x10FFFF) return false;
-          append_utf8(out, cp);
+          unicode::append_utf8(static_cast<char32_t>(cp), out);
           break;
         }
         case 'N': return false;  // \N{name}: not worth a table of Unicode names
@@ -638,7 +623,7 @@ class PythonCalls {
           if (e >= '0' && e <= '7') {
             uint32_t cp = e - '0';
             for (int k = 0; k < 2 && peek() >= '0' && peek() <= '7'; ++k) cp = cp * 8 + (s_[i_++] - '0');
-            append_utf8(out, cp);
+            unicode::append_utf8(static_cast<char32_t>(cp), out);
           } else {  // Python keeps an unknown escape as written
             out += '\\';
             out += e;

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/unicode.h"
+
 namespace pagoda::structured {
 namespace {
 
@@ -258,16 +260,10 @@ class GbnfParser {
         default: return fail(std::string("unknown escape '\\") + e + "'"), std::nullopt;
       }
     }
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || pos_ + static_cast<size_t>(len) > text_.size()) return fail("the grammar is not UTF-8"), std::nullopt;
-    uint32_t cp = len == 1 ? c : c & (0x3F >> (len - 1));
-    for (int i = 1; i < len; ++i) {
-      const auto cont = static_cast<unsigned char>(text_[pos_ + static_cast<size_t>(i)]);
-      if ((cont & 0xC0) != 0x80) return fail("the grammar is not UTF-8"), std::nullopt;
-      cp = (cp << 6) | (cont & 0x3F);
-    }
-    pos_ += static_cast<size_t>(len);
-    return cp;
+    const unicode::Utf8Step step = unicode::decode_utf8(text_, pos_);
+    if (!step.valid) return fail("the grammar is not UTF-8"), std::nullopt;
+    pos_ += step.length;
+    return static_cast<uint32_t>(step.code_point);
   }
 
   std::optional<uint32_t> parse_hex(int digits) {

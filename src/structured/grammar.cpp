@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tokenizer/unicode.h"
+
 namespace pagoda::structured {
 namespace {
 
@@ -13,21 +15,7 @@ constexpr uint32_t kSurrogateLo = 0xD800, kSurrogateHi = 0xDFFF;
 
 std::string utf8_encode(uint32_t c) {
   std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  unicode::append_utf8(static_cast<char32_t>(c), s);
   return s;
 }
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/unicode.h"
+
 namespace pagoda::structured {
 namespace {
 
@@ -404,24 +406,13 @@ class RegexParser {
 
   // One UTF-8 character of the pattern: shortest form, no surrogates, at most U+10FFFF.
   std::optional<uint32_t> parse_utf8() {
-    const auto lead = static_cast<unsigned char>(peek());
-    // 0x80-0xC1 continue a character or start an overlong one; 0xF5 and up start none.
-    const size_t len = lead < 0x80 ? 1 : lead < 0xC2 ? 0 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF5 ? 4 : 0;
-    uint32_t c = len == 1 ? lead : lead & (0x7F >> len);
-    bool ok = len > 0 && pos_ + len <= p_.size();
-    for (size_t i = 1; ok && i < len; ++i) {
-      const auto cont = static_cast<unsigned char>(p_[pos_ + i]);
-      ok = (cont & 0xC0) == 0x80;
-      c = (c << 6) | (cont & 0x3F);
-    }
-    static constexpr uint32_t kShortest[] = {0, 0, 0x80, 0x800, 0x10000};
-    ok = ok && c >= kShortest[len] && c <= kMaxCodePoint && (c < kSurrogateLo || c > kSurrogateHi);
-    if (!ok) {
+    const unicode::Utf8Step step = unicode::decode_utf8(p_, pos_);
+    if (!step.valid) {
       if (!error_) error_ = "regex: the pattern is not UTF-8 at offset " + std::to_string(pos_);
       return std::nullopt;
     }
-    pos_ += len;
-    return c;
+    pos_ += step.length;
+    return static_cast<uint32_t>(step.code_point);
   }
 
   // Quantifiers after an atom, each making a repetition node.
