@@ -109,7 +109,11 @@ Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages
     limits.max_steps = options.limits.max_steps;
     return jinja::render_template(*body_, globals, limits);
   } catch (const jinja::RenderError& e) {
-    if (e.raised) return invalid_argument(e.message);
+    if (e.raised) {
+      // The template's own words reach the client; an empty raise still has to say something.
+      return invalid_argument(e.message.empty() ? "chat template: raise_exception with an empty message"
+                                                : e.message);
+    }
     if (e.exhausted) return resource_exhausted("chat template: " + e.message);
     return invalid_argument("chat template " + e.message);
   } catch (const std::bad_alloc&) {

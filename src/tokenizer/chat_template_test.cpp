@@ -567,6 +567,12 @@ TEST(EncodeChat, PlaceholdersCannotBeForged) {
   auto failed = encode_chat(*raising, *tok, {user("<s>")}, options);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().message(), "no");
+  // An empty raise (the fuzzer's finding) still fails with words.
+  auto empty = ChatTemplate::parse("{{ raise_exception('') }}");
+  ASSERT_TRUE(empty.ok());
+  auto empty_failed = encode_chat(*empty, *tok, {user("x")}, options);
+  ASSERT_FALSE(empty_failed.ok());
+  EXPECT_EQ(empty_failed.status().message(), "chat template: raise_exception with an empty message");
 }
 
 // ---- fuzz --------------------------------------------------------------------------------------
