@@ -294,6 +294,44 @@ TEST(Cli, TensorParallelUnderMpirunKeepsTheGoldenText) {
 // llama-quantize would, saying so in the log. --quantization takes llama-quantize's file types.
 // Speculative decoding (n-gram drafts) leaves greedy output as it is: the golden text, from the
 // reference implementation, with drafts verified several tokens a step. Bad configs: one line.
+// The OffloadingConnector's disk tier across a restart, on two tensor-parallel ranks (each writes
+// its own shard of every block): the second run loads the prompt's blocks from disk, and both
+// print the text one plain process prints.
+TEST(Cli, KvDiskTierAcrossRestartsWithTensorParallel) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const std::string dir = pagoda::testing::make_temp_dir() + "/kv";
+  const std::string text =
+      "generate --model " + quote(model) +
+      " --prompt 'Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park. "
+      "One day, Lily saw a big dog. The dog was brown and it was very happy. Lily and the dog played all day long.'"
+      " --max-tokens 24 --temperature 0";
+  RunResult plain = run_pagoda(text);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::string tiered = text + " --verbose -tp 2 --kv-transfer-config " +
+                             quote("{\"kv_connector\": \"OffloadingConnector\", \"kv_role\": \"kv_both\", "
+                                   "\"kv_connector_extra_config\": {\"cpu_bytes_to_use\": 1000000, "
+                                   "\"disk_path\": \"" + dir + "\"}}");
+  RunResult first = run_pagoda(tiered);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out, plain.out);
+  EXPECT_NE(first.err.find("KV offloading: 0 prompt tokens loaded"), std::string::npos) << first.err;
+  std::map<std::string, int> files;  // per rank
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    files[name.substr(name.find('.') + 1)] += 1;
+  }
+  EXPECT_GT(files["r0of2.kvb"], 0);
+  EXPECT_EQ(files["r0of2.kvb"], files["r1of2.kvb"]);
+  RunResult second = run_pagoda(tiered);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, plain.out);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(second.err, m, std::regex("KV offloading: (\\d+) prompt tokens loaded \\((\\d+) from disk\\), 0 failed")))
+      << second.err;
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_EQ(m[1], m[2]);
+}
+
 TEST(Cli, SpeculativeConfigKeepsTheGoldenText) {
   PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");

@@ -106,6 +106,11 @@ int generate_one(const GenerateFlags& f, EngineSetup& setup) {
     std::fprintf(stderr, "speculative decoding: %lld of %lld draft tokens accepted\n",
                  static_cast<long long>(spec.num_accepted_tokens), static_cast<long long>(spec.num_draft_tokens));
   }
+  if (const std::optional<KvConnectorStats> kv = core.core().connector_stats(); f.verbose && kv) {
+    std::fprintf(stderr, "KV offloading: %lld prompt tokens loaded (%lld from disk), %lld failed loads, %lld blocks saved\n",
+                 static_cast<long long>(kv->hits), static_cast<long long>(kv->disk_hits),
+                 static_cast<long long>(kv->failed_loads), static_cast<long long>(kv->moved.stored_blocks));
+  }
   return 0;
 }
 
@@ -218,6 +223,7 @@ int run_generate(const GenerateFlags& f) {
     const EngineCore& core = setup->engine->core();
     std::fprintf(stderr, "%s\n%s\n", setup->kernels.c_str(), core.kv_cache_summary().c_str());
     if (const std::string spec = core.speculative_summary(); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
+    if (!core.connector_summary().empty()) std::fprintf(stderr, "%s\n", core.connector_summary().c_str());
   }
   return f.input_file.empty() ? generate_one(f, *setup) : generate_file(f, *setup);
 }

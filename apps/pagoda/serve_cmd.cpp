@@ -269,6 +269,7 @@ int run_serve(ServeFlags f) {
   const EngineCore& core = setup->engine->core();
   log_line(LogLevel::kInfo, "serve", core.kv_cache_summary());
   if (const std::string spec = core.speculative_summary(); !spec.empty()) log_line(LogLevel::kInfo, "serve", spec);
+  if (!core.connector_summary().empty()) log_line(LogLevel::kInfo, "serve", core.connector_summary());
 
   served.served_model_names = f.served_model_names;
   if (served.served_model_names.empty()) served.served_model_names.push_back(default_served_name(f.model.model));
@@ -284,6 +285,7 @@ int run_serve(ServeFlags f) {
   cache.num_blocks = core.num_blocks();
   cache.enable_prefix_caching = ec.enable_prefix_caching;
   cache.cache_dtype = f.engine.kv_cache_dtype;
+  cache.kv_offload = ec.kv_transfer.offloading();
   std::vector<std::unique_ptr<LLMEngine>> engines;
   engines.push_back(std::move(setup->engine));
   for (auto& replica : setup->replicas) engines.push_back(std::move(replica));

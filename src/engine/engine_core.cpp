@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/kv_cache_sizing.h"
+#include "kv_transfer/kv_connector_factory.h"
 
 namespace pagoda {
 
@@ -33,6 +34,43 @@ Result<int64_t> parse_byte_size(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
+namespace {
+
+// The KV connector's halves for an engine of `config` on `executor`'s workers, whose shard of a
+// block is `block_bytes`.
+Result<KvConnectorPlan> plan_connector(const EngineConfig& config, const Executor& executor, int64_t block_bytes) {
+  const std::string flag = config.kv_transfer.offloading() ? "--kv-offloading-size / --kv-transfer-config"
+                                                           : "--kv-transfer-config";
+  if (!config.enable_prefix_caching) {
+    return invalid_argument(flag + ": the offloaded blocks are found by their prefix; it needs prefix caching on "
+                                   "(drop --no-enable-prefix-caching)");
+  }
+  if (executor.max_in_flight() > 1) {
+    return invalid_argument(flag + " with pipeline parallelism is not supported (--pipeline-parallel-size 1)");
+  }
+  if (!config.kv_transfer.disk_path.empty() && config.model_fingerprint == Sha256Digest{}) {
+    return invalid_argument(flag + ": a disk tier needs the model's fingerprint, which this engine was not given");
+  }
+  // The blocks belong to these weights in this layout: a file of another model, KV dtype, block
+  // size or tensor-parallel split has another fingerprint, and no key of this chain.
+  const ModelConfig& m = executor.config();
+  Sha256 h;
+  h.update(std::string_view("pagoda kv layout v1"));
+  h.update(std::span<const uint8_t>(config.model_fingerprint));
+  const int64_t layout[] = {m.num_layers, m.num_kv_heads, m.head_dim, m.vocab_size, config.block_size,
+                            static_cast<int64_t>(config.kv_cache_dtype), block_bytes, executor.tensor_parallel_size()};
+  h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(layout), sizeof layout));
+  h.update(std::string_view(m.architecture));
+  KvConnectorSetup setup;
+  setup.block_size = config.block_size;
+  setup.block_bytes = block_bytes;
+  setup.tensor_parallel_size = executor.tensor_parallel_size();
+  setup.fingerprint = h.finish();
+  return make_kv_connector(config.kv_transfer, setup);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Executor> executor,
                                                        const EngineConfig& config) {
   std::unique_ptr<EngineCore> core(new EngineCore());
@@ -56,12 +94,19 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Executor>
   }
   core->kv_sizing_ = plan.sizing;
   core->init_ = WorkerInit{plan.num_blocks, c.block_size, c.kv_cache_dtype, c.speculative, c.scheduler.max_model_len,
-                           c.scheduler.max_num_batched_tokens, c.enable_prefix_caching};
+                           c.scheduler.max_num_batched_tokens, c.enable_prefix_caching, {}};
+  std::unique_ptr<KvConnectorScheduler> connector;
+  if (c.kv_transfer.enabled()) {
+    PAGODA_ASSIGN_OR_RETURN(KvConnectorPlan kv_plan, plan_connector(c, *executor, memory.block_bytes));
+    connector = std::move(kv_plan.scheduler);
+    core->init_.kv_connector = kv_plan.worker;
+    core->connector_summary_ = kv_plan.summary;
+  }
   PAGODA_RETURN_IF_ERROR(executor->initialize(core->init_));
   core->speculation_ = executor->proposer_description();
   core->executor_ = std::move(executor);
   KvCacheConfig kvc{static_cast<int32_t>(plan.num_blocks), c.block_size, c.enable_prefix_caching};
-  core->scheduler_ = std::make_unique<Scheduler>(c.scheduler, kvc);
+  core->scheduler_ = std::make_unique<Scheduler>(c.scheduler, kvc, std::move(connector));
   return core;
 }
 
@@ -70,6 +115,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create_replica(const EngineCore&
   if (like.config_.speculative.enabled() && executor->max_in_flight() > 1) {
     return invalid_argument("speculative decoding with pipeline parallelism: the drafts of a request need its "
                             "last token, which is still in the pipeline; use one or the other");
+  }
+  if (like.config_.kv_transfer.enabled()) {
+    return invalid_argument("--kv-transfer-config with --data-parallel-size > 1 is not supported yet");
   }
   std::unique_ptr<EngineCore> core(new EngineCore());
   core->config_ = like.config_;

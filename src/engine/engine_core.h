@@ -108,6 +108,13 @@ class EngineCore {
   // "Speculative decoding: ngram, up to K draft tokens per step, ..." (or "draft model PATH,
   // ..."); "" when off.
   std::string speculative_summary() const;
+  // "KV offloading: a host tier of N blocks (X GiB)..." ("" without a KV connector).
+  const std::string& connector_summary() const { return connector_summary_; }
+  // The KV connector's totals (null without one).
+  std::optional<KvConnectorStats> connector_stats() const {
+    if (!scheduler_->connector()) return std::nullopt;
+    return scheduler_->connector()->stats();
+  }
 
  private:
   EngineCore() = default;
@@ -123,6 +130,7 @@ class EngineCore {
   int64_t f32_block_bytes_ = 0;  // a float32 block's bytes, for kv_cache_summary()
   std::string kv_sizing_;        // how the KV cache size was chosen, for kv_cache_summary()
   std::string speculation_;      // the workers' proposer, for speculative_summary()
+  std::string connector_summary_;
   uint64_t next_arrival_ = 0;
   // Steps submitted and not yet collected, oldest first (more than one under pipeline
   // parallelism); their token views may outlive a request finished meanwhile, so only their ids

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "base/types.h"
 #include "base/status.h"
+#include "kv_transfer/kv_transfer_config.h"
 #include "sample/sampler.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler.h"
@@ -39,6 +41,12 @@ struct EngineConfig {
   // Data parallelism: the engines of this host that share its memory (the replicas here), each
   // taking its share of the automatic KV-cache budgets (--gpu-memory-utilization, the default).
   int replicas_on_host = 1;
+  // --kv-transfer-config / --kv-offloading-size: the KV connector (none by default).
+  KvTransferConfig kv_transfer;
+  // The loaded weights' fingerprint (kv_transfer/offloading_connector.h's weights_fingerprint):
+  // what the disk tier's files must have been written for. Zero when unknown (the disk tier is
+  // then refused).
+  Sha256Digest model_fingerprint{};
 
   // The one check of an engine's configuration: fails naming the flag of the first bad or
   // contradictory setting, and fills in vLLM's defaults (ngram's lookup lengths). Without a

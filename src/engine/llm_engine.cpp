@@ -53,7 +53,10 @@ std::vector<OutputChunk> LLMEngine::step(const std::function<void()>& on_schedul
   const int64_t scheduled_tokens = out.num_scheduled_tokens;
   OutputProcessor::Processed processed = output_.process(std::move(out));
   core_->finish_requests(processed.finished);
-  if (output_.has_metrics()) output_.record_step(core_->stats(), scheduled_tokens);
+  if (output_.has_metrics()) {
+    output_.record_step(core_->stats(), scheduled_tokens);
+    if (std::optional<KvConnectorStats> kv = core_->connector_stats()) output_.record_kv_connector(*kv);
+  }
   return std::move(processed.chunks);
 }
 

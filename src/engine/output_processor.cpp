@@ -261,4 +261,29 @@ void OutputProcessor::record_step(const SchedulerStats& st, int64_t scheduled_to
                         scheduled_tokens, metrics_engine_);
 }
 
+void OutputProcessor::record_kv_connector(const KvConnectorStats& st) {
+  if (!metrics_) return;
+  metrics::KvOffloadTotals t;
+  t.queries = st.queries;
+  t.hits = st.hits;
+  t.disk_hits = st.disk_hits;
+  t.failed_loads = st.failed_loads;
+  const KvTransferCounters& m = st.moved;
+  t.stored_blocks = m.stored_blocks;
+  t.stored_bytes = m.stored_bytes;
+  t.loaded_blocks = m.loaded_blocks;
+  t.loaded_bytes = m.loaded_bytes;
+  t.disk_loaded_blocks = m.disk_loaded_blocks;
+  t.disk_loaded_bytes = m.disk_loaded_bytes;
+  t.disk_written_blocks = m.disk_stored_blocks;
+  t.disk_written_bytes = m.disk_stored_bytes;
+  t.load_seconds = m.load_seconds;
+  t.store_seconds = m.store_seconds;
+  t.host_blocks = st.host_blocks;
+  t.host_capacity = st.host_capacity;
+  t.disk_blocks = st.disk_blocks;
+  t.disk_capacity = st.disk_capacity;
+  metrics_->record_kv_offload(t, metrics_engine_);
+}
+
 }  // namespace pagoda

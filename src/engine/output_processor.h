@@ -88,6 +88,8 @@ class OutputProcessor {
 
   // Records a step's scheduler figures (after its stopped sequences were finished).
   void record_step(const SchedulerStats& stats, int64_t scheduled_tokens);
+  // The KV connector's totals, once per step with a connector (metrics::KvOffloadTotals).
+  void record_kv_connector(const KvConnectorStats& stats);
   // Whether it records metrics (record_step does nothing without).
   bool has_metrics() const { return metrics_ != nullptr; }
 

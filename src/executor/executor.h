@@ -37,6 +37,8 @@ class Executor {
   // before the first step: one path for one process and for every rank of a group. Fails when a
   // worker cannot (its message names the rank).
   virtual Status initialize(const WorkerInit& init) = 0;
+  // Ranks of the tensor-parallel group the steps run on (each holds a shard of every KV block).
+  virtual int tensor_parallel_size() const { return 1; }
   // The proposer's description, when the workers speculate ("" otherwise, or not known here).
   virtual std::string proposer_description() const { return ""; }
 

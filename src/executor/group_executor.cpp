@@ -98,7 +98,32 @@ Result<ModelRunnerOutput> GroupExecutor::execute_step(const StepMessage& message
   // cannot (Model::forward throws, and the engine fails the step).
   Result<ModelRunnerOutput> out = worker_->execute(message);
   if (!out.ok()) failed_ = true;
+  if (out.ok()) {
+    if (Status st = agree_on_loads(comm_, message, *out); !st.ok()) {
+      failed_ = true;
+      return st;
+    }
+  }
   return out;
+}
+
+Status agree_on_loads(Communicator& comm, const StepMessage& message, ModelRunnerOutput& out) {
+  const size_t n = message.kv_connector.awaiting.size();
+  if (n == 0 || comm.size() == 1) return Status::ok_status();
+  std::vector<KvLoadState>& mine = out.kv_connector.load_states;
+  if (mine.size() != n) mine.assign(n, KvLoadState::kFailed);  // a worker that lost count fails them
+  std::vector<KvLoadState> all(n * static_cast<size_t>(comm.size()));
+  PAGODA_RETURN_IF_ERROR(comm.all_gather(mine.data(), static_cast<int64_t>(n), all.data()));
+  for (size_t i = 0; i < n; ++i) {
+    bool done = true, failed = false;
+    for (int r = 0; r < comm.size(); ++r) {
+      const KvLoadState s = all[static_cast<size_t>(r) * n + i];
+      done = done && s == KvLoadState::kDone;
+      failed = failed || s == KvLoadState::kFailed;
+    }
+    mine[i] = failed ? KvLoadState::kFailed : done ? KvLoadState::kDone : KvLoadState::kPending;
+  }
+  return Status::ok_status();
 }
 
 namespace {
@@ -143,7 +168,8 @@ Status run_group_worker(Communicator& comm, std::unique_ptr<Worker> worker) {
                        std::to_string(bytes[0]) + " from rank 0");
     }
     PAGODA_ASSIGN_OR_RETURN(StepMessage message, deserialize_step(std::span<const uint8_t>(bytes).subspan(1)));
-    PAGODA_RETURN_IF_ERROR(run_step(comm, *started, message).status());
+    PAGODA_ASSIGN_OR_RETURN(ModelRunnerOutput out, run_step(comm, *started, message));
+    PAGODA_RETURN_IF_ERROR(agree_on_loads(comm, message, out));
   }
 }
 

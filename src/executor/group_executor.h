@@ -33,6 +33,11 @@ namespace pagoda {
 // the group must call it, whatever its outcome.
 Status agree_to_start(Communicator& comm, const Status& mine, uint64_t fingerprint, const std::string& what);
 
+// Every rank's report on the KV connector's loads in flight (message.kv_connector.awaiting), made
+// one (kv_transfer/kv_connector.h): a load is done when every rank has its shard in, failed when
+// any rank failed. Every rank of the group calls it after each step; a no-op without loads.
+Status agree_on_loads(Communicator& comm, const StepMessage& message, ModelRunnerOutput& out);
+
 // A stable 64-bit hash (FNV-1a) of `text`, for fingerprints.
 uint64_t fingerprint_of(const std::string& text);
 
@@ -52,6 +57,7 @@ class GroupExecutor final : public Executor {
   // Sends every rank the start, starts rank 0's worker, and waits for every rank's.
   Status initialize(const WorkerInit& init) override;
   std::string proposer_description() const override;
+  int tensor_parallel_size() const override { return comm_.size(); }
 
  protected:
   Result<ModelRunnerOutput> execute_step(const StepMessage& message) override;

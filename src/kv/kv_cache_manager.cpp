@@ -109,7 +109,8 @@ ComputedBlocks KvCacheManager::get_computed_blocks(RequestId id, std::span<const
 
 bool KvCacheManager::allocate_slots(RequestId id, std::span<const TokenId> tokens,
                                     int64_t num_computed_tokens, int64_t num_new_tokens,
-                                    const ComputedBlocks& hit, std::string_view salt) {
+                                    const ComputedBlocks& hit, std::string_view salt,
+                                    int64_t commit_limit) {
   PAGODA_CHECK(num_computed_tokens >= 0 && num_new_tokens >= 0);
   const int64_t bs = config_.block_size;
   auto it = requests_.find(id);
@@ -151,7 +152,7 @@ bool KvCacheManager::allocate_slots(RequestId id, std::span<const TokenId> token
   if (config_.enable_prefix_caching) {
     // Only tokens that exist are cached: draft slots past tokens.size() are unverified.
     const int64_t num_full =
-        std::min<int64_t>(total, static_cast<int64_t>(tokens.size())) / bs;
+        std::min({total, static_cast<int64_t>(tokens.size()), commit_limit}) / bs;
     if (num_full > r.num_cached_blocks) {
       extend_hashes(r, tokens.first(static_cast<size_t>(num_full * bs)), salt);
       // In chain order: each block's parent (the request's previous block, which it holds) is

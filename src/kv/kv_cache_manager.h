@@ -71,9 +71,12 @@ class KvCacheManager {
   // blocks do not suffice, counting the hit blocks that are currently free as consumed. On
   // success, when prefix caching is on, commits every full block of
   // tokens[0, min(num_computed_tokens + num_new_tokens, tokens.size())) not yet committed.
-  // `salt` must be the one given to get_computed_blocks.
+  // `salt` must be the one given to get_computed_blocks. `commit_limit` stops the commit at
+  // that many tokens: blocks a KV connector is still to fill are published by a later call, once
+  // their contents are there.
   bool allocate_slots(RequestId id, std::span<const TokenId> tokens, int64_t num_computed_tokens,
-                      int64_t num_new_tokens, const ComputedBlocks& hit, std::string_view salt);
+                      int64_t num_new_tokens, const ComputedBlocks& hit, std::string_view salt,
+                      int64_t commit_limit = INT64_MAX);
 
   // The request's blocks in order (empty for an unknown id).
   std::span<const BlockId> block_table(RequestId id) const;

@@ -105,6 +105,20 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "model of the same vocabulary {\"model\": PATH, \"num_speculative_tokens\": k}")
       ->group(kSpeculativeConfig);
 
+  app.add_option("--kv-transfer-config", f.kv_transfer_config,
+                 "a KV connector, vLLM's JSON object: {\"kv_connector\": \"OffloadingConnector\", \"kv_role\": "
+                 "\"kv_both\", \"kv_connector_extra_config\": {\"cpu_bytes_to_use\": BYTES, \"disk_path\": DIR, "
+                 "\"disk_bytes_to_use\": BYTES}}: evicted prefix blocks kept in host memory, and on disk across "
+                 "restarts")
+      ->group(kKvTransferConfig);
+  app.add_option("--kv-offloading-size", f.kv_offloading_size,
+                 "GiB of host memory for KV blocks evicted from the cache (the OffloadingConnector's host tier)")
+      ->group(kKvTransferConfig);
+  app.add_option("--kv-offloading-backend", f.kv_offloading_backend,
+                 "native (the only one): the tier --kv-offloading-size sizes")
+      ->capture_default_str()
+      ->group(kKvTransferConfig);
+
   app.add_option("--max-model-len", f.max_model_len,
                  "longest prompt + output in tokens (default: the model's context length)")
       ->group(kModelConfig);

@@ -23,6 +23,7 @@ inline constexpr const char* kCacheConfig = "CacheConfig";
 inline constexpr const char* kParallelConfig = "ParallelConfig";
 inline constexpr const char* kSchedulerConfig = "SchedulerConfig";
 inline constexpr const char* kSpeculativeConfig = "SpeculativeConfig";
+inline constexpr const char* kKvTransferConfig = "KVTransferConfig";
 inline constexpr const char* kFrontend = "Frontend";
 inline constexpr const char* kPagodaGroup = "Pagoda";  // ours, with no vLLM counterpart
 

@@ -163,6 +163,15 @@ Result<EngineConfig> EngineFlags::to_config() const {
   if (!speculative_config.empty()) {
     PAGODA_ASSIGN_OR_RETURN(c.speculative, parse_speculative_config(speculative_config));
   }
+  if (kv_offloading_backend != "native") return not_yet("--kv-offloading-backend", kv_offloading_backend, "native");
+  if (!kv_transfer_config.empty() && kv_offloading_size) {
+    return invalid_argument("--kv-offloading-size and --kv-transfer-config both name a KV connector: give one");
+  }
+  if (!kv_transfer_config.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(c.kv_transfer, KvTransferConfig::parse(kv_transfer_config));
+  } else if (kv_offloading_size) {
+    PAGODA_ASSIGN_OR_RETURN(c.kv_transfer, KvTransferConfig::offloading(*kv_offloading_size));
+  }
   c.seed = seed;
   c.max_logprobs = max_logprobs;
   PAGODA_RETURN_IF_ERROR(c.validate());  // what needs no model, before anything loads

@@ -40,6 +40,10 @@ struct EngineFlags {
   std::string scheduling_policy = "fcfs";
   // SpeculativeConfig
   std::string speculative_config;           // JSON; "" = no speculation
+  // KVTransferConfig
+  std::string kv_transfer_config;           // JSON; "" = no KV connector
+  std::optional<double> kv_offloading_size; // GiB of host tier (the OffloadingConnector)
+  std::string kv_offloading_backend = "native";
   // ModelConfig
   int64_t max_model_len = 0;                // 0 = the model's context length
   uint64_t seed = 0;

@@ -169,7 +169,9 @@ Result<EngineSetup> make_engine(const ModelFlags& model, const EngineFlags& engi
   if (!loaded.ok()) return loaded.status();
   if (loaded->backend != nullptr) setup.kernels = loaded->backend->description();
   setup.tokenizer = std::shared_ptr<const Tokenizer>(std::move(loaded->tokenizer));
-  auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft_model));
+  config.model_fingerprint = loaded->weights_fingerprint;
+  const WorkerRank rank{0, static_cast<int>(engine.tensor_parallel_size)};
+  auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft_model), rank);
   PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                           EngineCore::create(make_executor(config, group, std::move(worker)), config));
   // Data parallelism: the other replicas' engines, each driving its ranks from here, started as

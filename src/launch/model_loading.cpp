@@ -187,6 +187,7 @@ Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
     return invalid_argument("the quantization method of " + flags.model + " (" + declared +
                             ", from its config.json) does not match --quantization " + flags.quantization);
   }
+  out.weights_fingerprint = weights_fingerprint(source.weights);
   PAGODA_ASSIGN_OR_RETURN(out.model, create_model(std::move(source), *out.backend, tp, pp, std::move(mix)));
   if (out.tokenizer && out.tokenizer->vocab_size() > out.model->config().vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +

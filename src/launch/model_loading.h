@@ -44,6 +44,7 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  Sha256Digest weights_fingerprint{};  // loader/model_source.h's weights_fingerprint (the whole model's)
 };
 
 // Loads the tokenizer: --tokenizer if given, else the model's (a GGUF's vocabulary, an HF

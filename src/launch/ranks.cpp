@@ -79,7 +79,7 @@ Place place_of(int rank, int tp, int pp) {
   Status st = agree_to_start(steps, loaded.status(), fingerprint_of(what), what);
   if (st.ok()) {
     const bool sends_output = at.rank == first + (pp_size - 1) * tp_size;
-    auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft));
+    auto worker = std::make_unique<Worker>(std::move(loaded->model), std::move(draft), WorkerRank{at.tp_rank, tp_size});
     st = sender ? run_pipeline_worker(steps, *sender, std::move(worker), sends_output)
                 : run_group_worker(steps, std::move(worker));
     if (!st.ok()) log_line(LogLevel::kError, "ranks", me + ": " + st.message());

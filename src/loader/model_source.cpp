@@ -1,5 +1,7 @@
 #include "loader/model_source.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +199,24 @@ bool is_expert_router(std::string_view name) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
   return ends_with(".ffn_gate_inp.weight") || ends_with(".ffn_gate_inp_shexp.weight");
+}
+
+Sha256Digest weights_fingerprint(const WeightMap& weights) {
+  Sha256 h;
+  h.update(std::string_view("pagoda weights v1"));
+  for (const auto& [name, t] : weights.all()) {
+    h.update(std::string_view(name));
+    const int64_t header[6] = {static_cast<int64_t>(t.dtype), t.ndim, t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
+    h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(header), sizeof header));
+    if (t.data == nullptr || t.layout != TensorLayout::kRowMajor) continue;
+    const int64_t n = t.nbytes();
+    const auto* bytes = static_cast<const uint8_t*>(t.data);
+    constexpr int64_t kSample = 256;
+    for (int64_t at : {int64_t{0}, std::max<int64_t>(0, n / 2 - kSample / 2), std::max<int64_t>(0, n - kSample)}) {
+      h.update(std::span<const uint8_t>(bytes + at, static_cast<size_t>(std::min(kSample, n - at))));
+    }
+  }
+  return h.finish();
 }
 
 }  // namespace pagoda

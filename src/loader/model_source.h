@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "base/status.h"
 #include "loader/model_config.h"
 #include "tensor/tensor.h"
@@ -99,6 +100,12 @@ Result<ModelSource> load_model(const std::string& path, const LoadOptions& optio
 
 // True when the file at `path` starts with the GGUF magic (false for directories and missing files).
 bool starts_with_gguf_magic(const std::string& path);
+
+// The fingerprint of a model's weights (what the KV disk tier's files are written for, so that
+// another checkpoint of the same architecture never uses them): SHA-256 over every tensor's name,
+// type, shape and a sample of its bytes (its first, middle and last 256). Reads a few pages of
+// each tensor; `weights` must still be the loader's host memory.
+Sha256Digest weights_fingerprint(const WeightMap& weights);
 
 // Names of the built-in configs usable with --load-format dummy ("demo-random", "tinyllama-1.1b",
 // "llama-110m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b", and the mixtures of experts

@@ -1,5 +1,6 @@
 #include "metrics/engine_metrics.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/check.h"
@@ -115,6 +116,75 @@ EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cach
                       cache.enable_prefix_caching ? "True" : "False", cache.cache_dtype})
         .set(1);
   }
+  if (!cache.kv_offload) return;
+  const std::vector<std::string> tiered = {"model_name", "engine", "tier"};
+  auto& ext_queries = registry_.add_counter("vllm:external_prefix_cache_queries",
+                                            "External prefix cache queries from KV connector, in tokens.", labels);
+  auto& ext_hits = registry_.add_counter("vllm:external_prefix_cache_hits",
+                                         "External prefix cache hits from KV connector, in tokens.", labels);
+  auto& hit_tokens = registry_.add_counter("vllm:kv_offload_hit_tokens", "Tokens loaded from a KV offload tier.", tiered);
+  auto& failed = registry_.add_counter("vllm:kv_offload_failed_loads",
+                                       "KV offload loads that failed (the tokens were computed).", labels);
+  auto& stored_blocks = registry_.add_counter("vllm:kv_offload_stored_blocks",
+                                              "KV blocks saved into the host tier.", labels);
+  auto& stored_bytes = registry_.add_counter("vllm:kv_offload_stored_bytes", "Bytes saved into the host tier.", labels);
+  auto& loaded_blocks = registry_.add_counter("vllm:kv_offload_loaded_blocks",
+                                              "KV blocks loaded into the KV cache from a tier.", tiered);
+  auto& loaded_bytes = registry_.add_counter("vllm:kv_offload_loaded_bytes", "Bytes loaded from a tier.", tiered);
+  auto& written_blocks = registry_.add_counter("vllm:kv_offload_disk_written_blocks",
+                                               "KV block files written to the disk tier.", labels);
+  auto& written_bytes = registry_.add_counter("vllm:kv_offload_disk_written_bytes",
+                                              "Bytes written to the disk tier.", labels);
+  auto& seconds = registry_.add_counter("vllm:kv_offload_seconds", "Time spent copying KV blocks.",
+                                        {"model_name", "engine", "direction"});
+  auto& blocks = registry_.add_gauge("vllm:kv_offload_blocks", "KV blocks held in a tier.", tiered);
+  auto& capacity = registry_.add_gauge("vllm:kv_offload_capacity_blocks", "KV blocks a tier can hold.", tiered);
+  for (int e = 0; e < num_engines; ++e) {
+    const std::string i = std::to_string(e);
+    const std::vector<std::string> v = {model_name_, i};
+    const std::vector<std::string> host = {model_name_, i, "host"}, disk = {model_name_, i, "disk"};
+    offload_.push_back(std::unique_ptr<OffloadSeries>(new OffloadSeries{
+        ext_queries.with_labels(v), ext_hits.with_labels(v), hit_tokens.with_labels(host), hit_tokens.with_labels(disk),
+        failed.with_labels(v), stored_blocks.with_labels(v), stored_bytes.with_labels(v),
+        loaded_blocks.with_labels(host), loaded_bytes.with_labels(host), loaded_blocks.with_labels(disk),
+        loaded_bytes.with_labels(disk), written_blocks.with_labels(v), written_bytes.with_labels(v),
+        seconds.with_labels({model_name_, i, "load"}), seconds.with_labels({model_name_, i, "store"}),
+        blocks.with_labels(host), blocks.with_labels(disk), capacity.with_labels(host), capacity.with_labels(disk),
+        KvOffloadTotals{}, 0, 0, 0}));
+  }
+}
+
+void EngineMetrics::record_kv_offload(const KvOffloadTotals& t, int engine) {
+  if (offload_.empty()) return;
+  PAGODA_CHECK(engine >= 0 && engine < num_engines());
+  OffloadSeries& s = *offload_[static_cast<size_t>(engine)];
+  std::lock_guard<std::mutex> lock(step_mu_);
+  auto grow = [](Counter& c, int64_t total, int64_t& last) {
+    c.inc(static_cast<double>(total >= last ? total - last : total));
+    last = total;
+  };
+  KvOffloadTotals& l = s.last;
+  grow(s.queries, t.queries, l.queries);
+  grow(s.hits, t.hits, l.hits);
+  grow(s.host_hit_tokens, t.hits - t.disk_hits, s.last_host_hits);
+  grow(s.disk_hit_tokens, t.disk_hits, l.disk_hits);
+  grow(s.failed_loads, t.failed_loads, l.failed_loads);
+  grow(s.stored_blocks, t.stored_blocks, l.stored_blocks);
+  grow(s.stored_bytes, t.stored_bytes, l.stored_bytes);
+  grow(s.host_loaded_blocks, t.loaded_blocks - t.disk_loaded_blocks, s.last_host_loaded_blocks);
+  grow(s.host_loaded_bytes, t.loaded_bytes - t.disk_loaded_bytes, s.last_host_loaded_bytes);
+  grow(s.disk_loaded_blocks, t.disk_loaded_blocks, l.disk_loaded_blocks);
+  grow(s.disk_loaded_bytes, t.disk_loaded_bytes, l.disk_loaded_bytes);
+  grow(s.disk_written_blocks, t.disk_written_blocks, l.disk_written_blocks);
+  grow(s.disk_written_bytes, t.disk_written_bytes, l.disk_written_bytes);
+  s.load_seconds.inc(std::max(0.0, t.load_seconds - l.load_seconds));
+  s.store_seconds.inc(std::max(0.0, t.store_seconds - l.store_seconds));
+  l.load_seconds = t.load_seconds;
+  l.store_seconds = t.store_seconds;
+  s.host_blocks.set(static_cast<double>(t.host_blocks));
+  s.disk_blocks.set(static_cast<double>(t.disk_blocks));
+  s.host_capacity.set(static_cast<double>(t.host_capacity));
+  s.disk_capacity.set(static_cast<double>(t.disk_capacity));
 }
 
 EngineMetrics::Series& EngineMetrics::at(int engine) const {

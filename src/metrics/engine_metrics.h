@@ -34,6 +34,20 @@ struct CacheConfigInfo {
   int64_t num_blocks = 0;  // exported as num_gpu_blocks, vLLM's name
   bool enable_prefix_caching = false;
   std::string cache_dtype = "auto";
+  bool kv_offload = false;  // a KV connector with tiers runs: export the vllm:kv_offload_* series
+};
+
+// A KV connector's running totals (kv_transfer/kv_connector.h's KvConnectorStats), for the
+// vllm:external_prefix_cache_* and vllm:kv_offload_* series. Token counts for queries and hits,
+// blocks and bytes of rank 0's shard for the moves.
+struct KvOffloadTotals {
+  int64_t queries = 0, hits = 0, disk_hits = 0, failed_loads = 0;
+  int64_t stored_blocks = 0, stored_bytes = 0;
+  int64_t loaded_blocks = 0, loaded_bytes = 0;            // from either tier
+  int64_t disk_loaded_blocks = 0, disk_loaded_bytes = 0;  // of those, from disk
+  int64_t disk_written_blocks = 0, disk_written_bytes = 0;
+  double load_seconds = 0, store_seconds = 0;
+  int64_t host_blocks = 0, host_capacity = 0, disk_blocks = 0, disk_capacity = 0;  // gauges
 };
 
 // vLLM's default bucket layouts, exposed for tests and for other components.
@@ -74,6 +88,18 @@ class EngineMetrics {
 
   // Tokens processed: prompt (prefill) and generated, added to the token counters.
   void record_tokens(int64_t prompt, int64_t generation, int engine = 0);
+
+  // Once per engine step with a KV connector (CacheConfigInfo::kv_offload): counters grow by the
+  // totals' increase since the last call, gauges are set. Series (counters render with _total):
+  //   vllm:external_prefix_cache_queries / _hits      tokens looked up in / loaded from the tiers
+  //   vllm:kv_offload_hit_tokens{tier}                 loaded tokens by tier (host, disk)
+  //   vllm:kv_offload_failed_loads                     loads that failed (the tokens were computed)
+  //   vllm:kv_offload_stored_blocks / _stored_bytes    saved from the KV cache into the host tier
+  //   vllm:kv_offload_loaded_blocks{tier} / _loaded_bytes{tier}
+  //   vllm:kv_offload_disk_written_blocks / _disk_written_bytes
+  //   vllm:kv_offload_seconds{direction}               copy time, load and store
+  //   vllm:kv_offload_blocks{tier}, vllm:kv_offload_capacity_blocks{tier}   (gauges)
+  void record_kv_offload(const KvOffloadTotals& totals, int engine = 0);
 
   // One request's drafts verified in a step (speculative decoding): num_draft_tokens scheduled,
   // the first num_accepted of them accepted. Adds to vllm:spec_decode_num_drafts (1),
@@ -127,11 +153,21 @@ class EngineMetrics {
     uint64_t last_prefix_hits = 0;
     uint64_t last_preemptions = 0;
   };
+  // One engine's KV offload series and the totals last seen (guarded by step_mu_).
+  struct OffloadSeries {
+    Counter &queries, &hits, &host_hit_tokens, &disk_hit_tokens, &failed_loads, &stored_blocks, &stored_bytes;
+    Counter &host_loaded_blocks, &host_loaded_bytes, &disk_loaded_blocks, &disk_loaded_bytes;
+    Counter &disk_written_blocks, &disk_written_bytes, &load_seconds, &store_seconds;
+    Gauge &host_blocks, &disk_blocks, &host_capacity, &disk_capacity;
+    KvOffloadTotals last;
+    int64_t last_host_hits = 0, last_host_loaded_blocks = 0, last_host_loaded_bytes = 0;  // host = total - disk
+  };
   Series& at(int engine) const;
 
   const std::string model_name_;
   Registry registry_;
   std::vector<std::unique_ptr<Series>> engines_;
+  std::vector<std::unique_ptr<OffloadSeries>> offload_;  // per engine, with kv_offload
   std::mutex step_mu_;
 };
 

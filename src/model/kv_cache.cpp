@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "base/check.h"
 #include "base/checked_math.h"
 
 namespace pagoda {
@@ -46,6 +47,43 @@ Result<KvCacheTensors> KvCacheTensors::allocate(const Kernels& kernels, const Mo
                               std::to_string(2 * (per_layer + scale_bytes) * config.num_layers) + " bytes");
   }
   return kv;
+}
+
+template <class F>
+void KvCacheTensors::for_each_piece(BlockId block, F&& f) const {
+  PAGODA_CHECK(block >= 0 && block < num_blocks_);
+  const int64_t rows = block_size_ * num_kv_heads_;
+  const int64_t data = rows * head_dim_ * kv_cache_elem_bytes(dtype_);
+  const int64_t scales = dtype_ == KvCacheDtype::kInt8 ? rows * static_cast<int64_t>(sizeof(float)) : 0;
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    f(static_cast<uint8_t*>(keys_[i].data()) + block * data, data);
+    f(static_cast<uint8_t*>(values_[i].data()) + block * data, data);
+    if (scales > 0) {
+      f(static_cast<uint8_t*>(key_scales_[i].data()) + block * scales, scales);
+      f(static_cast<uint8_t*>(value_scales_[i].data()) + block * scales, scales);
+    }
+  }
+}
+
+int64_t KvCacheTensors::block_bytes() const {
+  if (num_blocks_ == 0) return 0;
+  int64_t total = 0;
+  for_each_piece(0, [&](uint8_t*, int64_t bytes) { total += bytes; });
+  return total;
+}
+
+void KvCacheTensors::copy_block_to_host(const Kernels& kernels, BlockId block, uint8_t* dst) const {
+  for_each_piece(block, [&](uint8_t* piece, int64_t bytes) {
+    kernels.copy_to_host(dst, piece, static_cast<size_t>(bytes));
+    dst += bytes;
+  });
+}
+
+void KvCacheTensors::copy_block_from_host(const Kernels& kernels, BlockId block, const uint8_t* src) const {
+  for_each_piece(block, [&](uint8_t* piece, int64_t bytes) {
+    kernels.copy_to_device(piece, src, static_cast<size_t>(bytes));
+    src += bytes;
+  });
 }
 
 KvLayerView KvCacheTensors::layer(int64_t i) const {

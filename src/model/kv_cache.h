@@ -29,11 +29,25 @@ class KvCacheTensors {
                                  KvCacheDtype dtype = KvCacheDtype::kF32);
 
   KvLayerView layer(int64_t i) const;
+
+  // One block's bytes in host memory, the form a KV connector moves (kv_transfer/): for each
+  // layer in order its keys, its values, and an int8 cache's key and value scales, each as the
+  // block lies in the cache ([block_size, num_kv_heads, head_dim] of the dtype; scales
+  // [block_size, num_kv_heads] f32). Equal to bytes_per_block of this cache's layout.
+  int64_t block_bytes() const;
+  // Copies block `block` (in [0, num_blocks)) into `dst` (block_bytes() long, host memory), and
+  // back, through the device's copy entries.
+  void copy_block_to_host(const Kernels& kernels, BlockId block, uint8_t* dst) const;
+  void copy_block_from_host(const Kernels& kernels, BlockId block, const uint8_t* src) const;
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   KvCacheDtype dtype() const { return dtype_; }
 
  private:
+  // Calls f(device pointer, bytes) for each piece of block `block`, in block_bytes() order.
+  template <class F>
+  void for_each_piece(BlockId block, F&& f) const;
+
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   int64_t num_kv_heads_ = 0;

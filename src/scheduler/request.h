@@ -13,7 +13,9 @@
 
 namespace pagoda {
 
-enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+// kWaitingForKv: admitted with blocks, waiting for a KV connector to load some of its tokens
+// (kv_transfer/kv_connector.h); none of its tokens is scheduled meanwhile.
+enum class RequestStatus { kWaiting, kWaitingForKv, kRunning, kPreempted, kFinished };
 
 // kError: the engine failed while the request ran (the request itself may have been fine).
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -33,6 +35,7 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   int64_t num_computed_tokens = 0;        // tokens whose K/V are in the cache
   int64_t num_cached_tokens = -1;         // prefix-cache hit at first admission (-1: not yet)
+  int64_t num_external_tokens = 0;        // tokens a KV connector loads (or loaded) at admission
   int64_t num_preemptions = 0;
   std::vector<TokenId> spec_tokens;            // drafts proposed for the next step
   std::vector<TokenId> scheduled_spec_tokens;  // drafts of the step in flight (until its update)

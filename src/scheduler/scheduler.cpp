@@ -17,8 +17,9 @@ const char* finish_reason_name(FinishReason r) {
   return "";
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config)
-    : config_(config), kv_(kv_config) {}
+Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config,
+                     std::unique_ptr<KvConnectorScheduler> connector)
+    : config_(config), kv_(kv_config), connector_(std::move(connector)) {}
 
 Status Scheduler::add_request(std::unique_ptr<Request> r) {
   if (r->prompt_tokens.empty()) return invalid_argument("the prompt is empty");
@@ -159,7 +160,9 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
   }
 
   // 2. Waiting requests, unless this step had to preempt (never preempt to admit new work).
-  while (!preempted && !blocked && budget > 0 && scheduled.size() < seq_cap && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  // Requests waiting for a connector's load hold sequence slots too: they join running_ next.
+  while (!preempted && !blocked && budget > 0 && scheduled.size() < seq_cap &&
+         static_cast<int64_t>(running_.size() + loading_.size()) < config_.max_num_seqs) {
     Request* r = peek_waiting_head();
     if (!r) break;
     ComputedBlocks hit;
@@ -167,6 +170,21 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
     const int64_t computed = hit.num_tokens;
     const int64_t saved = r->num_computed_tokens;
     r->num_computed_tokens = computed;
+    const int64_t external = connector_ ? connector_->get_num_new_matched_tokens(*r, computed) : 0;
+    if (external > 0) {
+      // Blocks for the loaded tokens too, published to the prefix cache only once they are there.
+      if (!kv_.allocate_slots(r->id, r->all_tokens, computed, external, hit, r->cache_salt, computed)) {
+        r->num_computed_tokens = saved;
+        break;
+      }
+      pop_waiting_head();
+      r->status = RequestStatus::kWaitingForKv;
+      if (r->num_cached_tokens < 0) r->num_cached_tokens = computed;
+      r->num_external_tokens = external;
+      loading_.push_back(r);
+      connector_->update_state_after_alloc(*r, kv_.block_table(r->id), computed, external);
+      continue;
+    }
     const int64_t n = config_.enable_chunked_prefill ? cap(r, r->num_tokens() - computed) : r->num_tokens() - computed;
     if (n <= 0 || n > budget || !kv_.allocate_slots(r->id, r->all_tokens, computed, n, hit, r->cache_salt)) {
       r->num_computed_tokens = saved;
@@ -175,6 +193,7 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
     pop_waiting_head();
     r->status = RequestStatus::kRunning;
     if (r->num_cached_tokens < 0) r->num_cached_tokens = computed;
+    if (connector_) connector_->update_state_after_alloc(*r, kv_.block_table(r->id), computed, 0);
     running_.push_back(r);
     scheduled.push_back(r);
     num_new[r] = n;
@@ -197,10 +216,12 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
     seq.output_tokens = r->output_tokens;
     out.seqs.push_back(seq);
     out.num_scheduled_tokens += n;
+    if (connector_) connector_->on_scheduled(*r, r->num_computed_tokens + n - drafts, seq.block_table);
     // 4. Optimistic advance: the next step may schedule the next chunk right away.
     r->num_computed_tokens += n;
     ++r->steps_in_flight;
   }
+  if (connector_) out.kv_connector = connector_->build_meta();
   PAGODA_CHECK(out.num_scheduled_tokens <= config_.max_num_batched_tokens);
   PAGODA_CHECK(static_cast<int64_t>(running_.size()) <= config_.max_num_seqs);
   return out;
@@ -208,6 +229,27 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
 
 std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& scheduled,
                                                          const ModelRunnerOutput& produced) {
+  if (connector_) {
+    // Loads that ended: the request runs from after its loaded tokens, or, when the load failed,
+    // computes them (its blocks are its own either way).
+    std::vector<RequestId> done, failed;
+    connector_->update_connector_output(scheduled.kv_connector, produced.kv_connector, done, failed);
+    for (const auto* list : {&done, &failed}) {
+      for (RequestId id : *list) {
+        auto it = requests_.find(id);
+        if (it == requests_.end() || it->second->status != RequestStatus::kWaitingForKv) continue;
+        Request* r = it->second.get();
+        loading_.erase(std::remove(loading_.begin(), loading_.end(), r), loading_.end());
+        if (list == &done) {
+          r->num_computed_tokens += r->num_external_tokens;
+        } else {
+          r->num_external_tokens = 0;
+        }
+        r->status = RequestStatus::kRunning;
+        running_.push_back(r);
+      }
+    }
+  }
   // Rejected drafts: their positions are computed no longer (their KV is overwritten later).
   for (const SpecDecodeCounts& c : produced.spec) {
     auto it = requests_.find(c.request_id);
@@ -257,7 +299,9 @@ void Scheduler::set_draft_tokens(RequestId id, std::vector<TokenId> drafts) {
 }
 
 void Scheduler::finish(Request* r) {
+  if (connector_) connector_->request_finished(*r);
   kv_.free(r->id);
+  loading_.erase(std::remove(loading_.begin(), loading_.end(), r), loading_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   r->status = RequestStatus::kFinished;
@@ -279,7 +323,7 @@ const Request* Scheduler::find(RequestId id) const {
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.num_running = static_cast<int64_t>(running_.size());
-  s.num_waiting = static_cast<int64_t>(waiting_.size());
+  s.num_waiting = static_cast<int64_t>(waiting_.size() + loading_.size());
   s.kv_usage = kv_.usage();
   s.num_preemptions = total_preemptions_;
   s.prefix_cache = kv_.stats();

@@ -7,7 +7,13 @@
 // When blocks run out for a running request, the most recently admitted running request (or
 // the least important one under the priority policy) is preempted by recompute: its blocks are
 // freed (they stay in the prefix cache) and it goes back to the front of the waiting queue. A
-// step that preempted admits no new work. Engine thread only: not thread-safe.
+// step that preempted admits no new work.
+//
+// With a KV connector (kv_transfer/kv_connector.h), admission also asks it for the tokens after
+// the prefix-cache hit that it can load: a request with some gets its blocks and waits (status
+// kWaitingForKv, outside running_ and waiting_, taking no step budget) until the workers report
+// the load; then it runs from there, or, if the load failed, computes those tokens itself.
+// Engine thread only: not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,7 @@
 
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
+#include "kv_transfer/kv_connector.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_output.h"
 
@@ -48,7 +55,7 @@ struct RequestUpdate {
 
 struct SchedulerStats {
   int64_t num_running = 0;
-  int64_t num_waiting = 0;
+  int64_t num_waiting = 0;             // waiting_ and those waiting for a KV connector's load
   double kv_usage = 0;
   int64_t num_preemptions = 0;         // total so far
   PrefixCacheStats prefix_cache;       // totals so far
@@ -56,7 +63,8 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config);
+  Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config,
+            std::unique_ptr<KvConnectorScheduler> connector = nullptr);
 
   // Adds a request to the waiting queue. Fails (and keeps nothing) when it can never run:
   // prompt + max_tokens beyond max_model_len, more blocks than the whole cache, or an empty prompt.
@@ -85,10 +93,14 @@ class Scheduler {
   // the id is unknown or already finished.
   bool finish_request(RequestId id);
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
-  int64_t num_unfinished() const { return static_cast<int64_t>(waiting_.size() + running_.size()); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !loading_.empty(); }
+  int64_t num_unfinished() const {
+    return static_cast<int64_t>(waiting_.size() + running_.size() + loading_.size());
+  }
   SchedulerStats stats() const;
   const KvCacheManager& kv() const { return kv_; }
+  // The KV connector (null without one).
+  const KvConnectorScheduler* connector() const { return connector_.get(); }
   const Request* find(RequestId id) const;
 
  private:
@@ -103,6 +115,8 @@ class Scheduler {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // unfinished only
   std::deque<Request*> waiting_;   // FCFS order (priority policy: kept sorted)
   std::vector<Request*> running_;  // admission order
+  std::vector<Request*> loading_;  // kWaitingForKv, admission order
+  std::unique_ptr<KvConnectorScheduler> connector_;
   int64_t total_preemptions_ = 0;
 };
 

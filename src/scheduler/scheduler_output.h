@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/types.h"
+#include "kv_transfer/kv_connector_metadata.h"
 
 namespace pagoda {
 
@@ -34,8 +35,11 @@ struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;
   int64_t num_scheduled_tokens = 0;
   std::vector<RequestId> preempted;         // preempted this step (their KV is gone)
+  // The KV connector's moves for this step (kv_transfer/kv_connector_metadata.h); empty without
+  // a connector. A step may carry only these (no sequences): loads still to be reported.
+  KvConnectorMetadata kv_connector;
 
-  bool empty() const { return seqs.empty(); }
+  bool empty() const { return seqs.empty() && kv_connector.empty(); }
 };
 
 struct TokenLogprobEntry {
@@ -90,6 +94,7 @@ struct ModelRunnerOutput {
   std::vector<SpecDecodeCounts> spec;  // one per ScheduledSeq with drafts, same order
   std::vector<PromptLogprobsOutput> prompt_logprobs;
   std::vector<DraftTokens> drafts;     // the next step's drafts, for decoding requests that have some
+  KvConnectorOutput kv_connector;      // the KV connector's report (empty without one)
 
   bool operator==(const ModelRunnerOutput&) const = default;
 };

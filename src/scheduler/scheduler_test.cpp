@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -331,6 +333,117 @@ TEST(Scheduler, DraftsAreScheduledVerifiedAndRolledBack) {
   EXPECT_TRUE(s.finish_request(1));
   EXPECT_EQ(s.find(1), nullptr);
   EXPECT_EQ(s.kv().num_free_blocks(), 64);
+}
+
+// A connector that offers `offer` tokens to every request and reports each load as the test says.
+class FakeConnector final : public KvConnectorScheduler {
+ public:
+  int64_t offer = 0;
+  std::map<RequestId, KvLoadState> state;  // what the workers report, per awaited request
+  std::vector<RequestId> awaiting, finished;
+  std::vector<std::pair<RequestId, int64_t>> scheduled;  // (request, computed after)
+
+  int64_t get_num_new_matched_tokens(const Request& r, int64_t local) override {
+    return std::min(offer, (r.num_tokens() - 1) / 16 * 16 - local);
+  }
+  void update_state_after_alloc(const Request& r, std::span<const BlockId> blocks, int64_t local,
+                                int64_t external) override {
+    if (external > 0) {
+      EXPECT_GE(static_cast<int64_t>(blocks.size()) * 16, local + external);
+      awaiting.push_back(r.id);
+    }
+  }
+  void on_scheduled(const Request& r, int64_t after, std::span<const BlockId>) override {
+    scheduled.emplace_back(r.id, after);
+  }
+  KvConnectorMetadata build_meta() override {
+    KvConnectorMetadata m;
+    m.awaiting = awaiting;
+    return m;
+  }
+  void update_connector_output(const KvConnectorMetadata& meta, const KvConnectorOutput&, std::vector<RequestId>& done,
+                               std::vector<RequestId>& failed) override {
+    for (RequestId id : meta.awaiting) {
+      const KvLoadState st = state.count(id) ? state[id] : KvLoadState::kPending;
+      if (st == KvLoadState::kPending) continue;
+      (st == KvLoadState::kDone ? done : failed).push_back(id);
+      awaiting.erase(std::remove(awaiting.begin(), awaiting.end(), id), awaiting.end());
+    }
+  }
+  void request_finished(const Request& r) override {
+    finished.push_back(r.id);
+    awaiting.erase(std::remove(awaiting.begin(), awaiting.end(), r.id), awaiting.end());
+  }
+  KvConnectorStats stats() const override { return {}; }
+};
+
+// A request whose tokens a connector loads waits outside the batch, taking no budget, while the
+// others run; once loaded it computes only what is left; a failed load computes everything.
+TEST(Scheduler, ConnectorLoadsWaitWithoutBlockingOthers) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 64;
+  auto owned = std::make_unique<FakeConnector>();
+  FakeConnector& conn = *owned;
+  Scheduler s(sc, KvCacheConfig{64, 16, true}, std::move(owned));
+  conn.offer = 48;
+  ASSERT_TRUE(s.add_request(make_request(1, 70, 2)).ok());  // 64 loadable tokens: 48 offered
+  SchedulerOutput out = s.schedule();
+  conn.offer = 0;
+  EXPECT_TRUE(out.seqs.empty());
+  EXPECT_EQ(out.kv_connector.awaiting, std::vector<RequestId>{1});
+  EXPECT_EQ(s.find(1)->status, RequestStatus::kWaitingForKv);
+  EXPECT_EQ(s.stats().num_waiting, 1);
+  update(s, out, fake_run(out));  // still pending
+  ASSERT_TRUE(s.add_request(make_request(2, 20, 2)).ok());
+  out = s.schedule();
+  EXPECT_EQ(batch_of(out), (Batch{{2, 20}}));  // 2 runs while 1 waits
+  conn.state[1] = KvLoadState::kDone;
+  update(s, out, fake_run(out));
+  EXPECT_EQ(s.find(1)->status, RequestStatus::kRunning);
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 48);
+  out = s.schedule();
+  EXPECT_EQ(scheduled_for(out, 1), 70 - 48);  // only what was not loaded
+  EXPECT_EQ(s.kv().check_invariants().message(), "");
+
+  conn.offer = 32;
+  ASSERT_TRUE(s.add_request(make_request(3, 40, 2)).ok());
+  update(s, out, fake_run(out));
+  out = s.schedule();
+  conn.offer = 0;
+  EXPECT_EQ(scheduled_for(out, 3), 0);
+  EXPECT_EQ(s.find(3)->status, RequestStatus::kWaitingForKv);
+  conn.state[3] = KvLoadState::kFailed;
+  update(s, out, fake_run(out));
+  EXPECT_EQ(s.find(3)->num_computed_tokens, 0);
+  out = s.schedule();
+  EXPECT_EQ(scheduled_for(out, 3), 40);  // computes its tokens itself
+  while (s.has_unfinished()) {
+    update(s, out, fake_run(out));
+    out = s.schedule();
+  }
+  EXPECT_EQ(s.kv().num_free_blocks(), 64);
+  EXPECT_EQ(s.kv().check_invariants().message(), "");
+}
+
+// A request that ends while its load is in flight gives its blocks back at once and is no
+// longer awaited.
+TEST(Scheduler, ConnectorLoadAbortedWhileWaiting) {
+  auto owned = std::make_unique<FakeConnector>();
+  FakeConnector& conn = *owned;
+  Scheduler s(SchedulerConfig{}, KvCacheConfig{16, 16, true}, std::move(owned));
+  conn.offer = 64;
+  ASSERT_TRUE(s.add_request(make_request(1, 100, 4)).ok());
+  SchedulerOutput out = s.schedule();
+  EXPECT_EQ(s.find(1)->status, RequestStatus::kWaitingForKv);
+  EXPECT_LT(s.kv().num_free_blocks(), 16);
+  EXPECT_TRUE(s.finish_request(1));
+  EXPECT_EQ(conn.finished, std::vector<RequestId>{1});
+  EXPECT_EQ(s.kv().num_free_blocks(), 16);
+  EXPECT_FALSE(s.has_unfinished());
+  conn.state[1] = KvLoadState::kDone;  // a late report changes nothing
+  update(s, out, fake_run(out));
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_TRUE(s.schedule().kv_connector.awaiting.empty());
 }
 
 }  // namespace

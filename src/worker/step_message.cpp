@@ -9,9 +9,9 @@ namespace pagoda {
 namespace {
 
 // Leading bytes of each message kind: a message of the wrong kind fails at once.
-constexpr uint32_t kStepMagic = 0x50535432;    // "PST2"
-constexpr uint32_t kOutputMagic = 0x504f5532;  // "POU2"
-constexpr uint32_t kInitMagic = 0x50494e31;    // "PIN1"
+constexpr uint32_t kStepMagic = 0x50535433;    // "PST3"
+constexpr uint32_t kOutputMagic = 0x504f5533;  // "POU3"
+constexpr uint32_t kInitMagic = 0x50494e32;    // "PIN2"
 
 template <class T>
 void put_optional(ByteWriter& w, const std::optional<T>& v) {
@@ -106,6 +106,103 @@ SampledOutput get_sampled(ByteReader& r) {
   return s;
 }
 
+void put_key(ByteWriter& w, const KvBlockKey& k) {
+  for (uint8_t b : k.bytes) w.put<uint8_t>(b);
+}
+
+KvBlockKey get_key(ByteReader& r) {
+  KvBlockKey k;
+  for (uint8_t& b : k.bytes) b = r.get<uint8_t>();
+  return k;
+}
+
+void put_connector(ByteWriter& w, const KvConnectorMetadata& m) {
+  w.put<uint64_t>(m.loads.size());
+  for (const KvTierLoad& l : m.loads) {
+    w.put<RequestId>(l.request_id);
+    w.put<uint64_t>(l.blocks.size());
+    for (const KvTierLoadBlock& b : l.blocks) {
+      w.put<BlockId>(b.block);
+      w.put<int64_t>(b.slot);
+      put_key(w, b.key);
+    }
+  }
+  w.put_vector(m.awaiting);
+  w.put<uint64_t>(m.stores.size());
+  for (const KvTierStore& st : m.stores) {
+    w.put<BlockId>(st.block);
+    w.put<int64_t>(st.slot);
+    put_key(w, st.key);
+    w.put_bool(st.to_disk);
+  }
+  w.put<uint64_t>(m.disk_removes.size());
+  for (const KvBlockKey& k : m.disk_removes) put_key(w, k);
+}
+
+constexpr uint64_t kKeyBytes = sizeof(KvBlockKey::bytes);
+
+KvConnectorMetadata get_connector(ByteReader& r) {
+  KvConnectorMetadata m;
+  const uint64_t num_loads = r.get_count(sizeof(RequestId) + 8);
+  for (uint64_t i = 0; i < num_loads && r.ok(); ++i) {
+    KvTierLoad l;
+    l.request_id = r.get<RequestId>();
+    const uint64_t n = r.get_count(sizeof(BlockId) + 8 + kKeyBytes);
+    for (uint64_t j = 0; j < n && r.ok(); ++j) {
+      KvTierLoadBlock b;
+      b.block = r.get<BlockId>();
+      b.slot = r.get<int64_t>();
+      b.key = get_key(r);
+      l.blocks.push_back(b);
+    }
+    m.loads.push_back(std::move(l));
+  }
+  m.awaiting = r.get_vector<RequestId>();
+  const uint64_t num_stores = r.get_count(sizeof(BlockId) + 8 + kKeyBytes + 1);
+  for (uint64_t i = 0; i < num_stores && r.ok(); ++i) {
+    KvTierStore st;
+    st.block = r.get<BlockId>();
+    st.slot = r.get<int64_t>();
+    st.key = get_key(r);
+    st.to_disk = r.get_bool();
+    m.stores.push_back(st);
+  }
+  const uint64_t num_removes = r.get_count(kKeyBytes);
+  for (uint64_t i = 0; i < num_removes && r.ok(); ++i) m.disk_removes.push_back(get_key(r));
+  return m;
+}
+
+void put_connector_output(ByteWriter& w, const KvConnectorOutput& o) {
+  w.put<uint64_t>(o.load_states.size());
+  for (KvLoadState s : o.load_states) w.put<uint8_t>(static_cast<uint8_t>(s));
+  const KvTransferCounters& c = o.counters;
+  for (int64_t v : {c.loaded_blocks, c.loaded_bytes, c.disk_loaded_blocks, c.disk_loaded_bytes, c.stored_blocks,
+                    c.stored_bytes, c.disk_stored_blocks, c.disk_stored_bytes, c.failed_blocks}) {
+    w.put<int64_t>(v);
+  }
+  w.put<double>(c.load_seconds);
+  w.put<double>(c.store_seconds);
+}
+
+KvConnectorOutput get_connector_output(ByteReader& r) {
+  KvConnectorOutput o;
+  const uint64_t n = r.get_count(1);
+  for (uint64_t i = 0; i < n && r.ok(); ++i) {
+    const uint8_t s = r.get<uint8_t>();
+    if (s > static_cast<uint8_t>(KvLoadState::kFailed)) r.fail("an unknown KV load state " + std::to_string(s));
+    o.load_states.push_back(static_cast<KvLoadState>(s));
+  }
+  KvTransferCounters& c = o.counters;
+  for (int64_t* v : {&c.loaded_blocks, &c.loaded_bytes, &c.disk_loaded_blocks, &c.disk_loaded_bytes,
+                     &c.stored_blocks, &c.stored_bytes, &c.disk_stored_blocks, &c.disk_stored_bytes,
+                     &c.failed_blocks}) {
+    *v = r.get<int64_t>();
+  }
+  c.load_seconds = r.get<double>();
+  c.store_seconds = r.get<double>();
+  return o;
+}
+
 // The smallest encodings of the repeated items, which bound a count against the bytes left.
 constexpr uint64_t kMinSampledBytes = sizeof(RequestId) + sizeof(TokenId) + sizeof(float) + sizeof(uint64_t);
 constexpr uint64_t kMinScheduledBytes = sizeof(RequestId) + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8;
@@ -140,6 +237,7 @@ std::vector<uint8_t> serialize_step(const StepMessage& m) {
   }
   w.put_vector(m.preempted);
   w.put_vector(m.finished);
+  put_connector(w, m.kv_connector);
   return w.take();
 }
 
@@ -175,6 +273,7 @@ Result<StepMessage> deserialize_step(std::span<const uint8_t> bytes) {
   }
   m.preempted = r.get_vector<RequestId>();
   m.finished = r.get_vector<RequestId>();
+  m.kv_connector = get_connector(r);
   PAGODA_RETURN_IF_ERROR(r.finish("step message"));
   return m;
 }
@@ -202,6 +301,7 @@ std::vector<uint8_t> serialize_output(const ModelRunnerOutput& o) {
     w.put<RequestId>(d.request_id);
     w.put_vector(d.tokens);
   }
+  put_connector_output(w, o.kv_connector);
   return w.take();
 }
 
@@ -235,6 +335,7 @@ Result<ModelRunnerOutput> deserialize_output(std::span<const uint8_t> bytes) {
     d.tokens = r.get_vector<TokenId>();
     o.drafts.push_back(std::move(d));
   }
+  o.kv_connector = get_connector_output(r);
   PAGODA_RETURN_IF_ERROR(r.finish("step output"));
   return o;
 }
@@ -256,6 +357,11 @@ std::vector<uint8_t> serialize_init(const WorkerInit& init) {
   w.put<int64_t>(init.max_model_len);
   w.put<int64_t>(init.max_num_batched_tokens);
   w.put_bool(init.enable_prefix_caching);
+  const KvConnectorWorkerConfig& kc = init.kv_connector;
+  w.put_string(kc.connector);
+  w.put<int64_t>(kc.num_host_slots);
+  w.put_string(kc.disk_path);
+  for (uint8_t b : kc.fingerprint) w.put<uint8_t>(b);
   return w.take();
 }
 
@@ -279,6 +385,11 @@ Result<WorkerInit> deserialize_init(std::span<const uint8_t> bytes) {
   init.max_model_len = r.get<int64_t>();
   init.max_num_batched_tokens = r.get<int64_t>();
   init.enable_prefix_caching = r.get_bool();
+  KvConnectorWorkerConfig& kc = init.kv_connector;
+  kc.connector = r.get_string();
+  kc.num_host_slots = r.get<int64_t>();
+  kc.disk_path = r.get_string();
+  for (uint8_t& b : kc.fingerprint) b = r.get<uint8_t>();
   PAGODA_RETURN_IF_ERROR(r.finish("worker start"));
   if (init.num_blocks < 1 || init.block_size < 1 || init.max_model_len < 1) {
     return data_loss("worker start: a KV cache of " + std::to_string(init.num_blocks) + " blocks of " +
@@ -347,6 +458,7 @@ StepMessage StepEncoder::encode(const SchedulerOutput& scheduled) {
     d.allowed_tokens.assign(seq.allowed_tokens.begin(), seq.allowed_tokens.end());
     m.scheduled.push_back(std::move(d));
   }
+  m.kv_connector = scheduled.kv_connector;
   return m;
 }
 

@@ -24,6 +24,8 @@
 
 #include "base/status.h"
 #include "base/types.h"
+#include "kv_transfer/kv_connector_metadata.h"
+#include "kv_transfer/kv_transfer_config.h"
 #include "sample/sampler.h"
 #include "scheduler/scheduler_output.h"
 #include "speculative/speculative_config.h"
@@ -41,6 +43,7 @@ struct WorkerInit {
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 0;
   bool enable_prefix_caching = true;
+  KvConnectorWorkerConfig kv_connector;  // the worker side of --kv-transfer-config (none by default)
 
   bool operator==(const WorkerInit&) const = default;
 };
@@ -79,6 +82,7 @@ struct StepMessage {
   std::vector<ScheduledRequestData> scheduled;    // the batch, in the scheduler's order
   std::vector<RequestId> preempted;  // their KV is gone; a later step resets their block table
   std::vector<RequestId> finished;   // ended since the last step: the workers forget them
+  KvConnectorMetadata kv_connector;  // SchedulerOutput::kv_connector
 
   bool operator==(const StepMessage&) const = default;
 };

@@ -76,6 +76,24 @@ StepMessage random_step(std::mt19937_64& rng) {
   }
   m.preempted = random_ints<RequestId>(rng, 3, 0, 1 << 20);
   m.finished = random_ints<RequestId>(rng, 3, 0, 1 << 20);
+  auto key = [&] {
+    KvBlockKey k;
+    for (uint8_t& b : k.bytes) b = static_cast<uint8_t>(rng());
+    return k;
+  };
+  KvConnectorMetadata& kc = m.kv_connector;
+  for (size_t i = rng() % 3; i > 0; --i) {
+    KvTierLoad load{rng(), {}};
+    for (size_t j = rng() % 4; j > 0; --j) {
+      load.blocks.push_back({static_cast<BlockId>(rng() % 1000), static_cast<int64_t>(rng() % 50) - 1, key()});
+    }
+    kc.loads.push_back(std::move(load));
+  }
+  kc.awaiting = random_ints<RequestId>(rng, 3, 0, 1 << 20);
+  for (size_t i = rng() % 3; i > 0; --i) {
+    kc.stores.push_back({static_cast<BlockId>(rng() % 1000), static_cast<int64_t>(rng() % 50), key(), rng() % 2 == 0});
+  }
+  for (size_t i = rng() % 3; i > 0; --i) kc.disk_removes.push_back(key());
   return m;
 }
 
@@ -96,6 +114,12 @@ ModelRunnerOutput random_output(std::mt19937_64& rng) {
     for (size_t j = rng() % 4; j > 0; --j) p.entries.push_back(random_sampled(rng));
     o.prompt_logprobs.push_back(std::move(p));
   }
+  for (size_t i = rng() % 4; i > 0; --i) o.kv_connector.load_states.push_back(static_cast<KvLoadState>(rng() % 3));
+  KvTransferCounters& c = o.kv_connector.counters;
+  c.loaded_blocks = static_cast<int64_t>(rng() % 100);
+  c.disk_stored_bytes = static_cast<int64_t>(rng() % 100000);
+  c.failed_blocks = static_cast<int64_t>(rng() % 3);
+  c.load_seconds = static_cast<double>(rng() % 1000) / 7;
   return o;
 }
 
@@ -268,6 +292,24 @@ TEST(StepEncoder, DeltasRebuildTheSchedulersViews) {
   const StepMessage last = encoder.encode(SchedulerOutput{});
   ASSERT_NO_FATAL_FAILURE(apply(last, mirror));
   EXPECT_TRUE(mirror.empty());
+}
+
+TEST(StepMessage, WorkerInitRoundTripsWithItsConnector) {
+  WorkerInit init;
+  init.num_blocks = 77;
+  init.block_size = 32;
+  init.kv_cache_dtype = KvCacheDtype::kInt8;
+  init.max_model_len = 4096;
+  init.kv_connector.connector = "OffloadingConnector";
+  init.kv_connector.num_host_slots = 1234;
+  init.kv_connector.disk_path = "/var/cache/pagoda";
+  init.kv_connector.fingerprint[5] = 9;
+  auto back = deserialize_init(serialize_init(init));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, init);
+  std::vector<uint8_t> bytes = serialize_init(init);
+  bytes.pop_back();
+  EXPECT_FALSE(deserialize_init(bytes).ok());
 }
 
 }  // namespace

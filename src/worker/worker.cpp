@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "kv_transfer/kv_connector_factory.h"
 #include "speculative/draft_model_proposer.h"
 #include "speculative/make_proposer.h"
 
@@ -37,8 +38,8 @@ int64_t activation_bytes(const ModelConfig& c, int64_t max_num_batched_tokens, i
 
 }  // namespace
 
-Worker::Worker(std::unique_ptr<Model> model, std::unique_ptr<Model> draft)
-    : runner_(std::make_unique<ModelRunner>(std::move(model))), draft_(std::move(draft)) {}
+Worker::Worker(std::unique_ptr<Model> model, std::unique_ptr<Model> draft, WorkerRank rank)
+    : runner_(std::make_unique<ModelRunner>(std::move(model))), draft_(std::move(draft)), rank_(rank) {}
 
 const ModelConfig* Worker::draft_config() const {
   if (draft_) return &draft_->config();
@@ -74,6 +75,10 @@ Status Worker::initialize(const WorkerInit& init) {
   PAGODA_ASSIGN_OR_RETURN(proposer_, make_proposer(init.speculative, limits, std::move(draft_), init.num_blocks * 9 / 8,
                                                    init.block_size, init.kv_cache_dtype));
   runner_->initialize_kv_cache(std::move(kv));
+  if (!init.kv_connector.connector.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(connector_, make_kv_connector_worker(init.kv_connector, rank_.rank, rank_.size));
+    PAGODA_RETURN_IF_ERROR(connector_->register_kv_caches(runner_->kv_cache(), model.kernels()));
+  }
   init_ = init;
   initialized_ = true;
   return Status::ok_status();
@@ -201,7 +206,9 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     scheduled.num_scheduled_tokens += d.num_scheduled_tokens;
     scheduled.seqs.push_back(seq);
   }
+  if (connector_) connector_->start_step(m.kv_connector, scheduled.seqs.empty());
   ModelRunnerOutput out = runner_->execute(scheduled, states);
+  if (connector_) out.kv_connector = connector_->finish_step(m.kv_connector);
   if (proposer_) propose(scheduled, out);
   return out;
 }

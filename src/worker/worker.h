@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kv_transfer/kv_connector.h"
 #include "speculative/proposer.h"
 #include "worker/model_runner.h"
 #include "worker/step_message.h"
@@ -36,10 +37,16 @@ struct WorkerMemory {
   int64_t activation_bytes = 0;   // a full step's working memory at the scheduler's limits, both models
 };
 
+// Where a worker sits in its tensor-parallel group (its KV connector keeps the ranks' files apart).
+struct WorkerRank {
+  int rank = 0;
+  int size = 1;
+};
+
 class Worker {
  public:
   // `draft`: the draft model, when the engine speculates with one.
-  explicit Worker(std::unique_ptr<Model> model, std::unique_ptr<Model> draft = nullptr);
+  explicit Worker(std::unique_ptr<Model> model, std::unique_ptr<Model> draft = nullptr, WorkerRank rank = {});
 
   // The whole model's config, and the draft's (null without one).
   const ModelConfig& config() const { return runner_->config(); }
@@ -50,12 +57,14 @@ class Worker {
   WorkerMemory memory(int64_t block_size, KvCacheDtype dtype, int64_t max_num_batched_tokens,
                       int64_t max_num_seqs) const;
 
-  // Allocates the KV caches (the draft's too) and makes the proposer. Once, before any step;
-  // fails when the memory cannot be had or the draft model is missing.
+  // Allocates the KV caches (the draft's too), makes the proposer and starts the KV connector's
+  // worker side (init.kv_connector). Once, before any step; fails when the memory cannot be had,
+  // the draft model is missing or the connector cannot start (its disk tier's directory).
   Status initialize(const WorkerInit& init);
 
   // Applies `message` (finished, preempted, new requests, then the scheduled deltas), runs the
-  // step, then proposes each scheduled request's drafts. Errors leave the step unrun.
+  // step between its KV connector's moves (kv_transfer/kv_connector.h), then proposes each
+  // scheduled request's drafts. Errors leave the step unrun.
   Result<ModelRunnerOutput> execute(const StepMessage& message);
 
   // Requests held (sent and not yet finished); for tests.
@@ -79,6 +88,8 @@ class Worker {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Model> draft_;        // until initialize() hands it to the proposer
   std::unique_ptr<Proposer> proposer_;
+  std::unique_ptr<KvConnectorWorker> connector_;  // null without --kv-transfer-config
+  WorkerRank rank_;
   WorkerInit init_;
   bool initialized_ = false;
   std::unordered_map<RequestId, RequestState> requests_;

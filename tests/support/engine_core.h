@@ -22,7 +22,9 @@ inline std::unique_ptr<LLMEngine> make_engine_core(const app::ModelFlags& flags,
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
   if (!loaded.ok()) return nullptr;
   std::shared_ptr<const Tokenizer> tok(std::move(loaded->tokenizer));
-  auto core = LLMEngine::create(std::move(loaded->model), tok, config);
+  EngineConfig with_fingerprint = config;
+  with_fingerprint.model_fingerprint = loaded->weights_fingerprint;
+  auto core = LLMEngine::create(std::move(loaded->model), tok, with_fingerprint);
   EXPECT_TRUE(core.ok()) << core.status().message();
   return core.ok() ? std::move(*core) : nullptr;
 }

@@ -1,0 +1,72 @@
+#include "kv_transfer/kv_connector_factory.h"
+
+#include <cstdio>
+
+#include "kv_transfer/offloading_connector.h"
+
+namespace pagoda {
+namespace {
+
+// "1.50 GiB", "12.3 MiB".
+std::string size_text(int64_t bytes) {
+  char text[32];
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else {
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  }
+  return text;
+}
+
+std::string shard_tag(int rank, int size) { return "r" + std::to_string(rank) + "of" + std::to_string(size); }
+
+}  // namespace
+
+Result<std::unique_ptr<KvConnectorWorker>> make_kv_connector_worker(const KvConnectorWorkerConfig& config, int rank,
+                                                                    int size) {
+  if (config.connector == "OffloadingConnector") {
+    return std::unique_ptr<KvConnectorWorker>(std::make_unique<OffloadingWorker>(config, shard_tag(rank, size)));
+  }
+  return invalid_argument("unknown KV connector '" + config.connector + "'");
+}
+
+Result<KvConnectorPlan> make_kv_connector(const KvTransferConfig& config, const KvConnectorSetup& setup) {
+  if (!config.offloading()) return invalid_argument("--kv-transfer-config: unknown KV connector '" + config.kv_connector + "'");
+  if (setup.block_bytes <= 0) return internal_error("a KV block of no bytes");
+  const int64_t slots = config.num_cpu_blocks > 0 ? config.num_cpu_blocks : config.cpu_bytes_to_use / setup.block_bytes;
+  if (slots < 1) {
+    return invalid_argument("--kv-offloading-size: the host tier must hold at least one KV block of " +
+                            std::to_string(setup.block_bytes) + " bytes");
+  }
+  OffloadingSchedulerConfig sc;
+  sc.block_size = setup.block_size;
+  sc.num_host_slots = slots;
+  sc.fingerprint = setup.fingerprint;
+  KvConnectorPlan plan;
+  plan.worker.connector = config.kv_connector;
+  plan.worker.num_host_slots = slots;
+  plan.worker.fingerprint = setup.fingerprint;
+  plan.summary = "KV offloading: a host tier of " + std::to_string(slots) + " blocks (" +
+                 size_text(slots * setup.block_bytes) + ")";
+  if (!config.disk_path.empty()) {
+    // Rank 0's files say what the disk tier holds (every rank writes its own shard of a block).
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<KvDiskStore> store,
+                            KvDiskStore::open(config.disk_path, setup.fingerprint, shard_tag(0, setup.tensor_parallel_size),
+                                              setup.block_bytes));
+    const int64_t disk_bytes = config.disk_bytes_to_use > 0 ? config.disk_bytes_to_use : 10 * slots * setup.block_bytes;
+    sc.disk = true;
+    sc.disk_capacity_blocks = disk_bytes / store->file_bytes();
+    if (sc.disk_capacity_blocks < 1) {
+      return invalid_argument("--kv-transfer-config: disk_bytes_to_use must hold at least one KV block file of " +
+                              std::to_string(store->file_bytes()) + " bytes");
+    }
+    sc.disk_keys = store->scan();
+    plan.worker.disk_path = config.disk_path;
+    plan.summary += ", a disk tier in " + config.disk_path + " of " + std::to_string(sc.disk_capacity_blocks) +
+                    " blocks (" + size_text(disk_bytes) + ", " + std::to_string(sc.disk_keys.size()) + " found)";
+  }
+  plan.scheduler = std::make_unique<OffloadingScheduler>(std::move(sc));
+  return plan;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,36 @@
+// Making a KV connector's halves from the configuration: the scheduler side on the engine's rank,
+// the worker side on every rank (the names are vLLM's kv_connector values).
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "kv_transfer/kv_connector.h"
+#include "kv_transfer/kv_transfer_config.h"
+
+namespace pagoda {
+
+// The worker side of `config.connector` for tensor-parallel rank `rank` of `size`; fails naming an
+// unknown connector.
+Result<std::unique_ptr<KvConnectorWorker>> make_kv_connector_worker(const KvConnectorWorkerConfig& config, int rank,
+                                                                    int size);
+
+// What the engine knows when it makes the scheduler side.
+struct KvConnectorSetup {
+  int64_t block_size = 16;
+  int64_t block_bytes = 0;     // one block of rank 0's shard (a host-tier slot)
+  int tensor_parallel_size = 1;
+  std::array<uint8_t, 32> fingerprint{};  // the model and KV layout (EngineCore computes it)
+};
+
+// The scheduler side of `config`, and the worker side's configuration to send every worker.
+// Fails naming the problem: a host tier smaller than one block, a disk tier's directory that
+// cannot be opened.
+struct KvConnectorPlan {
+  std::unique_ptr<KvConnectorScheduler> scheduler;
+  KvConnectorWorkerConfig worker;
+  std::string summary;  // for the start-up log
+};
+Result<KvConnectorPlan> make_kv_connector(const KvTransferConfig& config, const KvConnectorSetup& setup);
+
+}  // namespace pagoda
