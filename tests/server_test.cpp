@@ -338,6 +338,38 @@ TEST(Server, MetricsUseVllmNames) {
   }
 }
 
+// With the host tier (--kv-offloading-size) a prompt whose blocks a small KV cache evicted comes
+// back from the tier with the same text, and the vllm:kv_offload_* series say so.
+TEST(Server, KvOffloadingServesEvictedPrefixesAndExportsItsMetrics) {
+  // 24 blocks of 16 tokens of stories260K's 1,280-byte tokens: three 150-token prompts do not fit.
+  START_STORIES(server, {"--kv-offloading-size", "0.01", "--kv-cache-memory-bytes", "491520", "--max-model-len", "192"});
+  auto prompt = [](int seed) {
+    json ids = json::array();
+    for (int i = 0; i < 150; ++i) ids.push_back(10 + (seed * 7919 + i * 104729) % 400);
+    return ids;
+  };
+  auto complete = [&](int seed) {
+    int status = 0;
+    json r = post(port, "/v1/completions", {{"prompt", prompt(seed)}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    return r["choices"][0]["text"].get<std::string>();
+  };
+  const std::string first = complete(1);
+  complete(2);
+  complete(3);
+  EXPECT_EQ(complete(1), first);
+  const std::string t = testing::http_request(port, "GET", "/metrics").body;
+  const std::string labels = "{model_name=\"stories\",engine=\"0\"}";
+  EXPECT_GT(metric(t, "vllm:external_prefix_cache_hits_total" + labels), 0) << t;
+  EXPECT_GE(metric(t, "vllm:external_prefix_cache_queries_total" + labels),
+            metric(t, "vllm:external_prefix_cache_hits_total" + labels));
+  // Each prompt computes 157 tokens (150 and 7 of its outputs): 9 full blocks each, saved once.
+  EXPECT_EQ(metric(t, "vllm:kv_offload_stored_blocks_total" + labels), 27);
+  EXPECT_GT(metric(t, "vllm:kv_offload_loaded_blocks_total{model_name=\"stories\",engine=\"0\",tier=\"host\"}"), 0);
+  EXPECT_EQ(metric(t, "vllm:kv_offload_failed_loads_total" + labels), 0);
+  EXPECT_GT(metric(t, "vllm:kv_offload_capacity_blocks{model_name=\"stories\",engine=\"0\",tier=\"host\"}"), 0);
+}
+
 // Every bad request gets its OpenAI error, and afterwards the canary request returns exactly
 // what it returned before (checklist 4.2-4.4: "keeps serving").
 TEST(Server, BadRequestsGetErrorsAndTheServerKeepsServing) {

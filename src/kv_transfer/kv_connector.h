@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -24,7 +25,6 @@
 
 namespace pagoda {
 
-struct Request;
 class KvCacheTensors;
 class Kernels;
 
@@ -42,6 +42,16 @@ struct KvConnectorStats {
   KvTransferCounters moved;     // the workers' moves so far (rank 0's shard)
 };
 
+// A request as the scheduler side sees it: a view into the scheduler's Request, valid for the call.
+struct KvRequest {
+  RequestId id = 0;
+  std::span<const TokenId> tokens;  // prompt, then output so far
+  std::string_view cache_salt;
+  bool use_prefix_cache = true;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
 class KvConnectorScheduler {
  public:
   virtual ~KvConnectorScheduler() = default;
@@ -49,15 +59,15 @@ class KvConnectorScheduler {
   // Tokens of `request` after its first `num_local_computed` (the prefix cache's hit, whole
   // blocks) that the connector can load, in whole blocks, never reaching its last token (whose
   // logits are computed). 0 when none.
-  virtual int64_t get_num_new_matched_tokens(const Request& request, int64_t num_local_computed) = 0;
+  virtual int64_t get_num_new_matched_tokens(const KvRequest& request, int64_t num_local_computed) = 0;
   // The request now owns `blocks` (its whole table), covering num_local_computed + num_external
   // tokens (num_external from get_num_new_matched_tokens): the connector loads the external ones
   // (the next build_meta starts it) and the request waits until update_connector_output says so.
-  virtual void update_state_after_alloc(const Request& request, std::span<const BlockId> blocks,
+  virtual void update_state_after_alloc(const KvRequest& request, std::span<const BlockId> blocks,
                                         int64_t num_local_computed, int64_t num_external) = 0;
   // `request` is scheduled this step; once it runs, its first `num_computed_after` tokens have
   // KV in `blocks` (its table). The connector may save the full blocks among them.
-  virtual void on_scheduled(const Request& request, int64_t num_computed_after, std::span<const BlockId> blocks) = 0;
+  virtual void on_scheduled(const KvRequest& request, int64_t num_computed_after, std::span<const BlockId> blocks) = 0;
   // The step's moves (once per step, after scheduling).
   virtual KvConnectorMetadata build_meta() = 0;
   // The workers' report for the step that carried `meta`: the requests whose load finished, into
@@ -66,7 +76,7 @@ class KvConnectorScheduler {
                                        std::vector<RequestId>& done, std::vector<RequestId>& failed) = 0;
   // The request ended or was preempted (its blocks are freed now): a load in flight is cancelled
   // (the next build_meta tells the workers) and anything kept for it is dropped.
-  virtual void request_finished(const Request& request) = 0;
+  virtual void request_finished(const KvRequest& request) = 0;
 
   virtual KvConnectorStats stats() const = 0;
 };

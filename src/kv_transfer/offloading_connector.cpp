@@ -7,7 +7,6 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "model/kv_cache.h"
-#include "scheduler/request.h"
 
 namespace pagoda {
 namespace {
@@ -38,15 +37,15 @@ OffloadingScheduler::OffloadingScheduler(OffloadingSchedulerConfig config) : con
 }
 
 std::vector<KvBlockKey> OffloadingScheduler::keys_for(std::span<const TokenId> tokens, const std::string& salt) const {
-  Request r;
-  r.all_tokens.assign(tokens.begin(), tokens.end());
+  KvRequest r;
+  r.tokens = tokens;
   r.cache_salt = salt;
   PerRequest per;
   extend_keys(per, r, static_cast<int64_t>(tokens.size()) / config_.block_size);
   return per.keys;
 }
 
-void OffloadingScheduler::extend_keys(PerRequest& r, const Request& request, int64_t num_blocks) const {
+void OffloadingScheduler::extend_keys(PerRequest& r, const KvRequest& request, int64_t num_blocks) const {
   const int64_t bs = config_.block_size;
   num_blocks = std::min(num_blocks, request.num_tokens() / bs);
   while (static_cast<int64_t>(r.keys.size()) < num_blocks) {
@@ -58,18 +57,18 @@ void OffloadingScheduler::extend_keys(PerRequest& r, const Request& request, int
       h.update(std::span<const uint8_t>(config_.fingerprint));
       const uint64_t salt_len = request.cache_salt.size();
       h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&salt_len), sizeof salt_len));
-      h.update(std::string_view(request.cache_salt));
+      h.update(request.cache_salt);
     } else {
       h.update(std::span<const uint8_t>(r.keys.back().bytes));
     }
     const size_t first = r.keys.size() * static_cast<size_t>(bs);
-    h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(request.all_tokens.data() + first),
+    h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(request.tokens.data() + first),
                                       static_cast<size_t>(bs) * sizeof(TokenId)));
     r.keys.push_back(KvBlockKey{h.finish()});
   }
 }
 
-int64_t OffloadingScheduler::get_num_new_matched_tokens(const Request& request, int64_t num_local_computed) {
+int64_t OffloadingScheduler::get_num_new_matched_tokens(const KvRequest& request, int64_t num_local_computed) {
   PerRequest& r = requests_[request.id];
   r.num_queried_tokens = 0;
   if (!request.use_prefix_cache) return 0;
@@ -90,7 +89,7 @@ int64_t OffloadingScheduler::get_num_new_matched_tokens(const Request& request, 
   return n * bs;
 }
 
-void OffloadingScheduler::update_state_after_alloc(const Request& request, std::span<const BlockId> blocks,
+void OffloadingScheduler::update_state_after_alloc(const KvRequest& request, std::span<const BlockId> blocks,
                                                    int64_t num_local_computed, int64_t num_external) {
   PerRequest& r = requests_[request.id];
   stats_.queries += r.num_queried_tokens;
@@ -143,7 +142,7 @@ int64_t OffloadingScheduler::take_slot() {
   }
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     Slot& s = slots_[static_cast<size_t>(*it)];
-    if (s.pins > 0) continue;
+    if (s.pins > 0 || s.storing) continue;
     const int64_t slot = *it;
     host_.erase(s.key);
     lru_.erase(it);
@@ -181,7 +180,7 @@ bool OffloadingScheduler::disk_insert(const KvBlockKey& key) {
   return true;
 }
 
-void OffloadingScheduler::on_scheduled(const Request& request, int64_t num_computed_after,
+void OffloadingScheduler::on_scheduled(const KvRequest& request, int64_t num_computed_after,
                                        std::span<const BlockId> blocks) {
   PerRequest& r = requests_[request.id];
   const int64_t full = std::min<int64_t>(num_computed_after, request.num_tokens()) / config_.block_size;
@@ -199,6 +198,7 @@ void OffloadingScheduler::on_scheduled(const Request& request, int64_t num_compu
     Slot& s = slots_[static_cast<size_t>(slot)];
     s.key = key;
     s.used = true;
+    s.storing = true;
     lru_.push_back(slot);
     s.lru = std::prev(lru_.end());
     host_[key] = slot;
@@ -211,6 +211,7 @@ void OffloadingScheduler::on_scheduled(const Request& request, int64_t num_compu
 KvConnectorMetadata OffloadingScheduler::build_meta() {
   KvConnectorMetadata meta = std::move(next_);
   next_ = KvConnectorMetadata{};
+  for (const KvTierStore& st : meta.stores) slots_[static_cast<size_t>(st.slot)].storing = false;
   meta.awaiting = awaiting_;
   return meta;
 }
@@ -272,7 +273,7 @@ void OffloadingScheduler::update_connector_output(const KvConnectorMetadata& met
   }
 }
 
-void OffloadingScheduler::request_finished(const Request& request) {
+void OffloadingScheduler::request_finished(const KvRequest& request) {
   auto it = requests_.find(request.id);
   if (it == requests_.end()) return;
   if (it->second.loading) {

@@ -51,14 +51,14 @@ class OffloadingScheduler final : public KvConnectorScheduler {
  public:
   explicit OffloadingScheduler(OffloadingSchedulerConfig config);
 
-  int64_t get_num_new_matched_tokens(const Request& request, int64_t num_local_computed) override;
-  void update_state_after_alloc(const Request& request, std::span<const BlockId> blocks, int64_t num_local_computed,
+  int64_t get_num_new_matched_tokens(const KvRequest& request, int64_t num_local_computed) override;
+  void update_state_after_alloc(const KvRequest& request, std::span<const BlockId> blocks, int64_t num_local_computed,
                                 int64_t num_external) override;
-  void on_scheduled(const Request& request, int64_t num_computed_after, std::span<const BlockId> blocks) override;
+  void on_scheduled(const KvRequest& request, int64_t num_computed_after, std::span<const BlockId> blocks) override;
   KvConnectorMetadata build_meta() override;
   void update_connector_output(const KvConnectorMetadata& meta, const KvConnectorOutput& output,
                                std::vector<RequestId>& done, std::vector<RequestId>& failed) override;
-  void request_finished(const Request& request) override;
+  void request_finished(const KvRequest& request) override;
   KvConnectorStats stats() const override;
 
   // The key of each full block of `tokens` under `salt` (a request's chain), for tests.
@@ -71,6 +71,7 @@ class OffloadingScheduler final : public KvConnectorScheduler {
   struct Slot {
     KvBlockKey key;
     int pins = 0;                        // loads reading it
+    bool storing = false;                // a store of the step being built writes it: not evicted
     std::list<int64_t>::iterator lru;    // valid while the slot holds a key
     bool used = false;
   };
@@ -89,7 +90,7 @@ class OffloadingScheduler final : public KvConnectorScheduler {
     std::vector<KvBlockKey> pinned_disk;
   };
 
-  void extend_keys(PerRequest& r, const Request& request, int64_t num_blocks) const;
+  void extend_keys(PerRequest& r, const KvRequest& request, int64_t num_blocks) const;
   void touch(int64_t slot);
   int64_t take_slot();                   // a free or evicted slot, or -1 when every slot is pinned
   // Marks `key` most recently used on disk; false when the disk tier does not hold it.

@@ -5,6 +5,11 @@
 #include "base/check.h"
 
 namespace pagoda {
+namespace {
+
+KvRequest kv_view(const Request& r) { return KvRequest{r.id, r.all_tokens, r.cache_salt, r.use_prefix_cache}; }
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
@@ -170,7 +175,7 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
     const int64_t computed = hit.num_tokens;
     const int64_t saved = r->num_computed_tokens;
     r->num_computed_tokens = computed;
-    const int64_t external = connector_ ? connector_->get_num_new_matched_tokens(*r, computed) : 0;
+    const int64_t external = connector_ ? connector_->get_num_new_matched_tokens(kv_view(*r), computed) : 0;
     if (external > 0) {
       // Blocks for the loaded tokens too, published to the prefix cache only once they are there.
       if (!kv_.allocate_slots(r->id, r->all_tokens, computed, external, hit, r->cache_salt, computed)) {
@@ -182,7 +187,7 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
       if (r->num_cached_tokens < 0) r->num_cached_tokens = computed;
       r->num_external_tokens = external;
       loading_.push_back(r);
-      connector_->update_state_after_alloc(*r, kv_.block_table(r->id), computed, external);
+      connector_->update_state_after_alloc(kv_view(*r), kv_.block_table(r->id), computed, external);
       continue;
     }
     const int64_t n = config_.enable_chunked_prefill ? cap(r, r->num_tokens() - computed) : r->num_tokens() - computed;
@@ -193,7 +198,7 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
     pop_waiting_head();
     r->status = RequestStatus::kRunning;
     if (r->num_cached_tokens < 0) r->num_cached_tokens = computed;
-    if (connector_) connector_->update_state_after_alloc(*r, kv_.block_table(r->id), computed, 0);
+    if (connector_) connector_->update_state_after_alloc(kv_view(*r), kv_.block_table(r->id), computed, 0);
     running_.push_back(r);
     scheduled.push_back(r);
     num_new[r] = n;
@@ -216,7 +221,7 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
     seq.output_tokens = r->output_tokens;
     out.seqs.push_back(seq);
     out.num_scheduled_tokens += n;
-    if (connector_) connector_->on_scheduled(*r, r->num_computed_tokens + n - drafts, seq.block_table);
+    if (connector_) connector_->on_scheduled(kv_view(*r), r->num_computed_tokens + n - drafts, seq.block_table);
     // 4. Optimistic advance: the next step may schedule the next chunk right away.
     r->num_computed_tokens += n;
     ++r->steps_in_flight;
@@ -299,7 +304,7 @@ void Scheduler::set_draft_tokens(RequestId id, std::vector<TokenId> drafts) {
 }
 
 void Scheduler::finish(Request* r) {
-  if (connector_) connector_->request_finished(*r);
+  if (connector_) connector_->request_finished(kv_view(*r));
   kv_.free(r->id);
   loading_.erase(std::remove(loading_.begin(), loading_.end(), r), loading_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());

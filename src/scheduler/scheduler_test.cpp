@@ -343,17 +343,17 @@ class FakeConnector final : public KvConnectorScheduler {
   std::vector<RequestId> awaiting, finished;
   std::vector<std::pair<RequestId, int64_t>> scheduled;  // (request, computed after)
 
-  int64_t get_num_new_matched_tokens(const Request& r, int64_t local) override {
+  int64_t get_num_new_matched_tokens(const KvRequest& r, int64_t local) override {
     return std::min(offer, (r.num_tokens() - 1) / 16 * 16 - local);
   }
-  void update_state_after_alloc(const Request& r, std::span<const BlockId> blocks, int64_t local,
+  void update_state_after_alloc(const KvRequest& r, std::span<const BlockId> blocks, int64_t local,
                                 int64_t external) override {
     if (external > 0) {
       EXPECT_GE(static_cast<int64_t>(blocks.size()) * 16, local + external);
       awaiting.push_back(r.id);
     }
   }
-  void on_scheduled(const Request& r, int64_t after, std::span<const BlockId>) override {
+  void on_scheduled(const KvRequest& r, int64_t after, std::span<const BlockId>) override {
     scheduled.emplace_back(r.id, after);
   }
   KvConnectorMetadata build_meta() override {
@@ -370,7 +370,7 @@ class FakeConnector final : public KvConnectorScheduler {
       awaiting.erase(std::remove(awaiting.begin(), awaiting.end(), id), awaiting.end());
     }
   }
-  void request_finished(const Request& r) override {
+  void request_finished(const KvRequest& r) override {
     finished.push_back(r.id);
     awaiting.erase(std::remove(awaiting.begin(), awaiting.end(), r.id), awaiting.end());
   }
