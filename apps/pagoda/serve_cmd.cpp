@@ -286,6 +286,7 @@ int run_serve(ServeFlags f) {
   cache.enable_prefix_caching = ec.enable_prefix_caching;
   cache.cache_dtype = f.engine.kv_cache_dtype;
   cache.kv_offload = ec.kv_transfer.offloading();
+  cache.kv_transfer = ec.kv_transfer.remote();
   std::vector<std::unique_ptr<LLMEngine>> engines;
   engines.push_back(std::move(setup->engine));
   for (auto& replica : setup->replicas) engines.push_back(std::move(replica));

@@ -6,6 +6,7 @@
 
 #include "engine/kv_cache_sizing.h"
 #include "kv_transfer/kv_connector_factory.h"
+#include "kv_transfer/remote_connector.h"
 
 namespace pagoda {
 
@@ -41,15 +42,15 @@ namespace {
 Result<KvConnectorPlan> plan_connector(const EngineConfig& config, const Executor& executor, int64_t block_bytes) {
   const std::string flag = config.kv_transfer.offloading() ? "--kv-offloading-size / --kv-transfer-config"
                                                            : "--kv-transfer-config";
-  if (!config.enable_prefix_caching) {
+  if (!config.enable_prefix_caching && config.kv_transfer.offloading()) {
     return invalid_argument(flag + ": the offloaded blocks are found by their prefix; it needs prefix caching on "
                                    "(drop --no-enable-prefix-caching)");
   }
   if (executor.max_in_flight() > 1) {
     return invalid_argument(flag + " with pipeline parallelism is not supported (--pipeline-parallel-size 1)");
   }
-  if (!config.kv_transfer.disk_path.empty() && config.model_fingerprint == Sha256Digest{}) {
-    return invalid_argument(flag + ": a disk tier needs the model's fingerprint, which this engine was not given");
+  if ((!config.kv_transfer.disk_path.empty() || config.kv_transfer.remote()) && config.model_fingerprint == Sha256Digest{}) {
+    return invalid_argument(flag + ": a disk tier or a transfer between instances needs the model's fingerprint, which this engine was not given");
   }
   // The blocks belong to these weights in this layout: a file of another model, KV dtype, block
   // size or tensor-parallel split has another fingerprint, and no key of this chain.
@@ -62,6 +63,16 @@ Result<KvConnectorPlan> plan_connector(const EngineConfig& config, const Executo
   h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(layout), sizeof layout));
   h.update(std::string_view(m.architecture));
   KvConnectorSetup setup;
+  setup.transfer_fingerprint = transfer_fingerprint(config.model_fingerprint, config.kv_cache_dtype, config.block_size,
+                                                    m.num_layers, m.num_kv_heads, m.head_dim);
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", config.model_fingerprint[0], config.model_fingerprint[1],
+                config.model_fingerprint[2], config.model_fingerprint[3]);
+  setup.transfer_description = "weights " + std::string(hex) + ", KV " +
+                               std::string(kv_cache_dtype_name(config.kv_cache_dtype)) + " in blocks of " +
+                               std::to_string(config.block_size) + " tokens, " + std::to_string(m.num_layers) +
+                               " layers of " + std::to_string(m.num_kv_heads) + " KV heads of " +
+                               std::to_string(m.head_dim);
   setup.block_size = config.block_size;
   setup.block_bytes = block_bytes;
   setup.tensor_parallel_size = executor.tensor_parallel_size();
@@ -174,6 +185,19 @@ Status EngineCore::add_request(CoreRequest r) {
   req->arrival_seq = next_arrival_++;
   req->cache_salt = r.cache_salt;
   req->use_prefix_cache = r.use_prefix_cache;
+  // A decode instance's request loads its prompt from the prefill instance only when that holds
+  // exactly this prompt and every prompt row need not be computed here (prompt logprobs); else
+  // it is an ordinary request.
+  int64_t skip_draws = 0;
+  if (r.kv_transfer && r.kv_transfer->do_remote_prefill) {
+    const bool usable = config_.kv_transfer.consumer() && r.use_prefix_cache &&
+                        r.kv_transfer->remote_num_tokens == static_cast<int64_t>(req->prompt_tokens.size());
+    if (!usable) r.kv_transfer.reset();
+    // The prefill instance drew the first token from this request's generator: continue after it.
+    if (usable && r.kv_transfer->first_token && !r.params.greedy()) skip_draws = 1;
+  }
+  if (r.kv_transfer && r.kv_transfer->do_remote_decode && !config_.kv_transfer.producer()) r.kv_transfer.reset();
+  req->kv_transfer = r.kv_transfer;
   if (r.constraint) {
     const int64_t vocab = executor_->config().vocab_size;
     if (r.constraint->grammar->vocabulary().size() != vocab) {
@@ -182,7 +206,7 @@ Status EngineCore::add_request(CoreRequest r) {
     }
   }
   PAGODA_RETURN_IF_ERROR(scheduler_->add_request(std::move(req)));
-  executor_->add_request(r.id, r.params, r.seed, r.min_tokens_suppressed, r.cache_salt);
+  executor_->add_request(r.id, r.params, r.seed, r.min_tokens_suppressed, r.cache_salt, skip_draws);
   if (r.constraint) {
     if (!structured_) {
       structured_ = std::make_unique<StructuredOutputs>(static_cast<size_t>(executor_->config().vocab_size + 63) / 64);

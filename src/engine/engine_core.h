@@ -44,6 +44,7 @@ struct CoreRequest {
   std::optional<GrammarConstraint> constraint;  // its tokens follow a grammar
   bool starts_text = false;                     // no prompt text before the output (the
                                                 // tokenizer's leading-space rule applies to it)
+  std::optional<KvTransferParams> kv_transfer;  // disaggregated prefill
 };
 
 // What one core step produced (vLLM's EngineCoreOutputs): the tokens of the step it collected,

@@ -93,6 +93,8 @@ struct GenerateRequest {
   int64_t priority = 0;
   std::string cache_salt;
   std::optional<GrammarConstraint> constraint;
+  // Disaggregated prefill (kv_transfer/kv_transfer_params.h); n must be 1 with them.
+  std::optional<KvTransferParams> kv_transfer;
 };
 
 struct RequestTimings {

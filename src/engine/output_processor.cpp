@@ -94,6 +94,7 @@ Result<std::vector<CoreRequest>> OutputProcessor::add_request(RequestId id, cons
     c.priority = r.priority;
     c.cache_salt = r.cache_salt;
     c.use_prefix_cache = !r.params.prompt_logprobs.has_value();
+    c.kv_transfer = r.kv_transfer;
     out.push_back(std::move(c));
     Sequence s;
     s.parent = id;
@@ -184,6 +185,7 @@ OutputProcessor::Processed OutputProcessor::process(CoreStepOutput out) {
     const RequestId seq_id = it->first;
     Sequence& s = it->second;
     s.num_cached_tokens = u.num_cached_tokens;
+    s.num_external_tokens = u.num_external_tokens;
     // The tokens one by one, up to the one that stops the sequence; those after it (accepted
     // drafts) are dropped.
     FinishReason reason = FinishReason::kNone;
@@ -215,6 +217,9 @@ OutputProcessor::Processed OutputProcessor::process(CoreStepOutput out) {
     if (!c.token_ids.empty() && metrics_) {
       if (s.first_token_s < 0) {
         metrics_->record_tokens(s.prompt_tokens, 0, metrics_engine_);
+        const int64_t cached = std::min(s.num_cached_tokens, s.prompt_tokens);
+        const int64_t external = std::min(s.num_external_tokens, s.prompt_tokens - cached);
+        metrics_->record_prompt_sources(s.prompt_tokens - cached - external, cached, external, metrics_engine_);
       } else {
         metrics_->record_inter_token(std::chrono::duration<double>(now - s.last_token).count(), metrics_engine_);
       }
@@ -279,6 +284,16 @@ void OutputProcessor::record_kv_connector(const KvConnectorStats& st) {
   t.disk_written_bytes = m.disk_stored_bytes;
   t.load_seconds = m.load_seconds;
   t.store_seconds = m.store_seconds;
+  t.remote_queries = st.remote_queries;
+  t.remote_hits = st.remote_hits;
+  t.staged_blocks = m.staged_blocks;
+  t.staged_bytes = m.staged_bytes;
+  t.sent_blocks = m.sent_blocks;
+  t.sent_bytes = m.sent_bytes;
+  t.received_blocks = m.received_blocks;
+  t.received_bytes = m.received_bytes;
+  t.failed_transfers = m.failed_transfers;
+  t.transfer_seconds = m.transfer_seconds;
   t.host_blocks = st.host_blocks;
   t.host_capacity = st.host_capacity;
   t.disk_blocks = st.disk_blocks;

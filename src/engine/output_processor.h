@@ -109,6 +109,7 @@ class OutputProcessor {
     bool want_prompt_logprobs = false;
     int64_t num_output_tokens = 0;
     int64_t num_cached_tokens = 0;
+    int64_t num_external_tokens = 0;
     std::vector<SampledOutput> pending_prompt_logprobs;  // until the first chunk carries them
     int64_t next_prompt_logprob = 1;  // the prompt position whose logprobs come next
     std::chrono::steady_clock::time_point arrival;

@@ -6,12 +6,13 @@
 namespace pagoda {
 
 void Executor::add_request(RequestId id, const SamplingParams& params, uint64_t seed,
-                           std::vector<TokenId> min_tokens_suppressed, std::string cache_salt) {
+                           std::vector<TokenId> min_tokens_suppressed, std::string cache_salt, int64_t skip_draws) {
   NewRequestData n;
   n.request_id = id;
   n.params = params;
   n.seed = seed;
   n.min_tokens_suppressed = std::move(min_tokens_suppressed);
+  n.skip_draws = skip_draws;
   n.cache_salt = std::move(cache_salt);
   // The prompt is filled in from the scheduler's view when the request is first scheduled.
   encoder_.add_request(std::move(n));

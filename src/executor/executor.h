@@ -44,8 +44,9 @@ class Executor {
 
   // Registers a request's sampling parameters (copied), generator seed, the ids masked before
   // params.min_tokens and its cache salt; the workers get them with its first scheduled step.
+  // `skip_draws`: draws its generator has made elsewhere (a first token a prefill instance sampled).
   void add_request(RequestId id, const SamplingParams& params, uint64_t seed, std::vector<TokenId> min_tokens_suppressed,
-                   std::string cache_salt = "");
+                   std::string cache_salt = "", int64_t skip_draws = 0);
   // The request ended; the workers forget it with the next step.
   void remove_request(RequestId id);
   // A step that scheduled nothing preempted these; the workers hear of it with the next step.

@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "base/types.h"
 #include "kv_transfer/kv_connector_metadata.h"
+#include "kv_transfer/kv_transfer_params.h"
 
 namespace pagoda {
 
@@ -34,6 +35,8 @@ struct KvConnectorStats {
   int64_t hits = 0;             // of those, found in a tier and loaded
   int64_t disk_hits = 0;        // of the hits, found only on disk
   int64_t failed_loads = 0;     // loads that failed (the request computed the tokens)
+  int64_t remote_queries = 0;   // prompt tokens asked of prefill instances
+  int64_t remote_hits = 0;      // of those, received
   int64_t host_blocks = 0;      // blocks held in the host tier now
   int64_t host_capacity = 0;    // its slots
   int64_t disk_blocks = 0;      // files in the disk tier's index now
@@ -48,6 +51,7 @@ struct KvRequest {
   std::span<const TokenId> tokens;  // prompt, then output so far
   std::string_view cache_salt;
   bool use_prefix_cache = true;
+  const KvTransferParams* kv_transfer = nullptr;  // its kv_transfer_params, when it has some
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -3,6 +3,9 @@
 #include <cstdio>
 
 #include "kv_transfer/offloading_connector.h"
+#include "kv_transfer/remote_connector.h"
+#include "model/kv_cache.h"
+#include "model/tensor_parallel.h"
 
 namespace pagoda {
 namespace {
@@ -23,7 +26,17 @@ std::string shard_tag(int rank, int size) { return "r" + std::to_string(rank) + 
 }  // namespace
 
 Result<std::unique_ptr<KvConnectorWorker>> make_kv_connector_worker(const KvConnectorWorkerConfig& config, int rank,
-                                                                    int size) {
+                                                                    int size, const KvCacheTensors& kv,
+                                                                    int64_t total_kv_heads) {
+  if (config.connector == "TcpConnector" || config.connector == "ShmConnector") {
+    const IndexRange heads = kv_head_range(total_kv_heads, rank, size);
+    if (heads.size() != kv.num_kv_heads()) {
+      return internal_error("KV transfer: rank " + std::to_string(rank) + " holds " + std::to_string(kv.num_kv_heads()) +
+                            " KV heads, the split says " + std::to_string(heads.size()));
+    }
+    const KvBlockLayout shard{kv.num_layers(), kv.block_size(), heads.begin, heads.end, kv.head_dim(), kv.dtype()};
+    return std::unique_ptr<KvConnectorWorker>(std::make_unique<RemoteWorker>(config, shard, total_kv_heads, rank));
+  }
   if (config.connector == "OffloadingConnector") {
     return std::unique_ptr<KvConnectorWorker>(std::make_unique<OffloadingWorker>(config, shard_tag(rank, size)));
   }
@@ -31,6 +44,22 @@ Result<std::unique_ptr<KvConnectorWorker>> make_kv_connector_worker(const KvConn
 }
 
 Result<KvConnectorPlan> make_kv_connector(const KvTransferConfig& config, const KvConnectorSetup& setup) {
+  if (config.remote()) {
+    KvConnectorPlan plan;
+    plan.scheduler = std::make_unique<RemoteScheduler>(setup.block_size, config.producer(), config.consumer());
+    KvConnectorWorkerConfig& w = plan.worker;
+    w.connector = config.kv_connector;
+    w.kv_role = config.kv_role;
+    w.engine_id = config.engine_id;
+    w.kv_ip = config.kv_ip;
+    w.kv_port = config.kv_port;
+    w.kv_buffer_size = config.kv_buffer_size;
+    w.transfer_fingerprint = setup.transfer_fingerprint;
+    w.transfer_description = setup.transfer_description;
+    plan.summary = "KV transfer: " + config.describe() +
+                   (config.producer() ? ", prompts kept in up to " + size_text(config.kv_buffer_size) + " per rank" : "");
+    return plan;
+  }
   if (!config.offloading()) return invalid_argument("--kv-transfer-config: unknown KV connector '" + config.kv_connector + "'");
   if (setup.block_bytes <= 0) return internal_error("a KV block of no bytes");
   const int64_t slots = config.num_cpu_blocks > 0 ? config.num_cpu_blocks : config.cpu_bytes_to_use / setup.block_bytes;

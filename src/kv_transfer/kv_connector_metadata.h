@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/types.h"
@@ -46,6 +47,30 @@ struct KvTierLoad {
   bool operator==(const KvTierLoad&) const = default;
 };
 
+// A prompt's blocks a prefill instance keeps for a decode instance to read (TcpConnector,
+// ShmConnector): copied out after the step's forward pass, which computed their last token.
+struct KvRemoteSend {
+  uint64_t transfer_id = 0;
+  int64_t num_tokens = 0;
+  std::vector<BlockId> blocks;  // covering num_tokens
+
+  bool operator==(const KvRemoteSend&) const = default;
+};
+
+// A decode instance's load of a request's prompt from a prefill instance, in the background.
+struct KvRemoteRecv {
+  RequestId request_id = 0;
+  std::string host;
+  int32_t port = 0;              // the prefill instance's rank 0; rank r listens on port + r
+  int32_t tp_size = 1;           // its tensor-parallel ranks
+  uint64_t transfer_id = 0;
+  int64_t num_tokens = 0;        // the tokens it holds (the prompt)
+  int64_t first_block = 0;       // its blocks before this one are not read (a local prefix hit)
+  std::vector<BlockId> blocks;   // where its blocks first_block, first_block + 1, ... go
+
+  bool operator==(const KvRemoteRecv&) const = default;
+};
+
 struct KvConnectorMetadata {
   std::vector<KvTierLoad> loads;       // start these loads at the start of the step
   // Every request whose load is in flight (those started now included), in this order: each
@@ -54,9 +79,12 @@ struct KvConnectorMetadata {
   std::vector<RequestId> awaiting;
   std::vector<KvTierStore> stores;     // after the forward pass
   std::vector<KvBlockKey> disk_removes;  // files the disk tier drops (its capacity is reached)
+  std::vector<KvRemoteRecv> recvs;     // start these at the start of the step (awaited like loads)
+  std::vector<KvRemoteSend> sends;     // after the forward pass
 
   bool empty() const {
-    return loads.empty() && awaiting.empty() && stores.empty() && disk_removes.empty();
+    return loads.empty() && awaiting.empty() && stores.empty() && disk_removes.empty() && recvs.empty() &&
+           sends.empty();
   }
   bool operator==(const KvConnectorMetadata&) const = default;
 };
@@ -70,6 +98,11 @@ struct KvTransferCounters {
   int64_t stored_blocks = 0, stored_bytes = 0;        // from the device into the host tier
   int64_t disk_stored_blocks = 0, disk_stored_bytes = 0;  // written to the disk tier
   int64_t failed_blocks = 0;                          // loads that failed (missing, corrupt)
+  int64_t staged_blocks = 0, staged_bytes = 0;        // kept for decode instances
+  int64_t sent_blocks = 0, sent_bytes = 0;            // served to decode instances (since the last step)
+  int64_t received_blocks = 0, received_bytes = 0;    // received from prefill instances
+  int64_t failed_transfers = 0;                       // receives that failed
+  double transfer_seconds = 0;                        // receives, from start to the last byte
   double load_seconds = 0, store_seconds = 0;         // time spent copying (engine thread)
 
   bool operator==(const KvTransferCounters&) const = default;

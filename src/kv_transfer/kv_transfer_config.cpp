@@ -71,12 +71,19 @@ Result<KvTransferConfig> KvTransferConfig::parse(const std::string& text) {
     }
     if (!st.ok()) return st;
   }
-  if (c.kv_connector.empty()) return bad("needs kv_connector (supported: OffloadingConnector)");
+  if (c.kv_connector.empty()) return bad("needs kv_connector (supported: OffloadingConnector, TcpConnector, ShmConnector)");
   if (c.kv_role != "kv_producer" && c.kv_role != "kv_consumer" && c.kv_role != "kv_both") {
     return bad("kv_role must be kv_producer, kv_consumer or kv_both, got '" + c.kv_role + "'");
   }
+  if (c.kv_connector == "TcpConnector" || c.kv_connector == "ShmConnector") {
+    // Other connectors' extra options (vLLM's P2P proxy addresses, ...) mean nothing here.
+    if (c.kv_role == "kv_both" && c.kv_port == 0) return bad("kv_port must be given");
+    if (c.engine_id.empty()) c.engine_id = c.kv_ip + ":" + std::to_string(c.kv_port);
+    return c;
+  }
   if (c.kv_connector != "OffloadingConnector") {
-    return bad("kv_connector '" + c.kv_connector + "' is not supported (supported: OffloadingConnector)");
+    return bad("kv_connector '" + c.kv_connector +
+               "' is not supported (supported: OffloadingConnector, TcpConnector, ShmConnector)");
   }
   for (const auto& item : extra.items()) {
     const std::string& key = item.key();
@@ -130,6 +137,9 @@ Result<KvTransferConfig> KvTransferConfig::offloading(double size_gib) {
 }
 
 std::string KvTransferConfig::describe() const {
+  if (remote()) {
+    return kv_connector + " (" + kv_role + ", engine " + engine_id + ", " + kv_ip + ":" + std::to_string(kv_port) + ")";
+  }
   if (!offloading()) return kv_connector;
   std::string text = kv_connector + " (host tier ";
   text += cpu_bytes_to_use > 0 ? gib(cpu_bytes_to_use) : std::to_string(num_cpu_blocks) + " blocks";

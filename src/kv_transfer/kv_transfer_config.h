@@ -2,6 +2,9 @@
 // once by the launch code and passed down: which KV connector the engine runs and how.
 //
 // Connectors (the kv_connector field):
+//   TcpConnector, ShmConnector: disaggregated prefill (kv_transfer/remote_connector.h); kv_role
+//     kv_producer (a prefill instance: keeps prompts' blocks, serves them on kv_ip:kv_port + its
+//     rank, in at most kv_buffer_size bytes), kv_consumer (a decode instance: loads them), kv_both.
 //   OffloadingConnector: a tier of evicted prefix blocks in host memory beyond the KV cache
 //     (kv_connector_extra_config: "cpu_bytes_to_use" or "num_cpu_blocks"), optionally backed by
 //     a directory on disk that persists across restarts ("disk_path", "disk_bytes_to_use").
@@ -31,6 +34,10 @@ struct KvTransferConfig {
 
   bool enabled() const { return !kv_connector.empty(); }
   bool offloading() const { return kv_connector == "OffloadingConnector"; }
+  // Transfer between instances (TcpConnector, ShmConnector), and which way.
+  bool remote() const { return kv_connector == "TcpConnector" || kv_connector == "ShmConnector"; }
+  bool producer() const { return remote() && (kv_role == "kv_producer" || kv_role == "kv_both"); }
+  bool consumer() const { return remote() && (kv_role == "kv_consumer" || kv_role == "kv_both"); }
 
   // Parses vLLM's JSON. Fails naming the field for an unknown connector or role, a field of the
   // wrong type, or a connector's missing or bad extra config.
@@ -47,6 +54,14 @@ struct KvConnectorWorkerConfig {
   int64_t num_host_slots = 0;           // host-tier slots, one block each
   std::string disk_path;                // "" = no disk tier
   std::array<uint8_t, 32> fingerprint{};  // the model and KV layout the blocks belong to
+  // TcpConnector / ShmConnector
+  std::string kv_role;
+  std::string engine_id;
+  std::string kv_ip;
+  int32_t kv_port = 0;
+  int64_t kv_buffer_size = 0;
+  std::array<uint8_t, 32> transfer_fingerprint{};  // what both ends of a transfer must agree on
+  std::string transfer_description;     // the same in words, for a refusal's message
 
   bool operator==(const KvConnectorWorkerConfig&) const = default;
 };

@@ -49,24 +49,24 @@ TEST(OffloadingScheduler, SavesLooksUpAndPinsWhatItLoads) {
   OffloadingScheduler s(small(3));
   const std::vector<TokenId> a = tokens(1, 13);  // 3 full blocks and one token
   const std::vector<BlockId> table{7, 8, 9, 10};
-  s.on_scheduled(KvRequest{1, a, "", true}, 13, table);
+  s.on_scheduled(KvRequest{1, a, "", true, nullptr}, 13, table);
   KvConnectorMetadata meta = s.build_meta();
   ASSERT_EQ(meta.stores.size(), 3u);
   EXPECT_EQ(meta.stores[0].block, 7);
   EXPECT_EQ(meta.stores[2].block, 9);
-  s.on_scheduled(KvRequest{1, a, "", true}, 13, table);  // nothing new
+  s.on_scheduled(KvRequest{1, a, "", true, nullptr}, 13, table);  // nothing new
   EXPECT_TRUE(s.build_meta().stores.empty());
-  s.request_finished(KvRequest{1, a, "", true});
+  s.request_finished(KvRequest{1, a, "", true, nullptr});
 
   // The same 12 tokens and one more: all three blocks found. Exactly 12 tokens: two (the last
   // token is computed), with a salt: none.
-  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{2, a, "", true}, 0), 12);
+  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{2, a, "", true, nullptr}, 0), 12);
   const std::vector<TokenId> twelve(a.begin(), a.begin() + 12);
-  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{3, twelve, "", true}, 0), 8);
-  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{4, a, "x", true}, 0), 0);
-  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{5, a, "", false}, 0), 0);
-  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{2, a, "", true}, 4), 8);  // after a local hit
-  s.update_state_after_alloc(KvRequest{2, a, "", true}, std::vector<BlockId>{1, 2, 3, 4}, 4, 8);
+  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{3, twelve, "", true, nullptr}, 0), 8);
+  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{4, a, "x", true, nullptr}, 0), 0);
+  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{5, a, "", false, nullptr}, 0), 0);
+  EXPECT_EQ(s.get_num_new_matched_tokens(KvRequest{2, a, "", true, nullptr}, 4), 8);  // after a local hit
+  s.update_state_after_alloc(KvRequest{2, a, "", true, nullptr}, std::vector<BlockId>{1, 2, 3, 4}, 4, 8);
   meta = s.build_meta();
   ASSERT_EQ(meta.loads.size(), 1u);
   EXPECT_EQ(meta.awaiting, std::vector<RequestId>{2});
@@ -76,7 +76,7 @@ TEST(OffloadingScheduler, SavesLooksUpAndPinsWhatItLoads) {
 
   // Three slots, two pinned by the load: a new request's blocks can take only the third.
   const std::vector<TokenId> b = tokens(2, 12);
-  s.on_scheduled(KvRequest{6, b, "", true}, 12, std::vector<BlockId>{20, 21, 22});
+  s.on_scheduled(KvRequest{6, b, "", true, nullptr}, 12, std::vector<BlockId>{20, 21, 22});
   KvConnectorMetadata busy = s.build_meta();
   ASSERT_EQ(busy.stores.size(), 1u);
   for (const KvTierLoadBlock& l : meta.loads[0].blocks) EXPECT_NE(busy.stores[0].slot, l.slot);
@@ -90,7 +90,7 @@ TEST(OffloadingScheduler, SavesLooksUpAndPinsWhatItLoads) {
   EXPECT_TRUE(failed.empty());
   EXPECT_EQ(s.stats().hits, 8);
   EXPECT_EQ(s.stats().requests_waiting, 0);
-  s.on_scheduled(KvRequest{6, b, "", true}, 12, std::vector<BlockId>{20, 21, 22});
+  s.on_scheduled(KvRequest{6, b, "", true, nullptr}, 12, std::vector<BlockId>{20, 21, 22});
   EXPECT_EQ(s.build_meta().stores.size(), 2u);  // the rest of b, evicting a's blocks
   EXPECT_EQ(s.stats().host_blocks, 3);
 }
@@ -99,10 +99,10 @@ TEST(OffloadingScheduler, SavesLooksUpAndPinsWhatItLoads) {
 TEST(OffloadingScheduler, AMalformedReportFailsTheLoads) {
   OffloadingScheduler s(small(4));
   const std::vector<TokenId> a = tokens(1, 9);
-  s.on_scheduled(KvRequest{1, a, "", true}, 9, std::vector<BlockId>{0, 1, 2});
+  s.on_scheduled(KvRequest{1, a, "", true, nullptr}, 9, std::vector<BlockId>{0, 1, 2});
   s.build_meta();
-  ASSERT_EQ(s.get_num_new_matched_tokens(KvRequest{2, a, "", true}, 0), 8);
-  s.update_state_after_alloc(KvRequest{2, a, "", true}, std::vector<BlockId>{5, 6, 7}, 0, 8);
+  ASSERT_EQ(s.get_num_new_matched_tokens(KvRequest{2, a, "", true, nullptr}, 0), 8);
+  s.update_state_after_alloc(KvRequest{2, a, "", true, nullptr}, std::vector<BlockId>{5, 6, 7}, 0, 8);
   const KvConnectorMetadata meta = s.build_meta();
   std::vector<RequestId> done, failed;
   s.update_connector_output(meta, KvConnectorOutput{}, done, failed);

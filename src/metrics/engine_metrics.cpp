@@ -93,6 +93,9 @@ EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cach
   auto& accepted = registry_.add_counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels);
   auto& per_pos = registry_.add_counter("vllm:spec_decode_num_accepted_tokens_per_pos",
                                         "Accepted tokens per draft position.", {"model_name", "engine", "position"});
+  auto& by_source = registry_.add_counter("vllm:prompt_tokens_by_source",
+                                          "Prompt tokens by where their KV came from.",
+                                          {"model_name", "engine", "source"});
   // Info-style gauge: the configuration is in the labels, the value is always 1. vLLM writes
   // Python's str() of each field, hence "True"/"False".
   auto& cache_info = registry_.add_gauge(
@@ -107,7 +110,10 @@ EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cach
         prompt_tokens.with_labels(values), generation_tokens.with_labels(values), ttft.with_labels(values),
         itl.with_labels(values), e2e.with_labels(values), queue.with_labels(values), request_prompt.with_labels(values),
         request_generation.with_labels(values), iteration.with_labels(values), drafts.with_labels(values),
-        draft_tokens.with_labels(values), accepted.with_labels(values), per_pos}));
+        draft_tokens.with_labels(values), accepted.with_labels(values), per_pos,
+        by_source.with_labels({model_name_, index, "local_compute"}),
+        by_source.with_labels({model_name_, index, "local_cache_hit"}),
+        by_source.with_labels({model_name_, index, "external_kv_transfer"})}));
     // Like vLLM, export the usual finish reasons at zero from the start, so that rate() and
     // dashboards see the series before the first request of each kind finishes.
     for (const char* reason : {"stop", "length", "abort", "error"}) request_success.with_labels({model_name_, index, reason});
@@ -115,6 +121,31 @@ EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cach
         .with_labels({model_name_, index, std::to_string(cache.block_size), std::to_string(cache.num_blocks),
                       cache.enable_prefix_caching ? "True" : "False", cache.cache_dtype})
         .set(1);
+  }
+  if (cache.kv_transfer) {
+    auto& tokens = registry_.add_counter("vllm:kv_transfer_received_tokens",
+                                         "Prompt tokens whose KV was received from a prefill instance.", labels);
+    auto& rblocks = registry_.add_counter("vllm:kv_transfer_received_blocks",
+                                          "KV blocks received from prefill instances (this rank's shard).", labels);
+    auto& rbytes = registry_.add_counter("vllm:kv_transfer_received_bytes", "Bytes received from prefill instances.",
+                                         labels);
+    auto& kblocks = registry_.add_counter("vllm:kv_transfer_staged_blocks",
+                                          "KV blocks of prompts kept for decode instances (this rank's shard).", labels);
+    auto& kbytes = registry_.add_counter("vllm:kv_transfer_staged_bytes", "Bytes kept for decode instances.", labels);
+    auto& sblocks = registry_.add_counter("vllm:kv_transfer_sent_blocks",
+                                          "KV blocks served to decode instances (this rank's shard).", labels);
+    auto& sbytes = registry_.add_counter("vllm:kv_transfer_sent_bytes", "Bytes served to decode instances.", labels);
+    auto& failed = registry_.add_counter("vllm:kv_transfer_failed",
+                                         "Receives that failed (the prompt was computed here).", labels);
+    auto& seconds = registry_.add_counter("vllm:kv_transfer_seconds",
+                                          "Time from a receive's start to its last byte, summed.", labels);
+    for (int e = 0; e < num_engines; ++e) {
+      const std::vector<std::string> v = {model_name_, std::to_string(e)};
+      transfer_.push_back(std::unique_ptr<TransferSeries>(new TransferSeries{
+          tokens.with_labels(v), rblocks.with_labels(v), rbytes.with_labels(v), kblocks.with_labels(v),
+          kbytes.with_labels(v), sblocks.with_labels(v), sbytes.with_labels(v), failed.with_labels(v),
+          seconds.with_labels(v), KvOffloadTotals{}}));
+    }
   }
   if (!cache.kv_offload) return;
   const std::vector<std::string> tiered = {"model_name", "engine", "tier"};
@@ -154,15 +185,35 @@ EngineMetrics::EngineMetrics(std::string model_name, const CacheConfigInfo& cach
   }
 }
 
+void EngineMetrics::record_prompt_sources(int64_t computed, int64_t cache_hit, int64_t external, int engine) {
+  Series& s = at(engine);
+  s.prompt_computed.inc(static_cast<double>(computed));
+  s.prompt_cache_hit.inc(static_cast<double>(cache_hit));
+  s.prompt_external.inc(static_cast<double>(external));
+}
+
 void EngineMetrics::record_kv_offload(const KvOffloadTotals& t, int engine) {
-  if (offload_.empty()) return;
   PAGODA_CHECK(engine >= 0 && engine < num_engines());
-  OffloadSeries& s = *offload_[static_cast<size_t>(engine)];
   std::lock_guard<std::mutex> lock(step_mu_);
   auto grow = [](Counter& c, int64_t total, int64_t& last) {
     c.inc(static_cast<double>(total >= last ? total - last : total));
     last = total;
   };
+  if (!transfer_.empty()) {
+    TransferSeries& x = *transfer_[static_cast<size_t>(engine)];
+    grow(x.received_tokens, t.remote_hits, x.last.remote_hits);
+    grow(x.received_blocks, t.received_blocks, x.last.received_blocks);
+    grow(x.received_bytes, t.received_bytes, x.last.received_bytes);
+    grow(x.staged_blocks, t.staged_blocks, x.last.staged_blocks);
+    grow(x.staged_bytes, t.staged_bytes, x.last.staged_bytes);
+    grow(x.sent_blocks, t.sent_blocks, x.last.sent_blocks);
+    grow(x.sent_bytes, t.sent_bytes, x.last.sent_bytes);
+    grow(x.failed, t.failed_transfers, x.last.failed_transfers);
+    x.seconds.inc(std::max(0.0, t.transfer_seconds - x.last.transfer_seconds));
+    x.last.transfer_seconds = t.transfer_seconds;
+  }
+  if (offload_.empty()) return;
+  OffloadSeries& s = *offload_[static_cast<size_t>(engine)];
   KvOffloadTotals& l = s.last;
   grow(s.queries, t.queries, l.queries);
   grow(s.hits, t.hits, l.hits);

@@ -34,7 +34,8 @@ struct CacheConfigInfo {
   int64_t num_blocks = 0;  // exported as num_gpu_blocks, vLLM's name
   bool enable_prefix_caching = false;
   std::string cache_dtype = "auto";
-  bool kv_offload = false;  // a KV connector with tiers runs: export the vllm:kv_offload_* series
+  bool kv_offload = false;   // a KV connector with tiers runs: export the vllm:kv_offload_* series
+  bool kv_transfer = false;  // one that moves KV between instances: the vllm:kv_transfer_* series
 };
 
 // A KV connector's running totals (kv_transfer/kv_connector.h's KvConnectorStats), for the
@@ -48,6 +49,10 @@ struct KvOffloadTotals {
   int64_t disk_written_blocks = 0, disk_written_bytes = 0;
   double load_seconds = 0, store_seconds = 0;
   int64_t host_blocks = 0, host_capacity = 0, disk_blocks = 0, disk_capacity = 0;  // gauges
+  // Between instances (disaggregated prefill).
+  int64_t remote_queries = 0, remote_hits = 0;  // tokens asked of prefill instances, and received
+  int64_t staged_blocks = 0, staged_bytes = 0, sent_blocks = 0, sent_bytes = 0, received_blocks = 0, received_bytes = 0, failed_transfers = 0;
+  double transfer_seconds = 0;
 };
 
 // vLLM's default bucket layouts, exposed for tests and for other components.
@@ -89,7 +94,11 @@ class EngineMetrics {
   // Tokens processed: prompt (prefill) and generated, added to the token counters.
   void record_tokens(int64_t prompt, int64_t generation, int engine = 0);
 
-  // Once per engine step with a KV connector (CacheConfigInfo::kv_offload): counters grow by the
+  // A request's prompt tokens by where their KV came from, once, at its first token:
+  // vllm:prompt_tokens_by_source{source="local_compute" | "local_cache_hit" | "external_kv_transfer"}.
+  void record_prompt_sources(int64_t computed, int64_t cache_hit, int64_t external, int engine = 0);
+
+  // Once per engine step with a KV connector (CacheConfigInfo::kv_offload / kv_transfer): counters grow by the
   // totals' increase since the last call, gauges are set. Series (counters render with _total):
   //   vllm:external_prefix_cache_queries / _hits      tokens looked up in / loaded from the tiers
   //   vllm:kv_offload_hit_tokens{tier}                 loaded tokens by tier (host, disk)
@@ -99,6 +108,11 @@ class EngineMetrics {
   //   vllm:kv_offload_disk_written_blocks / _disk_written_bytes
   //   vllm:kv_offload_seconds{direction}               copy time, load and store
   //   vllm:kv_offload_blocks{tier}, vllm:kv_offload_capacity_blocks{tier}   (gauges)
+  // and between instances:
+  //   vllm:kv_transfer_received_tokens / _received_blocks / _received_bytes   into this decode instance
+  //   vllm:kv_transfer_staged_blocks / _staged_bytes                         kept by this prefill instance
+  //   vllm:kv_transfer_sent_blocks / _sent_bytes                             served by it (counted at its next step)
+  //   vllm:kv_transfer_failed / vllm:kv_transfer_seconds                     receives that failed, their time
   void record_kv_offload(const KvOffloadTotals& totals, int engine = 0);
 
   // One request's drafts verified in a step (speculative decoding): num_draft_tokens scheduled,
@@ -148,6 +162,9 @@ class EngineMetrics {
     Counter& spec_num_draft_tokens;
     Counter& spec_num_accepted_tokens;
     CounterFamily& spec_accepted_per_pos;  // labels: model_name, engine, position
+    Counter& prompt_computed;
+    Counter& prompt_cache_hit;
+    Counter& prompt_external;
     // The last totals record_step() saw; guarded by step_mu_.
     uint64_t last_prefix_queries = 0;
     uint64_t last_prefix_hits = 0;
@@ -162,12 +179,18 @@ class EngineMetrics {
     KvOffloadTotals last;
     int64_t last_host_hits = 0, last_host_loaded_blocks = 0, last_host_loaded_bytes = 0;  // host = total - disk
   };
+  struct TransferSeries {
+    Counter &received_tokens, &received_blocks, &received_bytes, &staged_blocks, &staged_bytes, &sent_blocks, &sent_bytes;
+    Counter &failed, &seconds;
+    KvOffloadTotals last;
+  };
   Series& at(int engine) const;
 
   const std::string model_name_;
   Registry registry_;
   std::vector<std::unique_ptr<Series>> engines_;
   std::vector<std::unique_ptr<OffloadSeries>> offload_;  // per engine, with kv_offload
+  std::vector<std::unique_ptr<TransferSeries>> transfer_;  // per engine, with kv_transfer
   std::mutex step_mu_;
 };
 

@@ -41,6 +41,9 @@ class KvCacheTensors {
   void copy_block_from_host(const Kernels& kernels, BlockId block, const uint8_t* src) const;
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
+  int64_t num_layers() const { return static_cast<int64_t>(keys_.size()); }
+  int64_t num_kv_heads() const { return num_kv_heads_; }  // this shard's
+  int64_t head_dim() const { return head_dim_; }
   KvCacheDtype dtype() const { return dtype_; }
 
  private:

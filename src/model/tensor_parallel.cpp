@@ -42,6 +42,14 @@ Result<IndexRange> stage_layers(int64_t num_layers, int stage, int stages, const
   return IndexRange{begin, begin + counts[static_cast<size_t>(stage)]};
 }
 
+IndexRange kv_head_range(int64_t num_kv_heads, int rank, int size) {
+  if (num_kv_heads >= size) return even_share(num_kv_heads, TensorParallel{rank, size, nullptr});
+  // Fewer KV heads than ranks: each is replicated on size / kv_heads ranks in a row, the ones
+  // holding the query heads that read it.
+  const int64_t head = rank / (size / num_kv_heads);
+  return IndexRange{head, head + 1};
+}
+
 ShardPlan unsharded(const ModelConfig& cfg) {
   ShardPlan p;
   p.local = cfg;
@@ -102,17 +110,11 @@ Result<ShardPlan> plan_tensor_shard(const ModelConfig& cfg, const TensorParallel
   p.q_heads = even_share(cfg.num_heads, tp);
   if (cfg.num_kv_heads >= tp.size) {
     if (cfg.num_kv_heads % tp.size != 0) return refuse("the KV heads", cfg.num_kv_heads);
-    p.kv_heads = even_share(cfg.num_kv_heads, tp);
-  } else {
-    // Fewer KV heads than ranks: each is replicated on size / kv_heads ranks in a row, the ones
-    // holding the query heads that read it.
-    if (tp.size % cfg.num_kv_heads != 0) {
-      return invalid_argument(source + ": --tensor-parallel-size " + size + " is larger than the KV heads (" +
-                              std::to_string(cfg.num_kv_heads) + ") and not a multiple of them");
-    }
-    const int64_t head = tp.rank / (tp.size / cfg.num_kv_heads);
-    p.kv_heads = IndexRange{head, head + 1};
+  } else if (tp.size % cfg.num_kv_heads != 0) {
+    return invalid_argument(source + ": --tensor-parallel-size " + size + " is larger than the KV heads (" +
+                            std::to_string(cfg.num_kv_heads) + ") and not a multiple of them");
   }
+  p.kv_heads = kv_head_range(cfg.num_kv_heads, tp.rank, tp.size);
   if (cfg.intermediate_size % tp.size != 0) return refuse("the MLP's intermediate size", cfg.intermediate_size);
   p.intermediate = even_share(cfg.intermediate_size, tp);
   if (cfg.num_experts > 0) {

@@ -90,6 +90,10 @@ struct ShardPlan {
   bool last_stage() const { return pp.stage == pp.size - 1; }
 };
 
+// The KV heads rank `rank` of `size` holds (ShardPlan::kv_heads; the split plan_shard checks):
+// an even share, or with fewer heads than ranks the one head it shares with size / heads ranks.
+IndexRange kv_head_range(int64_t num_kv_heads, int rank, int size);
+
 // The whole model on one rank (no communicator): every range whole, local = cfg.
 ShardPlan unsharded(const ModelConfig& cfg);
 

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/types.h"
+#include "kv_transfer/kv_transfer_params.h"
 
 namespace pagoda {
 
@@ -31,6 +33,9 @@ struct Request {
   uint64_t arrival_seq = 0;               // submission order, for FCFS and ties
   std::string cache_salt;                 // isolates prefix-cache sharing, exactly ("" = none)
   bool use_prefix_cache = true;           // off for requests that need every prompt row computed
+  // Disaggregated prefill (kv_transfer/kv_transfer_params.h): a prefill instance's request keeps
+  // its prompt's KV for a decode instance; a decode instance's loads it.
+  std::optional<KvTransferParams> kv_transfer;
 
   RequestStatus status = RequestStatus::kWaiting;
   int64_t num_computed_tokens = 0;        // tokens whose K/V are in the cache

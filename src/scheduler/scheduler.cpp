@@ -7,7 +7,9 @@
 namespace pagoda {
 namespace {
 
-KvRequest kv_view(const Request& r) { return KvRequest{r.id, r.all_tokens, r.cache_salt, r.use_prefix_cache}; }
+KvRequest kv_view(const Request& r) {
+  return KvRequest{r.id, r.all_tokens, r.cache_salt, r.use_prefix_cache, r.kv_transfer ? &*r.kv_transfer : nullptr};
+}
 
 }  // namespace
 
@@ -234,6 +236,8 @@ SchedulerOutput Scheduler::schedule(int64_t max_seqs) {
 
 std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& scheduled,
                                                          const ModelRunnerOutput& produced) {
+  // A decode instance's first token, sampled by the prefill instance (kv_transfer_params).
+  std::vector<SampledOutput> given;
   if (connector_) {
     // Loads that ended: the request runs from after its loaded tokens, or, when the load failed,
     // computes them (its blocks are its own either way).
@@ -252,6 +256,20 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
         }
         r->status = RequestStatus::kRunning;
         running_.push_back(r);
+        // A whole prompt received: it goes on from the prefill instance's first token, or (without
+        // one) computes its last token again for the logits. After a failed load the first token
+        // still stands (the prompt is computed, its last logits unused), so the request gives
+        // the same tokens either way.
+        const KvFirstToken* first =
+            r->kv_transfer && r->kv_transfer->first_token ? &*r->kv_transfer->first_token : nullptr;
+        if (first != nullptr && r->output_tokens.empty()) {
+          SampledOutput s{r->id, first->token, first->logprob, {}};
+          for (const auto& [token, logprob] : first->top_logprobs) s.top_logprobs.push_back({token, logprob});
+          given.push_back(std::move(s));
+        } else if (r->num_computed_tokens == r->num_tokens()) {
+          --r->num_computed_tokens;  // computed here after all
+          --r->num_external_tokens;
+        }
       }
     }
   }
@@ -269,7 +287,11 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     --it->second->steps_in_flight;
   }
   std::vector<RequestUpdate> updates;
-  for (const SampledOutput& s : produced.sampled) {
+  std::vector<const SampledOutput*> samples;
+  for (const SampledOutput& s : produced.sampled) samples.push_back(&s);
+  for (const SampledOutput& s : given) samples.push_back(&s);
+  for (const SampledOutput* sampled : samples) {
+    const SampledOutput& s = *sampled;
     auto it = requests_.find(s.request_id);
     if (it == requests_.end()) continue;  // aborted while its step was in flight
     Request* r = it->second.get();
@@ -284,6 +306,7 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     u.new_tokens.push_back(s.token);
     u.samples.push_back(s);
     u.num_cached_tokens = std::max<int64_t>(0, r->num_cached_tokens);
+    u.num_external_tokens = r->num_external_tokens;
   }
   // The next step's drafts, for the decoding requests still running.
   for (const DraftTokens& d : produced.drafts) set_draft_tokens(d.request_id, d.tokens);

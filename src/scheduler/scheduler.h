@@ -51,6 +51,7 @@ struct RequestUpdate {
   std::vector<TokenId> new_tokens;
   std::vector<SampledOutput> samples;  // with logprobs, parallel to new_tokens
   int64_t num_cached_tokens = 0;
+  int64_t num_external_tokens = 0;     // prompt tokens a KV connector loaded instead
 };
 
 struct SchedulerStats {

@@ -8,9 +8,11 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <new>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
@@ -381,6 +383,15 @@ MaybeError read_common(const json& body, const ModelContext& model, ParsedReques
                        "priority");
   }
   if (priority) proto.priority = *priority;
+  if (const json* kv = field(body, "kv_transfer_params"); kv != nullptr && !kv->is_null()) {
+    if (!kv->is_object()) return wrong_type("kv_transfer_params", "an object", *kv);
+    Result<KvTransferParams> params = KvTransferParams::from_json(kv->dump());
+    if (!params.ok()) return bad_request(params.status().message(), "kv_transfer_params");
+    if (params->do_remote_decode && params->do_remote_prefill) {
+      return bad_request("kv_transfer_params: do_remote_decode and do_remote_prefill together", "kv_transfer_params");
+    }
+    if (params->do_remote_decode || params->do_remote_prefill) proto.kv_transfer = *params;
+  }
   std::optional<std::string> salt;
   PAGODA_RETURN_IF_API_ERROR(read_string(body, "cache_salt", salt));
   if (salt) {
@@ -478,7 +489,7 @@ const char* const kCommonFields[] = {
     "repetition_penalty", "logit_bias", "seed", "stop", "stop_token_ids", "ignore_eos",
     "include_stop_str_in_output", "skip_special_tokens", "min_tokens", "n", "best_of", "priority",
     "cache_salt", "stream", "stream_options", "max_tokens", "prompt_logprobs", "user",
-    "request_id", "parallel_tool_calls"};
+    "request_id", "parallel_tool_calls", "kv_transfer_params"};
 const char* const kCompletionFields[] = {"prompt", "logprobs", "echo", "suffix", "add_special_tokens"};
 const char* const kChatFields[] = {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
                                    "add_generation_prompt", "chat_template_kwargs", "add_special_tokens", "tools",
@@ -959,12 +970,54 @@ std::vector<std::string> IgnoredFieldNames::first_seen(const std::vector<std::st
   return out;
 }
 
+namespace {
+
+// A request with kv_transfer_params, checked against this instance's role. A prefill request
+// computes its prompt and one token (with min_tokens at most 1, so that the first token is the
+// one a single instance would sample) and answers with where its KV is kept.
+ApiResult<ParsedRequest> with_kv_transfer(ApiResult<ParsedRequest> parsed, const ModelContext& model) {
+  auto* r = std::get_if<ParsedRequest>(&parsed);
+  if (r == nullptr || r->prompts.empty() || !r->prompts[0].kv_transfer) return parsed;
+  const char* param = "kv_transfer_params";
+  if (r->prompts.size() != 1 || r->n != 1) {
+    return bad_request("kv_transfer_params: a request with them has one prompt and n 1", param);
+  }
+  GenerateRequest& g = r->prompts[0];
+  KvTransferParams& p = *g.kv_transfer;
+  if (p.do_remote_prefill && !model.kv_transfer.consumer) {
+    return bad_request("kv_transfer_params.do_remote_prefill: this instance is not a KV consumer (start it with "
+                       "--kv-transfer-config kv_role kv_consumer or kv_both)", param);
+  }
+  if (!p.do_remote_decode) return parsed;
+  if (!model.kv_transfer.producer) {
+    return bad_request("kv_transfer_params.do_remote_decode: this instance is not a KV producer (start it with "
+                       "--kv-transfer-config kv_role kv_producer or kv_both)", param);
+  }
+  if (r->stream) return bad_request("kv_transfer_params.do_remote_decode: a prefill request is not streamed", "stream");
+  static std::atomic<uint64_t> next_transfer{std::random_device{}() * 0x9e3779b97f4a7c15ULL};
+  p.transfer_id = next_transfer.fetch_add(1) & 0x7fffffffffffffffULL;
+  g.params.max_tokens = 1;
+  g.params.min_tokens = std::min<int64_t>(g.params.min_tokens, 1);
+  KvTransferParams answer;
+  answer.do_remote_prefill = true;
+  answer.remote_engine_id = model.kv_transfer.engine_id;
+  answer.remote_host = model.kv_transfer.host;
+  answer.remote_port = model.kv_transfer.port;
+  answer.remote_request_id = p.transfer_id;
+  answer.remote_num_tokens = static_cast<int64_t>(g.prompt_token_ids.size());
+  answer.remote_tp_size = model.kv_transfer.tp_size;
+  r->kv_answer = std::move(answer);
+  return parsed;
+}
+
+}  // namespace
+
 ApiResult<ParsedRequest> parse_completion_request(std::string_view body, const ModelContext& model) {
-  return guarded([&] { return parse_completion(body, model); });
+  return with_kv_transfer(guarded([&] { return parse_completion(body, model); }), model);
 }
 
 ApiResult<ParsedRequest> parse_chat_request(std::string_view body, const ModelContext& model) {
-  return guarded([&] { return parse_chat(body, model); });
+  return with_kv_transfer(guarded([&] { return parse_chat(body, model); }), model);
 }
 
 ApiResult<ChatPrompt> render_chat_messages(std::string_view body_text, const ModelContext& model) {

@@ -48,6 +48,18 @@ struct ProtocolLimits {
   int max_json_depth = 64;      // nesting of arrays and objects in a body
 };
 
+// Where this instance stands in disaggregated prefill (--kv-transfer-config with TcpConnector or
+// ShmConnector): whether it takes kv_transfer_params of a prefill request (a producer) or of a
+// decode request (a consumer), and where a decode instance finds what it keeps.
+struct KvTransferEndpoint {
+  bool producer = false;
+  bool consumer = false;
+  std::string engine_id;
+  std::string host;  // kv_ip
+  int port = 0;      // kv_port (rank r serves on port + r)
+  int tp_size = 1;
+};
+
 // What parsing needs to know about the served model. Borrowed pointers; they outlive the call.
 struct ModelContext {
   std::vector<std::string> served_model_names;  // not empty; a request's "model" must be one
@@ -70,6 +82,7 @@ struct ModelContext {
   // a structured output starts after it while the model thinks.
   const ReasoningParser* reasoning = nullptr;
   std::optional<TokenId> reasoning_end_token;
+  KvTransferEndpoint kv_transfer;
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -100,6 +113,9 @@ struct ParsedRequest {
   const ReasoningParser* reasoning = nullptr;
   const ToolParser* tool_parser = nullptr;
   ToolRequest tools;
+  // A prefill request (kv_transfer_params.do_remote_decode): the parameters its answer carries for
+  // the decode instance, all but the first token (the response adds it).
+  std::optional<KvTransferParams> kv_answer;
 };
 
 // Parses and validates a /v1/completions body. The prompt is a string, a list of strings, a

@@ -376,6 +376,22 @@ std::string ResponseBuilder::body() const {
   }
   out["choices"] = std::move(choices);
   out["usage"] = usage_of(prompt_tokens_, cached_tokens_, completion_tokens_);
+  if (request_.kv_answer && !choices_.empty()) {
+    // A prefill request's answer: where the decode instance finds the prompt's KV, and the first
+    // token it goes on from.
+    KvTransferParams answer = *request_.kv_answer;
+    const Choice& c = choices_[0];
+    if (!c.token_ids.empty()) {
+      KvFirstToken first;
+      first.token = c.token_ids[0];
+      if (!c.logprobs.empty()) {
+        first.logprob = c.logprobs[0].logprob;
+        for (const TokenLogprobEntry& e : c.logprobs[0].top_logprobs) first.top_logprobs.emplace_back(e.token, e.logprob);
+      }
+      answer.first_token = std::move(first);
+    }
+    out["kv_transfer_params"] = ojson::parse(answer.to_json());
+  }
   return dump(out);
 }
 

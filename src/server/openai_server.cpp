@@ -466,6 +466,9 @@ void OpenAiServer::set_model(ServedModel model) {
   c.max_model_len = s.model.engine->core().config().scheduler.max_model_len;
   c.vocab_size = s.model.engine->core().model_config().vocab_size;
   c.priority_scheduling = s.model.engine->core().config().scheduler.policy == SchedulingPolicy::kPriority;
+  const KvTransferConfig& kv = s.model.engine->core().config().kv_transfer;
+  c.kv_transfer = KvTransferEndpoint{kv.producer(), kv.consumer(), kv.engine_id, kv.kv_ip, kv.kv_port,
+                                     s.model.engine->core().executor().tensor_parallel_size()};
   c.tokenizer = s.model.tokenizer.get();
   c.chat_template = s.model.chat_template ? &*s.model.chat_template : nullptr;
   c.bos_token = s.model.bos_token;

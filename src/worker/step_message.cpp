@@ -137,6 +137,23 @@ void put_connector(ByteWriter& w, const KvConnectorMetadata& m) {
   }
   w.put<uint64_t>(m.disk_removes.size());
   for (const KvBlockKey& k : m.disk_removes) put_key(w, k);
+  w.put<uint64_t>(m.recvs.size());
+  for (const KvRemoteRecv& v : m.recvs) {
+    w.put<RequestId>(v.request_id);
+    w.put_string(v.host);
+    w.put<int32_t>(v.port);
+    w.put<int32_t>(v.tp_size);
+    w.put<uint64_t>(v.transfer_id);
+    w.put<int64_t>(v.num_tokens);
+    w.put<int64_t>(v.first_block);
+    w.put_vector(v.blocks);
+  }
+  w.put<uint64_t>(m.sends.size());
+  for (const KvRemoteSend& v : m.sends) {
+    w.put<uint64_t>(v.transfer_id);
+    w.put<int64_t>(v.num_tokens);
+    w.put_vector(v.blocks);
+  }
 }
 
 constexpr uint64_t kKeyBytes = sizeof(KvBlockKey::bytes);
@@ -169,6 +186,27 @@ KvConnectorMetadata get_connector(ByteReader& r) {
   }
   const uint64_t num_removes = r.get_count(kKeyBytes);
   for (uint64_t i = 0; i < num_removes && r.ok(); ++i) m.disk_removes.push_back(get_key(r));
+  const uint64_t num_recvs = r.get_count(sizeof(RequestId) + 8 + 4 + 4 + 8 + 8 + 8 + 8);
+  for (uint64_t i = 0; i < num_recvs && r.ok(); ++i) {
+    KvRemoteRecv v;
+    v.request_id = r.get<RequestId>();
+    v.host = r.get_string();
+    v.port = r.get<int32_t>();
+    v.tp_size = r.get<int32_t>();
+    v.transfer_id = r.get<uint64_t>();
+    v.num_tokens = r.get<int64_t>();
+    v.first_block = r.get<int64_t>();
+    v.blocks = r.get_vector<BlockId>();
+    m.recvs.push_back(std::move(v));
+  }
+  const uint64_t num_sends = r.get_count(8 + 8 + 8);
+  for (uint64_t i = 0; i < num_sends && r.ok(); ++i) {
+    KvRemoteSend v;
+    v.transfer_id = r.get<uint64_t>();
+    v.num_tokens = r.get<int64_t>();
+    v.blocks = r.get_vector<BlockId>();
+    m.sends.push_back(std::move(v));
+  }
   return m;
 }
 
@@ -177,11 +215,14 @@ void put_connector_output(ByteWriter& w, const KvConnectorOutput& o) {
   for (KvLoadState s : o.load_states) w.put<uint8_t>(static_cast<uint8_t>(s));
   const KvTransferCounters& c = o.counters;
   for (int64_t v : {c.loaded_blocks, c.loaded_bytes, c.disk_loaded_blocks, c.disk_loaded_bytes, c.stored_blocks,
-                    c.stored_bytes, c.disk_stored_blocks, c.disk_stored_bytes, c.failed_blocks}) {
+                    c.stored_bytes, c.disk_stored_blocks, c.disk_stored_bytes, c.failed_blocks, c.staged_blocks,
+                    c.staged_bytes, c.sent_blocks,
+                    c.sent_bytes, c.received_blocks, c.received_bytes, c.failed_transfers}) {
     w.put<int64_t>(v);
   }
   w.put<double>(c.load_seconds);
   w.put<double>(c.store_seconds);
+  w.put<double>(c.transfer_seconds);
 }
 
 KvConnectorOutput get_connector_output(ByteReader& r) {
@@ -195,11 +236,13 @@ KvConnectorOutput get_connector_output(ByteReader& r) {
   KvTransferCounters& c = o.counters;
   for (int64_t* v : {&c.loaded_blocks, &c.loaded_bytes, &c.disk_loaded_blocks, &c.disk_loaded_bytes,
                      &c.stored_blocks, &c.stored_bytes, &c.disk_stored_blocks, &c.disk_stored_bytes,
-                     &c.failed_blocks}) {
+                     &c.failed_blocks, &c.staged_blocks, &c.staged_bytes, &c.sent_blocks, &c.sent_bytes, &c.received_blocks, &c.received_bytes,
+                     &c.failed_transfers}) {
     *v = r.get<int64_t>();
   }
   c.load_seconds = r.get<double>();
   c.store_seconds = r.get<double>();
+  c.transfer_seconds = r.get<double>();
   return o;
 }
 
@@ -222,6 +265,7 @@ std::vector<uint8_t> serialize_step(const StepMessage& m) {
     w.put<uint64_t>(n.seed);
     w.put_vector(n.min_tokens_suppressed);
     w.put_string(n.cache_salt);
+    w.put<int64_t>(n.skip_draws);
   }
   w.put<uint64_t>(m.scheduled.size());
   for (const ScheduledRequestData& s : m.scheduled) {
@@ -255,6 +299,7 @@ Result<StepMessage> deserialize_step(std::span<const uint8_t> bytes) {
     n.seed = r.get<uint64_t>();
     n.min_tokens_suppressed = r.get_vector<TokenId>();
     n.cache_salt = r.get_string();
+    n.skip_draws = r.get<int64_t>();
     m.new_requests.push_back(std::move(n));
   }
   const uint64_t num_scheduled = r.get_count(kMinScheduledBytes);
@@ -362,6 +407,13 @@ std::vector<uint8_t> serialize_init(const WorkerInit& init) {
   w.put<int64_t>(kc.num_host_slots);
   w.put_string(kc.disk_path);
   for (uint8_t b : kc.fingerprint) w.put<uint8_t>(b);
+  w.put_string(kc.kv_role);
+  w.put_string(kc.engine_id);
+  w.put_string(kc.kv_ip);
+  w.put<int32_t>(kc.kv_port);
+  w.put<int64_t>(kc.kv_buffer_size);
+  for (uint8_t b : kc.transfer_fingerprint) w.put<uint8_t>(b);
+  w.put_string(kc.transfer_description);
   return w.take();
 }
 
@@ -390,6 +442,13 @@ Result<WorkerInit> deserialize_init(std::span<const uint8_t> bytes) {
   kc.num_host_slots = r.get<int64_t>();
   kc.disk_path = r.get_string();
   for (uint8_t& b : kc.fingerprint) b = r.get<uint8_t>();
+  kc.kv_role = r.get_string();
+  kc.engine_id = r.get_string();
+  kc.kv_ip = r.get_string();
+  kc.kv_port = r.get<int32_t>();
+  kc.kv_buffer_size = r.get<int64_t>();
+  for (uint8_t& b : kc.transfer_fingerprint) b = r.get<uint8_t>();
+  kc.transfer_description = r.get_string();
   PAGODA_RETURN_IF_ERROR(r.finish("worker start"));
   if (init.num_blocks < 1 || init.block_size < 1 || init.max_model_len < 1) {
     return data_loss("worker start: a KV cache of " + std::to_string(init.num_blocks) + " blocks of " +

@@ -56,6 +56,7 @@ struct NewRequestData {
   uint64_t seed = 0;                           // its generator's seed
   std::vector<TokenId> min_tokens_suppressed;  // masked while fewer than params.min_tokens are out
   std::string cache_salt;                      // the draft model's prefix-cache isolation
+  int64_t skip_draws = 0;                      // generator draws made elsewhere (a prefill instance's first token)
 
   bool operator==(const NewRequestData&) const = default;
 };

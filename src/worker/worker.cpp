@@ -76,7 +76,8 @@ Status Worker::initialize(const WorkerInit& init) {
                                                    init.block_size, init.kv_cache_dtype));
   runner_->initialize_kv_cache(std::move(kv));
   if (!init.kv_connector.connector.empty()) {
-    PAGODA_ASSIGN_OR_RETURN(connector_, make_kv_connector_worker(init.kv_connector, rank_.rank, rank_.size));
+    PAGODA_ASSIGN_OR_RETURN(connector_, make_kv_connector_worker(init.kv_connector, rank_.rank, rank_.size,
+                                                                 runner_->kv_cache(), model.config().num_kv_heads));
     PAGODA_RETURN_IF_ERROR(connector_->register_kv_caches(runner_->kv_cache(), model.kernels()));
   }
   init_ = init;
@@ -171,7 +172,9 @@ Result<ModelRunnerOutput> Worker::execute(const StepMessage& m) {
     r.all_tokens = n.prompt_tokens;
     r.num_prompt_tokens = n.prompt_tokens.size();
     r.cache_salt = n.cache_salt;
+    if (n.skip_draws < 0 || n.skip_draws > 1) return data_loss(who + ": " + std::to_string(n.skip_draws) + " draws to skip");
     r.sampling = SamplingState{n.params, SamplerRng(n.seed), n.min_tokens_suppressed};
+    r.sampling.rng.discard(static_cast<unsigned long long>(n.skip_draws));
     requests_.emplace(n.request_id, std::move(r));
   }
 
