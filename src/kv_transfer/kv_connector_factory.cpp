@@ -50,6 +50,7 @@ Result<KvConnectorPlan> make_kv_connector(const KvTransferConfig& config, const 
     KvConnectorWorkerConfig& w = plan.worker;
     w.connector = config.kv_connector;
     w.kv_role = config.kv_role;
+    w.tp_size = setup.tensor_parallel_size;
     w.engine_id = config.engine_id;
     w.kv_ip = config.kv_ip;
     w.kv_port = config.kv_port;

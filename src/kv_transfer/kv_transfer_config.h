@@ -56,6 +56,7 @@ struct KvConnectorWorkerConfig {
   std::array<uint8_t, 32> fingerprint{};  // the model and KV layout the blocks belong to
   // TcpConnector / ShmConnector
   std::string kv_role;
+  int32_t tp_size = 1;                  // this instance's tensor-parallel ranks
   std::string engine_id;
   std::string kv_ip;
   int32_t kv_port = 0;

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -365,9 +366,11 @@ void RemoteWorker::serve_connection(int fd) {
   std::string description;
   int64_t want_begin = 0, want_end = 0;
   uint8_t shm = 0;  // the client's choice: the payload through shared memory (ShmConnector) or the socket
+  int32_t client_rank = 0, client_size = 1;  // which decode rank reads, of how many
   bool ok = get(fd, &magic, io) && magic == kMagic && get(fd, &version, io) && recv_all(fd, fp.data(), fp.size(), io) &&
             get_string(fd, &description, io) && get(fd, &want_begin, io) && get(fd, &want_end, io) &&
-            get(fd, &shm, io) && shm <= 1;
+            get(fd, &shm, io) && shm <= 1 && get(fd, &client_rank, io) && get(fd, &client_size, io) &&
+            client_size >= 1 && client_size <= 64 && client_rank >= 0 && client_rank < client_size;
   if (!ok) {
     refuse("not a KV transfer handshake (or a version other than " + std::to_string(kVersion) + ")");
   } else if (version != kVersion) {
@@ -396,11 +399,15 @@ void RemoteWorker::serve_connection(int fd) {
     if (!get(fd, &op, io) || !get(fd, &id, io) || !get(fd, &begin, io) || !get(fd, &end, io)) break;
     if ((op != kRead && op != kDone) || begin < shard_.head_begin || end > shard_.head_end || begin >= end) break;
     if (op == kDone) {
+      // Freed once every head has been read by every decode rank that holds it (several, when
+      // that instance has more ranks than KV heads).
+      const int readers = client_size > total_heads_ ? static_cast<int>(client_size / total_heads_) : 1;
       std::lock_guard<std::mutex> lock(mu_);
       auto it = staged_.find(id);
       if (it == staged_.end()) continue;
-      for (int64_t h = begin; h < end; ++h) it->second.heads_read[static_cast<size_t>(h - shard_.head_begin)] = true;
-      if (std::all_of(it->second.heads_read.begin(), it->second.heads_read.end(), [](bool b) { return b; })) {
+      std::vector<uint64_t>& read_by = it->second.read_by;
+      for (int64_t h = begin; h < end; ++h) read_by[static_cast<size_t>(h - shard_.head_begin)] |= uint64_t{1} << client_rank;
+      if (std::all_of(read_by.begin(), read_by.end(), [&](uint64_t m) { return std::popcount(m) >= readers; })) {
         staged_bytes_ -= static_cast<int64_t>(it->second.data.size());
         staged_.erase(it);
       }
@@ -479,7 +486,7 @@ int64_t RemoteWorker::staged_bytes() const {
 
 // ---- worker side: fetching ---------------------------------------------------------------------
 
-Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end) {
+Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, bool read_them) {
   const KvRemoteRecv& r = f->recv;
   const auto io = timeouts_.io;
   const std::string where = r.host + ":" + std::to_string(r.port + rank);
@@ -494,6 +501,8 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end) 
   hello.put<int64_t>(begin);
   hello.put<int64_t>(end);
   hello.put<uint8_t>(shm_ ? 1 : 0);
+  hello.put<int32_t>(rank_);
+  hello.put<int32_t>(config_.tp_size);
   if (!send_all(fd.fd, hello.b.data(), hello.b.size(), io)) return lost("the handshake could not be sent");
   uint8_t status = 0;
   std::string message;
@@ -509,6 +518,15 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end) 
   if (begin < server_begin || end > server_end) {
     return lost("it holds KV heads [" + std::to_string(server_begin) + ", " + std::to_string(server_end) +
                 "), not [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+  }
+  if (!read_them) {
+    Out done;
+    done.put<uint8_t>(kDone);
+    done.put<uint64_t>(r.transfer_id);
+    done.put<int64_t>(begin);
+    done.put<int64_t>(end);
+    if (!send_all(fd.fd, done.b.data(), done.b.size(), io)) return lost("the release could not be sent");
+    return Status::ok_status();
   }
   Out read;
   read.put<uint8_t>(kRead);
@@ -578,15 +596,22 @@ void RemoteWorker::fetch(Fetch* f) {
   Status st = Status::ok_status();
   f->data.assign(r.blocks.size() * static_cast<size_t>(shard_.block_bytes()), 0);
   // Each of this rank's heads from the first prefill rank that holds it (several hold each head
-  // when that instance has more ranks than KV heads).
+  // when that instance has more ranks than KV heads); the other holders are only told they may
+  // let go of it.
   int64_t next = shard_.head_begin;
-  for (int rank = 0; rank < r.tp_size && next < shard_.head_end && st.ok(); ++rank) {
+  std::vector<std::tuple<int, int64_t, int64_t>> releases;
+  for (int rank = 0; rank < r.tp_size; ++rank) {
     const IndexRange theirs = kv_head_range(total_heads_, rank, r.tp_size);
-    const int64_t begin = std::max(next, theirs.begin), end = std::min(shard_.head_end, theirs.end);
-    if (begin != next || begin >= end) continue;
-    st = fetch_from(f, rank, begin, end);
+    const int64_t begin = std::max(shard_.head_begin, theirs.begin), end = std::min(shard_.head_end, theirs.end);
+    if (begin >= end) continue;
+    if (begin != next || !st.ok()) {
+      releases.emplace_back(rank, begin, end);
+      continue;
+    }
+    st = fetch_from(f, rank, begin, end, /*read=*/true);
     next = end;
   }
+  for (const auto& [rank, begin, end] : releases) (void)fetch_from(f, rank, begin, end, /*read=*/false);
   if (st.ok() && next != shard_.head_end) {
     st = unavailable("KV transfer: no rank of the prefill instance holds KV head " + std::to_string(next));
   }
@@ -626,6 +651,13 @@ void RemoteWorker::start_step(const KvConnectorMetadata& meta, bool idle) {
     it = abandoned_.erase(it);
   }
   for (const KvRemoteRecv& recv : meta.recvs) {
+    // A new load for a request replaces whatever was known of an earlier one.
+    settled_.erase(recv.request_id);
+    if (auto old = fetches_.find(recv.request_id); old != fetches_.end()) {
+      old->second->cancelled = true;
+      abandoned_.push_back(std::move(old->second));
+      fetches_.erase(old);
+    }
     bool sane = recv.tp_size >= 1 && recv.tp_size <= 64 && recv.port > 0 && recv.port < 65536 &&
                 recv.first_block >= 0 && !recv.blocks.empty();
     for (BlockId b : recv.blocks) sane = sane && b >= 0 && b < kv_->num_blocks();
@@ -696,7 +728,7 @@ KvConnectorOutput RemoteWorker::finish_step(const KvConnectorMetadata& meta) {
       for (size_t i = 0; i < send.blocks.size(); ++i) {
         kv_->copy_block_to_host(*kernels_, send.blocks[i], s.data.data() + i * static_cast<size_t>(shard_.block_bytes()));
       }
-      s.heads_read.assign(static_cast<size_t>(shard_.num_heads()), false);
+      s.read_by.assign(static_cast<size_t>(shard_.num_heads()), 0);
       s.expires = now + timeouts_.expiry;
       staged_bytes_ += bytes;
       staged_[send.transfer_id] = std::move(s);

@@ -19,7 +19,9 @@
 // The wire (one TCP connection per fetch; integers little-endian):
 //   hello  client: "PKVT" u32 version, 32-byte transfer fingerprint, string description,
 //                  i64 head_begin, i64 head_end (what it will ask for), u8 shm (1: the payloads
-//                  through shared memory: the decode instance runs ShmConnector, on this host)
+//                  through shared memory: the decode instance runs ShmConnector, on this host),
+//                  i32 its rank, i32 its ranks (a head is freed once each decode rank holding
+//                  it has read it)
 //          server: u8 status (0 ok), string message, i64 its head_begin, i64 its head_end
 //   read   client: u8 'R', u64 transfer id, i64 head_begin, i64 head_end
 //          server: u8 status (0 ok, 1 unknown or expired), i64 num_tokens, i64 num_blocks,
@@ -27,7 +29,8 @@
 //                  or a string naming a POSIX shared memory object that holds it (ShmConnector;
 //                  the client unlinks it once read). The payload is each block in turn, laid out
 //                  as KvBlockLayout for the heads asked.
-//   done   client: u8 'D', u64 transfer id, i64 head_begin, i64 head_end: those heads are read.
+//   done   client: u8 'D', u64 transfer id, i64 head_begin, i64 head_end: those heads are read
+//                  (sent, too, to a prefill rank that holds the same heads as the one read).
 // Strings are u32 length + bytes (at most 4,096). Thread-safe where it says so: the server and
 // the fetches run on threads of their own, sharing only the staged blocks (under a mutex).
 #pragma once
@@ -106,7 +109,7 @@ class RemoteWorker final : public KvConnectorWorker {
     int64_t num_tokens = 0;
     int64_t num_blocks = 0;
     std::vector<uint8_t> data;       // num_blocks blocks in `shard_` layout
-    std::vector<bool> heads_read;    // per head of shard_
+    std::vector<uint64_t> read_by;   // per head of shard_: the decode ranks that read it
     std::chrono::steady_clock::time_point expires;
   };
   struct Fetch {
@@ -123,7 +126,9 @@ class RemoteWorker final : public KvConnectorWorker {
   void serve_loop();
   void serve_connection(int fd);
   void fetch(Fetch* f);
-  Status fetch_from(Fetch* f, int rank, int64_t begin, int64_t end);
+  // Reads heads [begin, end) of every block from prefill rank `rank` into f->data, or with
+  // read_them false only tells it they are read (another rank of it had them).
+  Status fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, bool read_them);
   void expire_locked(std::chrono::steady_clock::time_point now);
 
   KvConnectorWorkerConfig config_;
