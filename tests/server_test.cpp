@@ -370,6 +370,86 @@ TEST(Server, KvOffloadingServesEvictedPrefixesAndExportsItsMetrics) {
   EXPECT_GT(metric(t, "vllm:kv_offload_capacity_blocks{model_name=\"stories\",engine=\"0\",tier=\"host\"}"), 0);
 }
 
+// Disaggregated prefill through `pagoda proxy`: a prefill instance on two tensor-parallel ranks and
+// one on one rank (TcpConnector, kv_producer), a decode instance (ShmConnector, kv_consumer). The
+// golden text and a streamed answer come out as one instance gives them; the decode instance
+// computes none of the prompts; when a prefill instance dies, the proxy prefills elsewhere.
+TEST(Server, ProxyPrefillDecodeKeepsTheGoldenTextAndSurvivesAPrefillInstance) {
+  PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  const int kv_port = 23000 + static_cast<int>(::getpid() % 2000) * 4;  // 2 ranks, then 1
+  auto config = [](const std::string& connector, const std::string& role, int port) {
+    return "{\"kv_connector\": \"" + connector + "\", \"kv_role\": \"" + role + "\"" +
+           (port > 0 ? ", \"kv_port\": " + std::to_string(port) : std::string()) + "}";
+  };
+  auto prefill_a = std::make_unique<ServerProcess>(
+      PAGODA_BINARY, stories_args(model_path, {"-tp", "2", "--kv-transfer-config",
+                                               config("TcpConnector", "kv_producer", kv_port)}));
+  ServerProcess prefill_b(PAGODA_BINARY, stories_args(model_path, {"--kv-transfer-config",
+                                                                    config("TcpConnector", "kv_producer", kv_port + 2)}));
+  ServerProcess decode(PAGODA_BINARY, stories_args(model_path, {"--kv-transfer-config",
+                                                                 config("ShmConnector", "kv_consumer", 0)}));
+  ServerProcess one(PAGODA_BINARY, stories_args(model_path));
+  ASSERT_NE(one.port(), 0);
+  ASSERT_NE(prefill_a->port(), 0);
+  ASSERT_NE(prefill_b.port(), 0);
+  ASSERT_NE(decode.port(), 0);
+  const auto url = [](uint16_t p) { return "http://127.0.0.1:" + std::to_string(p); };
+  ServerProcess proxy(PAGODA_BINARY,
+                      {"--prefill", url(prefill_a->port()) + "," + url(prefill_b.port()), "--decode", url(decode.port())},
+                      std::chrono::seconds(60), {}, "listening on http://127.0.0.1:", "proxy");
+  ASSERT_NE(proxy.port(), 0);
+
+  int status = 0;
+  json golden = post(proxy.port(), "/v1/completions", {{"prompt", ""}, {"max_tokens", 256}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << golden.dump();
+  std::ifstream in(txt);
+  std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  want.pop_back();
+  EXPECT_EQ(golden["choices"][0]["text"], want);
+  // Both prefill instances in turn (fewest in flight, ties in turn), seeded and streamed.
+  const json seeded = {{"prompt", "Once upon a time, there was a little girl named Lily. She liked to"},
+                       {"max_tokens", 24}, {"temperature", 0.9}, {"seed", 4}};
+  const std::string alone = post(one.port(), "/v1/completions", seeded, &status)["choices"][0]["text"];
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(post(proxy.port(), "/v1/completions", seeded, &status)["choices"][0]["text"], alone);
+  }
+  json streamed = seeded;
+  streamed["stream"] = true;
+  HttpResult sse = testing::http_request(proxy.port(), "POST", "/v1/completions", streamed.dump(),
+                                         {{"content-type", "application/json"}});
+  ASSERT_EQ(sse.status, 200);
+  std::string text;
+  for (size_t at = sse.body.find("data: {"); at != std::string::npos; at = sse.body.find("data: {", at + 1)) {
+    text += json::parse(sse.body.substr(at + 6, sse.body.find('\n', at) - at - 6))["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, alone);
+
+  const std::string d = testing::http_request(decode.port(), "GET", "/metrics").body;
+  const std::string labels = "{model_name=\"stories\",engine=\"0\"";
+  EXPECT_EQ(metric(d, "vllm:prompt_tokens_by_source_total" + labels + ",source=\"local_compute\"}"), 0) << d;
+  EXPECT_GT(metric(d, "vllm:prompt_tokens_by_source_total" + labels + ",source=\"external_kv_transfer\"}"), 0);
+  EXPECT_GT(metric(d, "vllm:kv_transfer_received_blocks_total" + labels + "}"), 0);
+  EXPECT_EQ(metric(d, "vllm:kv_transfer_failed_total" + labels + "}"), 0);
+
+  // The two-rank prefill instance dies: every request still comes back right, prefilled by the other.
+  prefill_a.reset();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(post(proxy.port(), "/v1/completions", seeded, &status)["choices"][0]["text"], alone);
+    EXPECT_EQ(status, 200);
+  }
+  const std::string p = testing::http_request(proxy.port(), "GET", "/metrics").body;
+  EXPECT_GE(metric(p, "pagoda_proxy_prefill_retries_total"), 1) << p;
+  EXPECT_EQ(metric(p, "pagoda_proxy_requests_total{outcome=\"ok\"}"), 1 + 3 + 1 + 3);
+  EXPECT_EQ(testing::http_request(proxy.port(), "GET", "/health").status, 200);
+  // A bad request comes back as the prefill instance's 400, and is not retried.
+  json bad = post(proxy.port(), "/v1/completions", {{"prompt", "x"}, {"max_tokens", -3}}, &status);
+  EXPECT_EQ(status, 400) << bad.dump();
+  const std::string after = testing::http_request(decode.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric(after, "vllm:prompt_tokens_by_source_total" + labels + ",source=\"local_compute\"}"), 0);
+  EXPECT_EQ(metric(after, "vllm:kv_cache_usage_perc" + labels + "}"), 0);
+}
+
 // Every bad request gets its OpenAI error, and afterwards the canary request returns exactly
 // what it returned before (checklist 4.2-4.4: "keeps serving").
 TEST(Server, BadRequestsGetErrorsAndTheServerKeepsServing) {

@@ -165,4 +165,16 @@ struct ServeFlags {
 };
 int run_serve(ServeFlags flags);
 
+// `pagoda proxy`: the front of a disaggregated deployment (server/disagg_proxy.h).
+struct ProxyFlags {
+  std::vector<std::string> prefill;  // URLs (also comma-separated)
+  std::vector<std::string> decode;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  double timeout = 600;  // seconds one read from an instance may wait
+
+  void add_to(CLI::App& cmd);
+};
+int run_proxy(const ProxyFlags& flags);
+
 }  // namespace pagoda::app

@@ -158,6 +158,11 @@ int main_impl(int argc, char** argv) {
   CLI::App* serve_cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API, as vllm serve");
   serve.add_to(*serve_cmd);
 
+  ProxyFlags proxy;
+  CLI::App* proxy_cmd = app.add_subcommand(
+      "proxy", "the OpenAI API in front of prefill and decode instances (disaggregated prefill, as vLLM's proxy)");
+  proxy.add_to(*proxy_cmd);
+
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks, as vllm bench");
   bench_cmd->require_subcommand(1);
   BenchThroughputFlags thr;
@@ -254,6 +259,7 @@ int main_impl(int argc, char** argv) {
   if (roof_cmd->parsed()) return run_bench_roofline(roof);
   if (sweep_cmd->parsed()) return run_bench_sweep(sweep);
   if (serve_cmd->parsed()) return run_serve(std::move(serve));
+  if (proxy_cmd->parsed()) return run_proxy(proxy);
   return 2;
 }
 

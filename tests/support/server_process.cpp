@@ -269,13 +269,13 @@ void SseClient::close() {
 
 ServerProcess::ServerProcess(const std::string& binary, const std::vector<std::string>& args,
                              std::chrono::seconds timeout, const std::vector<std::pair<std::string, std::string>>& env,
-                             const std::string& marker) {
+                             const std::string& marker, const std::string& subcommand) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) {
     ADD_FAILURE() << "pipe failed";
     return;
   }
-  std::vector<std::string> argv_s = {binary, "serve"};
+  std::vector<std::string> argv_s = {binary, subcommand};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   argv_s.push_back("--port");
   argv_s.push_back("0");

@@ -24,10 +24,11 @@ class ServerProcess {
   // (ADD_FAILURE) and leaves port() == 0 when it does not come up. The timeout only bounds a
   // failure: under TSan, two servers loading llama-110m's dummy weights side by side on a busy
   // 2-core machine took over 60 s (one alone: 32 s).
+  // `subcommand`: "proxy" runs `binary proxy <args> --port 0` (marker "listening on ...").
   ServerProcess(const std::string& binary, const std::vector<std::string>& args,
                 std::chrono::seconds timeout = std::chrono::seconds(180),
                 const std::vector<std::pair<std::string, std::string>>& env = {},
-                const std::string& marker = "ready: http://127.0.0.1:");
+                const std::string& marker = "ready: http://127.0.0.1:", const std::string& subcommand = "serve");
   ~ServerProcess();  // SIGKILL if still running
 
   uint16_t port() const { return port_; }
