@@ -233,5 +233,42 @@ TEST(Disaggregated, MixtureOfExpertsEqualsOneEngine) {
   std::filesystem::remove_all(dir);
 }
 
+// A MultiConnector on the decode engine: prompts come from the prefill engine (TcpConnector), and
+// what its small cache evicts is kept in a host tier (OffloadingConnector) and loaded from there
+// when the prompt comes again without kv_transfer_params.
+TEST(Disaggregated, MultiConnectorTransfersAndOffloads) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  const int port = free_port();
+  LLM one(testing::make_engine_core(model, plain()));
+  LLM prefill_engine(testing::make_engine_core(model, with_connector("TcpConnector", "kv_producer", port)));
+  EngineConfig multi = plain();
+  auto kv = KvTransferConfig::parse(R"({"kv_connector": "MultiConnector", "kv_role": "kv_consumer",
+      "kv_connector_extra_config": {"connectors": [
+        {"kv_connector": "TcpConnector", "kv_role": "kv_consumer"},
+        {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {"num_cpu_blocks": 64}}]}})");
+  ASSERT_TRUE(kv.ok()) << kv.status().message();
+  multi.kv_transfer = *kv;
+  multi.scheduler.max_model_len = 192;
+  {
+    auto probe = testing::make_engine_core(model, plain());
+    multi.kv_cache_memory = probe->core().kv_cache_bytes() / probe->core().num_blocks() * 12;  // two prompts
+  }
+  LLM decode_engine(testing::make_engine_core(model, multi));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 12;
+  const GenerateRequest a = long_prompt(21, greedy), b = long_prompt(22, greedy), c = long_prompt(23, greedy);
+  EXPECT_EQ(decode(decode_engine, a, prefill(prefill_engine, a, 31, port)), single(one, a));
+  EXPECT_EQ(single(decode_engine, b), single(one, b));
+  EXPECT_EQ(single(decode_engine, c), single(one, c));
+  const KvConnectorStats before = *decode_engine.core().connector_stats();
+  EXPECT_EQ(before.remote_hits, 90);
+  EXPECT_EQ(single(decode_engine, a), single(one, a));  // a again, its blocks evicted meanwhile
+  const KvConnectorStats after = *decode_engine.core().connector_stats();
+  EXPECT_GT(after.hits, before.hits);  // from the host tier
+  EXPECT_EQ(after.failed_loads, 0);
+  EXPECT_EQ(decode_engine.core().stats().kv_usage, 0.0);
+}
+
 }  // namespace
 }  // namespace pagoda

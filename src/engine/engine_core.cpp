@@ -49,7 +49,8 @@ Result<KvConnectorPlan> plan_connector(const EngineConfig& config, const Executo
   if (executor.max_in_flight() > 1) {
     return invalid_argument(flag + " with pipeline parallelism is not supported (--pipeline-parallel-size 1)");
   }
-  if ((!config.kv_transfer.disk_path.empty() || config.kv_transfer.remote()) && config.model_fingerprint == Sha256Digest{}) {
+  const bool disk = config.kv_transfer.offloading() && !config.kv_transfer.offloading_part()->disk_path.empty();
+  if ((disk || config.kv_transfer.remote()) && config.model_fingerprint == Sha256Digest{}) {
     return invalid_argument(flag + ": a disk tier or a transfer between instances needs the model's fingerprint, which this engine was not given");
   }
   // The blocks belong to these weights in this layout: a file of another model, KV dtype, block

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "kv_transfer/multi_connector.h"
 #include "kv_transfer/offloading_connector.h"
 #include "kv_transfer/remote_connector.h"
 #include "model/kv_cache.h"
@@ -28,6 +29,20 @@ std::string shard_tag(int rank, int size) { return "r" + std::to_string(rank) + 
 Result<std::unique_ptr<KvConnectorWorker>> make_kv_connector_worker(const KvConnectorWorkerConfig& config, int rank,
                                                                     int size, const KvCacheTensors& kv,
                                                                     int64_t total_kv_heads) {
+  if (config.connector == "MultiConnector") {
+    // Its configuration carries both parts' fields: the tiers first, the transfers last (the
+    // order MultiWorker relies on).
+    std::vector<std::unique_ptr<KvConnectorWorker>> parts;
+    for (const std::string& name : {std::string("OffloadingConnector"), config.remote_connector}) {
+      if (name.empty() || (name == "OffloadingConnector" && config.num_host_slots == 0)) continue;
+      KvConnectorWorkerConfig part = config;
+      part.connector = name;
+      PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<KvConnectorWorker> w,
+                              make_kv_connector_worker(part, rank, size, kv, total_kv_heads));
+      parts.push_back(std::move(w));
+    }
+    return std::unique_ptr<KvConnectorWorker>(std::make_unique<MultiWorker>(std::move(parts)));
+  }
   if (config.connector == "TcpConnector" || config.connector == "ShmConnector") {
     const IndexRange heads = kv_head_range(total_kv_heads, rank, size);
     if (heads.size() != kv.num_kv_heads()) {
@@ -44,6 +59,35 @@ Result<std::unique_ptr<KvConnectorWorker>> make_kv_connector_worker(const KvConn
 }
 
 Result<KvConnectorPlan> make_kv_connector(const KvTransferConfig& config, const KvConnectorSetup& setup) {
+  if (!config.connectors.empty()) {
+    // A MultiConnector: each part's plan, the scheduler sides together, the worker fields merged.
+    std::vector<std::unique_ptr<KvConnectorScheduler>> schedulers;
+    KvConnectorPlan plan;
+    for (const KvTransferConfig* part : {config.offloading_part(), config.remote_part()}) {
+      if (part == nullptr) continue;
+      PAGODA_ASSIGN_OR_RETURN(KvConnectorPlan p, make_kv_connector(*part, setup));
+      schedulers.push_back(std::move(p.scheduler));
+      KvConnectorWorkerConfig& w = plan.worker;
+      if (part->offloading()) {
+        w.num_host_slots = p.worker.num_host_slots;
+        w.disk_path = p.worker.disk_path;
+        w.fingerprint = p.worker.fingerprint;
+      } else {
+        const int64_t slots = w.num_host_slots;
+        const std::string disk = w.disk_path;
+        const auto fingerprint = w.fingerprint;
+        w = p.worker;
+        w.remote_connector = p.worker.connector;
+        w.num_host_slots = slots;
+        w.disk_path = disk;
+        w.fingerprint = fingerprint;
+      }
+      plan.summary += (plan.summary.empty() ? "" : "; ") + p.summary;
+    }
+    plan.worker.connector = "MultiConnector";
+    plan.scheduler = std::make_unique<MultiScheduler>(std::move(schedulers));
+    return plan;
+  }
   if (config.remote()) {
     KvConnectorPlan plan;
     plan.scheduler = std::make_unique<RemoteScheduler>(setup.block_size, config.producer(), config.consumer());

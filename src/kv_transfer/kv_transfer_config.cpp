@@ -18,14 +18,47 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+Result<KvTransferConfig> parse_object(const nlohmann::json& j, bool part);
+
+}  // namespace
+
+const KvTransferConfig* KvTransferConfig::offloading_part() const {
+  if (kv_connector == "OffloadingConnector") return this;
+  for (const KvTransferConfig& c : connectors) {
+    if (c.kv_connector == "OffloadingConnector") return &c;
+  }
+  return nullptr;
+}
+
+const KvTransferConfig* KvTransferConfig::remote_part() const {
+  auto is_remote = [](const KvTransferConfig& c) {
+    return c.kv_connector == "TcpConnector" || c.kv_connector == "ShmConnector";
+  };
+  if (is_remote(*this)) return this;
+  for (const KvTransferConfig& c : connectors) {
+    if (is_remote(c)) return &c;
+  }
+  return nullptr;
+}
+
 Result<KvTransferConfig> KvTransferConfig::parse(const std::string& text) {
-  const auto bad = [](const std::string& why) { return invalid_argument("--kv-transfer-config: " + why); };
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    return bad(std::string("not valid JSON: ") + e.what());
+    return invalid_argument(std::string("--kv-transfer-config: not valid JSON: ") + e.what());
   }
+  return parse_object(j, false);
+}
+
+namespace {
+
+Result<KvTransferConfig> parse_object(const nlohmann::json& j, bool part) {
+  const auto bad = [part](const std::string& why) {
+    return invalid_argument(std::string(part ? "--kv-transfer-config: a MultiConnector part: " : "--kv-transfer-config: ") + why);
+  };
   if (!j.is_object()) {
     return bad("must be a JSON object, e.g. {\"kv_connector\": \"OffloadingConnector\", \"kv_role\": \"kv_both\"}");
   }
@@ -71,9 +104,32 @@ Result<KvTransferConfig> KvTransferConfig::parse(const std::string& text) {
     }
     if (!st.ok()) return st;
   }
-  if (c.kv_connector.empty()) return bad("needs kv_connector (supported: OffloadingConnector, TcpConnector, ShmConnector)");
+  if (c.kv_connector.empty()) {
+    return bad("needs kv_connector (supported: OffloadingConnector, TcpConnector, ShmConnector, MultiConnector)");
+  }
   if (c.kv_role != "kv_producer" && c.kv_role != "kv_consumer" && c.kv_role != "kv_both") {
     return bad("kv_role must be kv_producer, kv_consumer or kv_both, got '" + c.kv_role + "'");
+  }
+  if (c.kv_connector == "MultiConnector") {
+    if (part) return bad("a MultiConnector inside a MultiConnector");
+    const auto list = extra.find("connectors");
+    if (list == extra.end() || !list->is_array() || list->empty()) {
+      return bad("MultiConnector needs kv_connector_extra_config.connectors, a list of connector objects");
+    }
+    for (const nlohmann::json& one : *list) {
+      if (!one.is_object()) return bad("MultiConnector's connectors must be JSON objects");
+      PAGODA_ASSIGN_OR_RETURN(KvTransferConfig p, parse_object(one, true));
+      c.connectors.push_back(std::move(p));
+    }
+    int offloading = 0, remote = 0;
+    for (const KvTransferConfig& p : c.connectors) {
+      offloading += p.kv_connector == "OffloadingConnector";
+      remote += p.kv_connector != "OffloadingConnector";
+    }
+    if (offloading > 1 || remote > 1) {
+      return bad("MultiConnector takes at most one OffloadingConnector and one TcpConnector or ShmConnector");
+    }
+    return c;
   }
   if (c.kv_connector == "TcpConnector" || c.kv_connector == "ShmConnector") {
     // Other connectors' extra options (vLLM's P2P proxy addresses, ...) mean nothing here.
@@ -83,7 +139,7 @@ Result<KvTransferConfig> KvTransferConfig::parse(const std::string& text) {
   }
   if (c.kv_connector != "OffloadingConnector") {
     return bad("kv_connector '" + c.kv_connector +
-               "' is not supported (supported: OffloadingConnector, TcpConnector, ShmConnector)");
+               "' is not supported (supported: OffloadingConnector, TcpConnector, ShmConnector, MultiConnector)");
   }
   for (const auto& item : extra.items()) {
     const std::string& key = item.key();
@@ -126,6 +182,8 @@ Result<KvTransferConfig> KvTransferConfig::parse(const std::string& text) {
   return c;
 }
 
+}  // namespace
+
 Result<KvTransferConfig> KvTransferConfig::offloading(double size_gib) {
   if (!(size_gib > 0) || !std::isfinite(size_gib) || size_gib * kGiB > 9e18) {
     return invalid_argument("--kv-offloading-size must be a positive number of GiB");
@@ -137,6 +195,11 @@ Result<KvTransferConfig> KvTransferConfig::offloading(double size_gib) {
 }
 
 std::string KvTransferConfig::describe() const {
+  if (!connectors.empty()) {
+    std::string text = kv_connector + " of ";
+    for (size_t i = 0; i < connectors.size(); ++i) text += (i > 0 ? " and " : "") + connectors[i].describe();
+    return text;
+  }
   if (remote()) {
     return kv_connector + " (" + kv_role + ", engine " + engine_id + ", " + kv_ip + ":" + std::to_string(kv_port) + ")";
   }

@@ -5,6 +5,9 @@
 //   TcpConnector, ShmConnector: disaggregated prefill (kv_transfer/remote_connector.h); kv_role
 //     kv_producer (a prefill instance: keeps prompts' blocks, serves them on kv_ip:kv_port + its
 //     rank, in at most kv_buffer_size bytes), kv_consumer (a decode instance: loads them), kv_both.
+//   MultiConnector: several of the above (kv_connector_extra_config.connectors, a list of such
+//     objects; at most one OffloadingConnector and one TcpConnector / ShmConnector): a request
+//     loads from the first that has its tokens, and every part saves what it saves.
 //   OffloadingConnector: a tier of evicted prefix blocks in host memory beyond the KV cache
 //     (kv_connector_extra_config: "cpu_bytes_to_use" or "num_cpu_blocks"), optionally backed by
 //     a directory on disk that persists across restarts ("disk_path", "disk_bytes_to_use").
@@ -14,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -31,13 +35,24 @@ struct KvTransferConfig {
   int64_t num_cpu_blocks = 0;        // or its size in blocks
   std::string disk_path;             // "" = no disk tier
   int64_t disk_bytes_to_use = 0;     // the disk tier's size; 0 = 10 times the host tier's
+  std::vector<KvTransferConfig> connectors;  // MultiConnector's parts, in order
 
   bool enabled() const { return !kv_connector.empty(); }
-  bool offloading() const { return kv_connector == "OffloadingConnector"; }
-  // Transfer between instances (TcpConnector, ShmConnector), and which way.
-  bool remote() const { return kv_connector == "TcpConnector" || kv_connector == "ShmConnector"; }
-  bool producer() const { return remote() && (kv_role == "kv_producer" || kv_role == "kv_both"); }
-  bool consumer() const { return remote() && (kv_role == "kv_consumer" || kv_role == "kv_both"); }
+  // The connector (this one, or a part of a MultiConnector) that keeps tiers / that transfers
+  // between instances (TcpConnector, ShmConnector); null when there is none.
+  const KvTransferConfig* offloading_part() const;
+  const KvTransferConfig* remote_part() const;
+  bool offloading() const { return offloading_part() != nullptr; }
+  bool remote() const { return remote_part() != nullptr; }
+  // Which way the transfer goes.
+  bool producer() const {
+    const KvTransferConfig* r = remote_part();
+    return r != nullptr && (r->kv_role == "kv_producer" || r->kv_role == "kv_both");
+  }
+  bool consumer() const {
+    const KvTransferConfig* r = remote_part();
+    return r != nullptr && (r->kv_role == "kv_consumer" || r->kv_role == "kv_both");
+  }
 
   // Parses vLLM's JSON. Fails naming the field for an unknown connector or role, a field of the
   // wrong type, or a connector's missing or bad extra config.
@@ -54,7 +69,8 @@ struct KvConnectorWorkerConfig {
   int64_t num_host_slots = 0;           // host-tier slots, one block each
   std::string disk_path;                // "" = no disk tier
   std::array<uint8_t, 32> fingerprint{};  // the model and KV layout the blocks belong to
-  // TcpConnector / ShmConnector
+  // TcpConnector / ShmConnector (a MultiConnector's transfer part names itself here)
+  std::string remote_connector;
   std::string kv_role;
   int32_t tp_size = 1;                  // this instance's tensor-parallel ranks
   std::string engine_id;

@@ -467,8 +467,10 @@ void OpenAiServer::set_model(ServedModel model) {
   c.vocab_size = s.model.engine->core().model_config().vocab_size;
   c.priority_scheduling = s.model.engine->core().config().scheduler.policy == SchedulingPolicy::kPriority;
   const KvTransferConfig& kv = s.model.engine->core().config().kv_transfer;
-  c.kv_transfer = KvTransferEndpoint{kv.producer(), kv.consumer(), kv.engine_id, kv.kv_ip, kv.kv_port,
-                                     s.model.engine->core().executor().tensor_parallel_size()};
+  if (const KvTransferConfig* remote = kv.remote_part()) {
+    c.kv_transfer = KvTransferEndpoint{kv.producer(), kv.consumer(), remote->engine_id, remote->kv_ip, remote->kv_port,
+                                       s.model.engine->core().executor().tensor_parallel_size()};
+  }
   c.tokenizer = s.model.tokenizer.get();
   c.chat_template = s.model.chat_template ? &*s.model.chat_template : nullptr;
   c.bos_token = s.model.bos_token;

@@ -407,6 +407,7 @@ std::vector<uint8_t> serialize_init(const WorkerInit& init) {
   w.put<int64_t>(kc.num_host_slots);
   w.put_string(kc.disk_path);
   for (uint8_t b : kc.fingerprint) w.put<uint8_t>(b);
+  w.put_string(kc.remote_connector);
   w.put_string(kc.kv_role);
   w.put<int32_t>(kc.tp_size);
   w.put_string(kc.engine_id);
@@ -443,6 +444,7 @@ Result<WorkerInit> deserialize_init(std::span<const uint8_t> bytes) {
   kc.num_host_slots = r.get<int64_t>();
   kc.disk_path = r.get_string();
   for (uint8_t& b : kc.fingerprint) b = r.get<uint8_t>();
+  kc.remote_connector = r.get_string();
   kc.kv_role = r.get_string();
   kc.tp_size = r.get<int32_t>();
   kc.engine_id = r.get_string();
