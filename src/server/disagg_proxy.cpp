@@ -124,7 +124,9 @@ class Upstream {
       parser_.get().body().data = piece;
       parser_.get().body().size = sizeof piece;
       boost::system::error_code ec;
-      http::read(socket_, buffer_, parser_, ec);
+      // read_some: whatever has arrived goes on at once (read() would wait to fill the piece,
+      // holding streamed tokens back).
+      http::read_some(socket_, buffer_, parser_, ec);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) return unavailable("reading the answer: " + ec.message());
       const size_t n = sizeof piece - parser_.get().body().size;
