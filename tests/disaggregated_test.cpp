@@ -270,5 +270,46 @@ TEST(Disaggregated, MultiConnectorTransfersAndOffloads) {
   EXPECT_EQ(decode_engine.core().stats().kv_usage, 0.0);
 }
 
+// Every KV cache dtype and a few block sizes: the decode engine's greedy tokens are one engine's.
+// A decode engine whose KV layout differs from the prefill engine's is refused at the handshake
+// and computes the prompt itself.
+TEST(Disaggregated, EveryKvDtypeAndBlockSizeAndAMismatchRefused) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 16;
+  const GenerateRequest r = long_prompt(8, greedy);
+  for (const auto& [dtype, block_size] : std::vector<std::pair<KvCacheDtype, int32_t>>{
+           {KvCacheDtype::kF16, 8}, {KvCacheDtype::kBF16, 32}, {KvCacheDtype::kFp8E4M3, 16},
+           {KvCacheDtype::kFp8E5M2, 1}, {KvCacheDtype::kInt8, 16}}) {
+    SCOPED_TRACE(std::string(kv_cache_dtype_name(dtype)) + ", blocks of " + std::to_string(block_size));
+    const int port = free_port();
+    EngineConfig base = plain();
+    base.kv_cache_dtype = dtype;
+    base.block_size = block_size;
+    EngineConfig producer = with_connector("TcpConnector", "kv_producer", port);
+    producer.kv_cache_dtype = dtype;
+    producer.block_size = block_size;
+    EngineConfig consumer = with_connector("TcpConnector", "kv_consumer", 0);
+    consumer.kv_cache_dtype = dtype;
+    consumer.block_size = block_size;
+    LLM one(testing::make_engine_core(model, base));
+    LLM prefill_engine(testing::make_engine_core(model, producer));
+    LLM decode_engine(testing::make_engine_core(model, consumer));
+    EXPECT_EQ(decode(decode_engine, r, prefill(prefill_engine, r, 40, port)), single(one, r));
+    EXPECT_EQ(decode_engine.core().connector_stats()->remote_hits, 90);
+    // Another block size on the decode side: refused, computed, the same tokens.
+    EngineConfig other = consumer;
+    other.block_size = block_size == 16 ? 32 : 16;
+    EngineConfig other_base = base;
+    other_base.block_size = other.block_size;
+    LLM mismatched(testing::make_engine_core(model, other));
+    LLM one_other(testing::make_engine_core(model, other_base));
+    EXPECT_EQ(decode(mismatched, r, prefill(prefill_engine, r, 41, port)), single(one_other, r));
+    EXPECT_EQ(mismatched.core().connector_stats()->failed_loads, 1);
+    EXPECT_EQ(mismatched.core().stats().kv_usage, 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

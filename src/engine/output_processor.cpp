@@ -94,7 +94,8 @@ Result<std::vector<CoreRequest>> OutputProcessor::add_request(RequestId id, cons
     c.priority = r.priority;
     c.cache_salt = r.cache_salt;
     c.use_prefix_cache = !r.params.prompt_logprobs.has_value();
-    c.kv_transfer = r.kv_transfer;
+    // One prefill instance's first token belongs to one sequence: with n > 1 each computes its own.
+    if (r.params.n == 1) c.kv_transfer = r.kv_transfer;
     out.push_back(std::move(c));
     Sequence s;
     s.parent = id;

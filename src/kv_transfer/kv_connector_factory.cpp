@@ -90,7 +90,8 @@ Result<KvConnectorPlan> make_kv_connector(const KvTransferConfig& config, const 
   }
   if (config.remote()) {
     KvConnectorPlan plan;
-    plan.scheduler = std::make_unique<RemoteScheduler>(setup.block_size, config.producer(), config.consumer());
+    plan.scheduler =
+        std::make_unique<RemoteScheduler>(setup.block_size, config.producer(), config.consumer(), config.prefill_peers);
     KvConnectorWorkerConfig& w = plan.worker;
     w.connector = config.kv_connector;
     w.kv_role = config.kv_role;

@@ -14,6 +14,7 @@
 //           the tokens when any rank reports it failed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct KvTierLoad {
 // ShmConnector): copied out after the step's forward pass, which computed their last token.
 struct KvRemoteSend {
   uint64_t transfer_id = 0;
+  std::array<uint8_t, 32> prompt_hash{};  // remote_connector.h's prompt_hash
   int64_t num_tokens = 0;
   std::vector<BlockId> blocks;  // covering num_tokens
 
@@ -64,6 +66,7 @@ struct KvRemoteRecv {
   int32_t port = 0;              // the prefill instance's rank 0; rank r listens on port + r
   int32_t tp_size = 1;           // its tensor-parallel ranks
   uint64_t transfer_id = 0;
+  std::array<uint8_t, 32> prompt_hash{};  // of this request's prompt: the prefill instance's must be the same
   int64_t num_tokens = 0;        // the tokens it holds (the prompt)
   int64_t first_block = 0;       // its blocks before this one are not read (a local prefix hit)
   std::vector<BlockId> blocks;   // where its blocks first_block, first_block + 1, ... go
@@ -113,6 +116,9 @@ struct KvConnectorOutput {
   // step, on every rank: done when every rank is done, failed when any failed).
   std::vector<KvLoadState> load_states;
   KvTransferCounters counters;
+  // Blocks the disk tier did not write after all (its queue was full, or the disk refused): the
+  // scheduler side forgets them.
+  std::vector<KvBlockKey> disk_dropped;
 
   bool operator==(const KvConnectorOutput&) const = default;
 };

@@ -133,6 +133,15 @@ Result<KvTransferConfig> parse_object(const nlohmann::json& j, bool part) {
   }
   if (c.kv_connector == "TcpConnector" || c.kv_connector == "ShmConnector") {
     // Other connectors' extra options (vLLM's P2P proxy addresses, ...) mean nothing here.
+    if (const auto peers = extra.find("prefill_peers"); peers != extra.end()) {
+      if (!peers->is_array()) return bad("kv_connector_extra_config.prefill_peers must be a list of \"host:port\"");
+      for (const nlohmann::json& p : *peers) {
+        if (!p.is_string() || p.get<std::string>().find(':') == std::string::npos) {
+          return bad("kv_connector_extra_config.prefill_peers must be a list of \"host:port\"");
+        }
+        c.prefill_peers.push_back(p.get<std::string>());
+      }
+    }
     if (c.kv_role == "kv_both" && c.kv_port == 0) return bad("kv_port must be given");
     if (c.engine_id.empty()) c.engine_id = c.kv_ip + ":" + std::to_string(c.kv_port);
     return c;

@@ -30,6 +30,9 @@ struct KvTransferConfig {
   std::string kv_ip = "127.0.0.1";
   int kv_port = 14579;
   int64_t kv_buffer_size = 1000000000;  // bytes
+  // A decode instance's prefill instances ("host:kv_port"), from kv_connector_extra_config
+  // "prefill_peers": kv_transfer_params naming any other are not used. Empty: any.
+  std::vector<std::string> prefill_peers;
   // OffloadingConnector
   int64_t cpu_bytes_to_use = 0;      // the host tier's size (0 with num_cpu_blocks)
   int64_t num_cpu_blocks = 0;        // or its size in blocks

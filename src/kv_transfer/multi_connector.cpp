@@ -34,15 +34,18 @@ void add(KvTransferCounters& to, const KvTransferCounters& c) {
 MultiScheduler::MultiScheduler(std::vector<std::unique_ptr<KvConnectorScheduler>> parts) : parts_(std::move(parts)) {}
 
 int64_t MultiScheduler::get_num_new_matched_tokens(const KvRequest& request, int64_t num_local_computed) {
+  // The part that has the most of the request's tokens (a prefill instance's whole prompt rather
+  // than a tier's first blocks of it); the first of equals.
   chosen_.erase(request.id);
+  int64_t best = 0;
   for (size_t i = 0; i < parts_.size(); ++i) {
     const int64_t n = parts_[i]->get_num_new_matched_tokens(request, num_local_computed);
-    if (n > 0) {
+    if (n > best) {
+      best = n;
       chosen_[request.id] = i;
-      return n;
     }
   }
-  return 0;
+  return best;
 }
 
 void MultiScheduler::update_state_after_alloc(const KvRequest& request, std::span<const BlockId> blocks,
@@ -85,6 +88,7 @@ void MultiScheduler::update_connector_output(const KvConnectorMetadata& meta, co
     const KvConnectorMetadata& mine = i < last_.size() ? last_[i] : KvConnectorMetadata{};
     KvConnectorOutput slice;
     slice.counters = output.counters;  // each part reads only its own counters
+    slice.disk_dropped = output.disk_dropped;
     if (matches) {
       slice.load_states.assign(output.load_states.begin() + static_cast<ptrdiff_t>(at),
                                output.load_states.begin() + static_cast<ptrdiff_t>(at + mine.awaiting.size()));
@@ -149,7 +153,10 @@ KvConnectorOutput MultiWorker::finish_step(const KvConnectorMetadata& meta) {
     const KvConnectorOutput* o = it == owner_.end() ? nullptr : &outs[it->second];
     out.load_states.push_back(o != nullptr && i < o->load_states.size() ? o->load_states[i] : KvLoadState::kFailed);
   }
-  for (const KvConnectorOutput& o : outs) add(out.counters, o.counters);
+  for (const KvConnectorOutput& o : outs) {
+    add(out.counters, o.counters);
+    out.disk_dropped.insert(out.disk_dropped.end(), o.disk_dropped.begin(), o.disk_dropped.end());
+  }
   return out;
 }
 

@@ -1,6 +1,6 @@
 // MultiConnector (vLLM's name): several KV connectors as one, e.g. a decode instance that loads
 // prompts from prefill instances (TcpConnector) and keeps evicted blocks in a host tier
-// (OffloadingConnector). A request loads from the first part that has tokens for it; every part
+// (OffloadingConnector). A request loads from the part that has the most of its tokens; every part
 // sees every scheduled request (each saves what it saves); their moves travel in one
 // KvConnectorMetadata, whose fields the parts do not share, and each request's load is reported
 // by the part that runs it. Engine (or worker) thread only.

@@ -228,6 +228,7 @@ void OffloadingScheduler::end_load(PerRequest& r, KvLoadState outcome) {
     if (!ok) {
       disk_lru_.erase(it->second.lru);
       disk_.erase(it);
+      next_.disk_removes.push_back(key);  // not left behind as a file nobody counts
     }
   }
   if (outcome == KvLoadState::kDone) {
@@ -258,6 +259,13 @@ void OffloadingScheduler::update_connector_output(const KvConnectorMetadata& met
   m.failed_blocks += c.failed_blocks;
   m.load_seconds += c.load_seconds;
   m.store_seconds += c.store_seconds;
+  // Files the disk tier did not write after all are not in it.
+  for (const KvBlockKey& key : output.disk_dropped) {
+    auto it = disk_.find(key);
+    if (it == disk_.end() || it->second.pins > 0) continue;
+    disk_lru_.erase(it->second.lru);
+    disk_.erase(it);
+  }
   // A report that does not match the step's list is a broken worker: every load fails (the
   // requests compute their tokens), rather than trusting it.
   const bool matches = output.load_states.size() == meta.awaiting.size();
@@ -364,6 +372,8 @@ void OffloadingWorker::io_loop() {
       if (st.ok()) {
         ++disk_written_blocks_;
         disk_written_bytes_ += static_cast<int64_t>(write.data->size());
+      } else {
+        disk_dropped_.push_back(write.key);
       }
     }
   }
@@ -476,7 +486,10 @@ KvConnectorOutput OffloadingWorker::finish_step(const KvConnectorMetadata& meta)
       writes_.push_back(DiskWrite{key, nullptr});
     }
     for (DiskWrite& w : writes) {
-      if (queued_write_bytes_ + block_bytes_ > kMaxQueuedWriteBytes) break;  // the disk is behind: drop the rest
+      if (queued_write_bytes_ + block_bytes_ > kMaxQueuedWriteBytes) {  // the disk is behind: drop it
+        disk_dropped_.push_back(w.key);
+        continue;
+      }
       queued_write_bytes_ += block_bytes_;
       unwritten_[w.key] = w.data;
       writes_.push_back(std::move(w));
@@ -498,6 +511,11 @@ KvConnectorOutput OffloadingWorker::finish_step(const KvConnectorMetadata& meta)
   }
   out.counters = counters_;
   counters_ = KvTransferCounters{};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.disk_dropped = std::move(disk_dropped_);
+    disk_dropped_.clear();
+  }
   return out;
 }
 

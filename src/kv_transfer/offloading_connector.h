@@ -164,6 +164,7 @@ class OffloadingWorker final : public KvConnectorWorker {
   // Blocks queued for writing, by key: a read of one is answered from memory.
   std::unordered_map<KvBlockKey, std::shared_ptr<const std::vector<uint8_t>>> unwritten_;
   int64_t disk_written_blocks_ = 0, disk_written_bytes_ = 0;  // since the last finish_step
+  std::vector<KvBlockKey> disk_dropped_;  // writes that did not happen, since the last finish_step
   bool stop_ = false;
   std::thread io_;
 };

@@ -51,11 +51,12 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
   }
 }
 
+// Writes all n bytes; the deadline restarts with every byte that goes out (a slow reader is fine,
+// one that stops reading is not).
 bool send_all(int fd, const void* data, size_t n, Clock::duration timeout) {
-  const auto deadline = Clock::now() + timeout;
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
-    if (!wait_fd(fd, POLLOUT, deadline)) return false;
+    if (!wait_fd(fd, POLLOUT, Clock::now() + timeout)) return false;
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (k <= 0) return false;
@@ -159,6 +160,16 @@ std::string shm_name(const std::string& engine, int rank, uint64_t id, uint64_t 
 
 }  // namespace
 
+std::array<uint8_t, 32> prompt_hash(std::string_view cache_salt, std::span<const TokenId> tokens) {
+  Sha256 h;
+  h.update(std::string_view("pagoda kv prompt v1"));
+  const uint64_t salt_len = cache_salt.size();
+  h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&salt_len), sizeof salt_len));
+  h.update(cache_salt);
+  h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(tokens.data()), tokens.size_bytes()));
+  return h.finish();
+}
+
 std::array<uint8_t, 32> transfer_fingerprint(const std::array<uint8_t, 32>& weights, KvCacheDtype dtype,
                                              int64_t block_size, int64_t num_layers, int64_t num_kv_heads,
                                              int64_t head_dim) {
@@ -176,6 +187,18 @@ int64_t RemoteScheduler::get_num_new_matched_tokens(const KvRequest& r, int64_t 
   // EngineCore::add_request kept the parameters only for a prompt the prefill instance holds whole.
   if (!consumer_ || r.kv_transfer == nullptr || !r.kv_transfer->do_remote_prefill) return 0;
   if (r.kv_transfer->remote_num_tokens != r.num_tokens()) return 0;
+  if (!peers_.empty()) {
+    const std::string peer = r.kv_transfer->remote_host + ":" + std::to_string(r.kv_transfer->remote_port);
+    if (std::find(peers_.begin(), peers_.end(), peer) == peers_.end()) {
+      if (!warned_peer_) {
+        log_line(LogLevel::kWarning, "kv",
+                 "kv_transfer_params name " + peer + ", which is not one of prefill_peers: the prompt is computed here "
+                 "(warned once)");
+        warned_peer_ = true;
+      }
+      return 0;
+    }
+  }
   return r.num_tokens() - num_local_computed;
 }
 
@@ -189,6 +212,7 @@ void RemoteScheduler::update_state_after_alloc(const KvRequest& r, std::span<con
   recv.port = p.remote_port;
   recv.tp_size = p.remote_tp_size;
   recv.transfer_id = p.remote_request_id;
+  recv.prompt_hash = prompt_hash(r.cache_salt, r.tokens.first(static_cast<size_t>(p.remote_num_tokens)));
   recv.num_tokens = p.remote_num_tokens;
   recv.first_block = num_local_computed / block_size_;
   const int64_t num_blocks = (p.remote_num_tokens + block_size_ - 1) / block_size_;
@@ -208,6 +232,7 @@ void RemoteScheduler::on_scheduled(const KvRequest& r, int64_t num_computed_afte
   KvRemoteSend send;
   send.transfer_id = r.kv_transfer->transfer_id;
   send.num_tokens = r.num_tokens();
+  send.prompt_hash = prompt_hash(r.cache_salt, r.tokens);
   const int64_t num_blocks = (send.num_tokens + block_size_ - 1) / block_size_;
   PAGODA_CHECK(static_cast<int64_t>(blocks.size()) >= num_blocks);
   send.blocks.assign(blocks.begin(), blocks.begin() + num_blocks);
@@ -282,11 +307,14 @@ RemoteWorker::~RemoteWorker() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : connection_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (const auto& c : connections_) {
+      if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+    }
     staged_cv_.notify_all();
   }
-  for (std::thread& t : connections_) t.join();
-  for (auto& [id, f] : fetches_) f->cancelled = true;
+  for (auto& c : connections_) c->thread.join();
+  for (auto& [id, f] : fetches_) f->cancel();
+  for (auto& f : abandoned_) f->cancel();
   for (auto& [id, f] : fetches_) f->thread.join();
   for (auto& f : abandoned_) f->thread.join();
 }
@@ -302,6 +330,10 @@ Status RemoteWorker::register_kv_caches(const KvCacheTensors& kv, const Kernels&
   if (!producer) return Status::ok_status();
   const int port = config_.kv_port == 0 ? 0 : config_.kv_port + rank_;
   const std::string where = config_.kv_ip + ":" + std::to_string(port);
+  if (port > 65535) {
+    return invalid_argument("--kv-transfer-config: kv_port " + std::to_string(config_.kv_port) + " + rank " +
+                            std::to_string(rank_) + " is past 65535");
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -324,19 +356,47 @@ Status RemoteWorker::register_kv_caches(const KvCacheTensors& kv, const Kernels&
 }
 
 void RemoteWorker::serve_loop() {
+  constexpr size_t kMaxConnections = 256;
   while (!stopping_) {
+    // Wakes at least once a second: kept blocks nobody reads expire even on an idle instance.
+    pollfd p{listen_fd_, POLLIN, 0};
+    const int ready = ::poll(&p, 1, 1000);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      expire_locked(Clock::now());
+      // Connections that ended are joined here, so that threads do not pile up.
+      for (auto it = connections_.begin(); it != connections_.end();) {
+        if (!(*it)->done) {
+          ++it;
+          continue;
+        }
+        (*it)->thread.join();
+        it = connections_.erase(it);
+      }
+    }
+    if (ready <= 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (stopping_) return;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::lock_guard<std::mutex> lock(mu_);
-    connection_fds_.push_back(fd);
-    connections_.emplace_back([this, fd] { serve_connection(fd); });
+    if (connections_.size() >= kMaxConnections) {
+      ::close(fd);  // the decode instance's fetch fails and it computes the prompt
+      continue;
+    }
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    Connection* raw = c.get();
+    connections_.push_back(std::move(c));
+    try {
+      raw->thread = std::thread([this, raw] { serve_connection(raw); });
+    } catch (const std::system_error&) {
+      ::close(fd);
+      connections_.pop_back();
+    }
   }
 }
 
@@ -346,13 +406,16 @@ void RemoteWorker::expire_locked(Clock::time_point now) {
       ++it;
       continue;
     }
-    staged_bytes_ -= static_cast<int64_t>(it->second.data.size());
+    staged_bytes_ -= static_cast<int64_t>(it->second.data->size());
     it = staged_.erase(it);
   }
+  for (auto it = not_kept_.begin(); it != not_kept_.end();) it = it->second > now ? std::next(it) : not_kept_.erase(it);
 }
 
-void RemoteWorker::serve_connection(int fd) {
+void RemoteWorker::serve_connection(Connection* c) {
+  const int fd = c->fd;
   const auto io = timeouts_.io;
+  std::vector<std::string> shm_names;  // handed out here; unlinked when the connection ends
   auto refuse = [&](const std::string& why) {
     Out o;
     o.put<uint8_t>(1);
@@ -393,48 +456,62 @@ void RemoteWorker::serve_connection(int fd) {
   while (ok && !stopping_) {
     uint8_t op = 0;
     uint64_t id = 0;
+    std::array<uint8_t, 32> hash{};
     int64_t begin = 0, end = 0;
     // Between requests a client may take its time; a half-sent request may not.
     if (!wait_fd(fd, POLLIN, Clock::now() + timeouts_.expiry)) break;
-    if (!get(fd, &op, io) || !get(fd, &id, io) || !get(fd, &begin, io) || !get(fd, &end, io)) break;
-    if ((op != kRead && op != kDone) || begin < shard_.head_begin || end > shard_.head_end || begin >= end) break;
-    if (op == kDone) {
-      // Freed once every head has been read by every decode rank that holds it (several, when
-      // that instance has more ranks than KV heads).
-      const int readers = client_size > total_heads_ ? static_cast<int>(client_size / total_heads_) : 1;
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = staged_.find(id);
-      if (it == staged_.end()) continue;
-      std::vector<uint64_t>& read_by = it->second.read_by;
-      for (int64_t h = begin; h < end; ++h) read_by[static_cast<size_t>(h - shard_.head_begin)] |= uint64_t{1} << client_rank;
-      if (std::all_of(read_by.begin(), read_by.end(), [&](uint64_t m) { return std::popcount(m) >= readers; })) {
-        staged_bytes_ -= static_cast<int64_t>(it->second.data.size());
-        staged_.erase(it);
-      }
-      continue;
+    if (!get(fd, &op, io) || !get(fd, &id, io) || !recv_all(fd, hash.data(), hash.size(), io) || !get(fd, &begin, io) ||
+        !get(fd, &end, io)) {
+      break;
     }
-    // A read: wait a little for the blocks (the step that keeps them may still be running here
-    // when another rank's answer already reached the decode instance), then cut out the heads.
-    const KvBlockLayout wire = shard_.with_heads(begin, end);
-    std::vector<uint8_t> payload;
+    if ((op != kRead && op != kDone) || begin < shard_.head_begin || end > shard_.head_end || begin >= end) break;
+    // Wait a little for the blocks: the step that keeps them may still be running here when
+    // another rank's answer already reached the decode instance.
+    std::shared_ptr<const std::vector<uint8_t>> data;
     int64_t num_tokens = 0, num_blocks = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      staged_cv_.wait_for(lock, timeouts_.staged, [&] { return stopping_ || staged_.count(id) > 0; });
+      staged_cv_.wait_for(lock, timeouts_.staged,
+                          [&] { return stopping_ || staged_.count(id) > 0 || not_kept_.count(id) > 0; });
       auto it = staged_.find(id);
-      if (it != staged_.end()) {
-        const Staged& s = it->second;
-        num_tokens = s.num_tokens;
-        num_blocks = s.num_blocks;
-        payload.resize(static_cast<size_t>(num_blocks * wire.block_bytes()));
-        for (int64_t b = 0; b < num_blocks; ++b) {
-          copy_block_heads(shard_, s.data.data() + b * shard_.block_bytes(), wire,
-                           payload.data() + b * wire.block_bytes(), begin, end);
+      // Only a reader of the very prompt that was kept gets it.
+      if (it != staged_.end() && it->second.prompt_hash == hash) {
+        Staged& st = it->second;
+        if (op == kDone) {
+          // Freed once every head has been read by every decode rank that holds it (several,
+          // when that instance has more ranks than KV heads).
+          const int readers = client_size > total_heads_ ? static_cast<int>(client_size / total_heads_) : 1;
+          for (int64_t h = begin; h < end; ++h) st.read_by[static_cast<size_t>(h - shard_.head_begin)] |= uint64_t{1} << client_rank;
+          if (std::all_of(st.read_by.begin(), st.read_by.end(), [&](uint64_t m) { return std::popcount(m) >= readers; })) {
+            staged_bytes_ -= static_cast<int64_t>(st.data->size());
+            staged_.erase(it);
+          }
+        } else {
+          data = st.data;
+          num_tokens = st.num_tokens;
+          num_blocks = st.num_blocks;
         }
-        served_blocks_ += num_blocks;
-        served_bytes_ += static_cast<int64_t>(payload.size());
       }
     }
+    if (op == kDone) continue;
+    // The heads asked for, cut out of the kept blocks without holding the lock.
+    const KvBlockLayout wire = shard_.with_heads(begin, end);
+    std::vector<uint8_t> payload;
+    try {
+      if (data) {
+        payload.resize(static_cast<size_t>(num_blocks * wire.block_bytes()));
+        for (int64_t b = 0; b < num_blocks; ++b) {
+          copy_block_heads(shard_, data->data() + b * shard_.block_bytes(), wire, payload.data() + b * wire.block_bytes(),
+                           begin, end);
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      log_line(LogLevel::kWarning, "kv", "KV transfer: no memory to serve transfer " + std::to_string(id));
+      data.reset();
+      payload.clear();
+      num_blocks = 0;
+    }
+    data.reset();
     Out o;
     o.put<uint8_t>(num_blocks > 0 ? 0 : 1);
     o.put<int64_t>(num_tokens);
@@ -442,11 +519,13 @@ void RemoteWorker::serve_connection(int fd) {
     o.put<uint64_t>(payload.size());
     o.put<uint64_t>(XXH3_64bits(payload.data(), payload.size()));
     if (num_blocks > 0 && shm == 1) {
-      // The payload goes through a shared memory object the client maps, reads and unlinks.
+      // The payload goes through a shared memory object the client maps and reads; it is unlinked
+      // when the client has it, or at the latest when this connection ends.
       static std::atomic<uint64_t> counter{0};
       const std::string name = shm_name(config_.engine_id, rank_, id, counter++);
       const int m = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
       bool written = m >= 0 && ::ftruncate(m, static_cast<off_t>(payload.size())) == 0;
+      if (m >= 0) shm_names.push_back(name);
       if (written) {
         void* p = ::mmap(nullptr, payload.size(), PROT_WRITE, MAP_SHARED, m, 0);
         written = p != MAP_FAILED;
@@ -456,22 +535,21 @@ void RemoteWorker::serve_connection(int fd) {
         }
       }
       if (m >= 0) ::close(m);
-      if (!written) {
-        if (m >= 0) ::shm_unlink(name.c_str());
-        break;  // the client sees the connection drop and fails the load
-      }
+      if (!written) break;  // the client sees the connection drop and fails the load
       o.put_string(name);
-      if (!send_all(fd, o.b.data(), o.b.size(), io)) {
-        ::shm_unlink(name.c_str());
-        break;
-      }
-      continue;
+      if (!send_all(fd, o.b.data(), o.b.size(), io)) break;
+    } else if (!send_all(fd, o.b.data(), o.b.size(), io) || !send_all(fd, payload.data(), payload.size(), io)) {
+      break;
     }
-    if (!send_all(fd, o.b.data(), o.b.size(), io) || !send_all(fd, payload.data(), payload.size(), io)) break;
+    std::lock_guard<std::mutex> lock(mu_);
+    served_blocks_ += num_blocks;
+    served_bytes_ += static_cast<int64_t>(payload.size());
   }
+  for (const std::string& name : shm_names) ::shm_unlink(name.c_str());  // ENOENT when the client has it
   std::lock_guard<std::mutex> lock(mu_);
   ::close(fd);
-  connection_fds_.erase(std::remove(connection_fds_.begin(), connection_fds_.end(), fd), connection_fds_.end());
+  c->fd = -1;
+  c->done = true;
 }
 
 size_t RemoteWorker::num_staged() const {
@@ -486,12 +564,31 @@ int64_t RemoteWorker::staged_bytes() const {
 
 // ---- worker side: fetching ---------------------------------------------------------------------
 
+void RemoteWorker::Fetch::cancel() {
+  cancelled = true;
+  std::lock_guard<std::mutex> lock(fd_mu);
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
 Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, bool read_them) {
   const KvRemoteRecv& r = f->recv;
   const auto io = timeouts_.io;
   const std::string where = r.host + ":" + std::to_string(r.port + rank);
   PAGODA_ASSIGN_OR_RETURN(const int raw, connect_to(r.host, r.port + rank, io));
   Fd fd(raw);
+  // Registered for cancel(), which shuts it down so that a blocked read returns at once.
+  struct Registered {
+    Fetch* f;
+    Registered(Fetch* fetch, int socket) : f(fetch) {
+      std::lock_guard<std::mutex> lock(f->fd_mu);
+      f->fd = socket;
+      if (f->cancelled) ::shutdown(socket, SHUT_RDWR);
+    }
+    ~Registered() {
+      std::lock_guard<std::mutex> lock(f->fd_mu);
+      f->fd = -1;
+    }
+  } registered(f, raw);
   const auto lost = [&](const std::string& what) { return unavailable("KV transfer from " + where + ": " + what); };
   Out hello;
   hello.put<uint32_t>(kMagic);
@@ -523,6 +620,7 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, 
     Out done;
     done.put<uint8_t>(kDone);
     done.put<uint64_t>(r.transfer_id);
+    done.b.insert(done.b.end(), r.prompt_hash.begin(), r.prompt_hash.end());
     done.put<int64_t>(begin);
     done.put<int64_t>(end);
     if (!send_all(fd.fd, done.b.data(), done.b.size(), io)) return lost("the release could not be sent");
@@ -531,6 +629,7 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, 
   Out read;
   read.put<uint8_t>(kRead);
   read.put<uint64_t>(r.transfer_id);
+  read.b.insert(read.b.end(), r.prompt_hash.begin(), r.prompt_hash.end());
   read.put<int64_t>(begin);
   read.put<int64_t>(end);
   if (!send_all(fd.fd, read.b.data(), read.b.size(), io)) return lost("the read could not be sent");
@@ -569,6 +668,7 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, 
     constexpr size_t kPiece = size_t{4} << 20;
     for (size_t at = 0; at < bytes; at += kPiece) {
       if (f->cancelled) return lost("cancelled");
+      if (Clock::now() > f->deadline) return lost("the load took longer than its deadline");
       if (!recv_all(fd.fd, payload.data() + at, std::min<size_t>(kPiece, bytes - at), io)) {
         return lost("the connection dropped after " + std::to_string(at) + " of " + std::to_string(bytes) + " bytes");
       }
@@ -584,6 +684,7 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, 
   Out done;
   done.put<uint8_t>(kDone);
   done.put<uint64_t>(r.transfer_id);
+  done.b.insert(done.b.end(), r.prompt_hash.begin(), r.prompt_hash.end());
   done.put<int64_t>(begin);
   done.put<int64_t>(end);
   send_all(fd.fd, done.b.data(), done.b.size(), io);  // the server's expiry covers a lost one
@@ -592,6 +693,7 @@ Status RemoteWorker::fetch_from(Fetch* f, int rank, int64_t begin, int64_t end, 
 
 void RemoteWorker::fetch(Fetch* f) {
   const auto start = Clock::now();
+  f->deadline = start + timeouts_.total;
   const KvRemoteRecv& r = f->recv;
   Status st = Status::ok_status();
   f->data.assign(r.blocks.size() * static_cast<size_t>(shard_.block_bytes()), 0);
@@ -611,7 +713,9 @@ void RemoteWorker::fetch(Fetch* f) {
     st = fetch_from(f, rank, begin, end, /*read=*/true);
     next = end;
   }
-  for (const auto& [rank, begin, end] : releases) (void)fetch_from(f, rank, begin, end, /*read=*/false);
+  for (const auto& [rank, begin, end] : releases) {
+    if (!f->cancelled) (void)fetch_from(f, rank, begin, end, /*read=*/false);
+  }
   if (st.ok() && next != shard_.head_end) {
     st = unavailable("KV transfer: no rank of the prefill instance holds KV head " + std::to_string(next));
   }
@@ -634,7 +738,7 @@ void RemoteWorker::start_step(const KvConnectorMetadata& meta, bool idle) {
       ++it;
       continue;
     }
-    it->second->cancelled = true;
+    it->second->cancel();
     abandoned_.push_back(std::move(it->second));
     it = fetches_.erase(it);
   }
@@ -654,11 +758,11 @@ void RemoteWorker::start_step(const KvConnectorMetadata& meta, bool idle) {
     // A new load for a request replaces whatever was known of an earlier one.
     settled_.erase(recv.request_id);
     if (auto old = fetches_.find(recv.request_id); old != fetches_.end()) {
-      old->second->cancelled = true;
+      old->second->cancel();
       abandoned_.push_back(std::move(old->second));
       fetches_.erase(old);
     }
-    bool sane = recv.tp_size >= 1 && recv.tp_size <= 64 && recv.port > 0 && recv.port < 65536 &&
+    bool sane = recv.tp_size >= 1 && recv.tp_size <= 64 && recv.port > 0 && recv.port + recv.tp_size - 1 < 65536 &&
                 recv.first_block >= 0 && !recv.blocks.empty();
     for (BlockId b : recv.blocks) sane = sane && b >= 0 && b < kv_->num_blocks();
     if (!sane) {
@@ -706,35 +810,56 @@ void RemoteWorker::start_step(const KvConnectorMetadata& meta, bool idle) {
 
 KvConnectorOutput RemoteWorker::finish_step(const KvConnectorMetadata& meta) {
   if (!meta.sends.empty()) {
+    // Copied out of the KV cache first, then kept under the lock (a reader copies out of a kept
+    // prompt without it, so neither side waits for the other's copy).
     const auto now = Clock::now();
-    std::lock_guard<std::mutex> lock(mu_);
-    expire_locked(now);
+    std::vector<std::pair<KvRemoteSend, Staged>> kept;
+    int64_t have = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      expire_locked(now);
+      have = config_.kv_buffer_size - staged_bytes_;
+    }
+    std::vector<uint64_t> dropped;
     for (const KvRemoteSend& send : meta.sends) {
       const int64_t bytes = static_cast<int64_t>(send.blocks.size()) * shard_.block_bytes();
       bool sane = !send.blocks.empty();
       for (BlockId b : send.blocks) sane = sane && b >= 0 && b < kv_->num_blocks();
       if (!sane) continue;
-      if (staged_bytes_ + bytes > config_.kv_buffer_size) {
+      if (bytes > have) {
         log_line(LogLevel::kWarning, "kv",
                  "KV transfer: kv_buffer_size (" + std::to_string(config_.kv_buffer_size) + " bytes) is full; the "
                  "prompt of transfer " + std::to_string(send.transfer_id) + " is not kept (its decode instance "
                  "computes it)");
+        dropped.push_back(send.transfer_id);
         continue;
+      }
+      auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(bytes));
+      for (size_t i = 0; i < send.blocks.size(); ++i) {
+        kv_->copy_block_to_host(*kernels_, send.blocks[i], data->data() + i * static_cast<size_t>(shard_.block_bytes()));
       }
       Staged s;
       s.num_tokens = send.num_tokens;
       s.num_blocks = static_cast<int64_t>(send.blocks.size());
-      s.data.resize(static_cast<size_t>(bytes));
-      for (size_t i = 0; i < send.blocks.size(); ++i) {
-        kv_->copy_block_to_host(*kernels_, send.blocks[i], s.data.data() + i * static_cast<size_t>(shard_.block_bytes()));
-      }
+      s.prompt_hash = send.prompt_hash;
+      s.data = std::move(data);
       s.read_by.assign(static_cast<size_t>(shard_.num_heads()), 0);
       s.expires = now + timeouts_.expiry;
-      staged_bytes_ += bytes;
-      staged_[send.transfer_id] = std::move(s);
-      counters_.staged_blocks += static_cast<int64_t>(send.blocks.size());
+      have -= bytes;
+      counters_.staged_blocks += s.num_blocks;
       counters_.staged_bytes += bytes;
+      kept.emplace_back(send, std::move(s));
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [send, s] : kept) {
+      if (auto old = staged_.find(send.transfer_id); old != staged_.end()) {
+        staged_bytes_ -= static_cast<int64_t>(old->second.data->size());
+        staged_.erase(old);
+      }
+      staged_bytes_ += static_cast<int64_t>(s.data->size());
+      staged_[send.transfer_id] = std::move(s);
+    }
+    for (uint64_t id : dropped) not_kept_[id] = now + timeouts_.expiry;
     staged_cv_.notify_all();
   }
   KvConnectorOutput out;

@@ -23,13 +23,14 @@
 //                  i32 its rank, i32 its ranks (a head is freed once each decode rank holding
 //                  it has read it)
 //          server: u8 status (0 ok), string message, i64 its head_begin, i64 its head_end
-//   read   client: u8 'R', u64 transfer id, i64 head_begin, i64 head_end
+//   read   client: u8 'R', u64 transfer id, 32-byte prompt hash (prompt_hash below: only the
+//                  reader of the very prompt that was kept gets it), i64 head_begin, i64 head_end
 //          server: u8 status (0 ok, 1 unknown or expired), i64 num_tokens, i64 num_blocks,
 //                  u64 payload bytes, u64 XXH3-64 of the payload, then the payload (TcpConnector)
 //                  or a string naming a POSIX shared memory object that holds it (ShmConnector;
 //                  the client unlinks it once read). The payload is each block in turn, laid out
 //                  as KvBlockLayout for the heads asked.
-//   done   client: u8 'D', u64 transfer id, i64 head_begin, i64 head_end: those heads are read
+//   done   client: u8 'D', u64 transfer id, prompt hash, i64 head_begin, i64 head_end: those heads are read
 //                  (sent, too, to a prefill rank that holds the same heads as the one read).
 // Strings are u32 length + bytes (at most 4,096). Thread-safe where it says so: the server and
 // the fetches run on threads of their own, sharing only the staged blocks (under a mutex).
@@ -53,10 +54,15 @@
 
 namespace pagoda {
 
+// The hash a transfer is kept and read under: SHA-256 over the cache salt and the prompt's tokens,
+// so a decode instance reads only the KV of exactly the prompt it has.
+std::array<uint8_t, 32> prompt_hash(std::string_view cache_salt, std::span<const TokenId> tokens);
+
 class RemoteScheduler final : public KvConnectorScheduler {
  public:
-  RemoteScheduler(int64_t block_size, bool producer, bool consumer)
-      : block_size_(block_size), producer_(producer), consumer_(consumer) {}
+  // `peers`: the prefill instances ("host:kv_port") a decode instance may load from; empty: any.
+  RemoteScheduler(int64_t block_size, bool producer, bool consumer, std::vector<std::string> peers = {})
+      : block_size_(block_size), producer_(producer), consumer_(consumer), peers_(std::move(peers)) {}
 
   int64_t get_num_new_matched_tokens(const KvRequest& request, int64_t num_local_computed) override;
   void update_state_after_alloc(const KvRequest& request, std::span<const BlockId> blocks, int64_t num_local_computed,
@@ -71,6 +77,8 @@ class RemoteScheduler final : public KvConnectorScheduler {
  private:
   int64_t block_size_;
   bool producer_, consumer_;
+  std::vector<std::string> peers_;
+  bool warned_peer_ = false;
   std::unordered_map<RequestId, int64_t> loading_;  // request -> tokens being received
   std::unordered_set<RequestId> sent_;              // prefill requests whose blocks were kept
   KvConnectorMetadata next_;
@@ -80,7 +88,8 @@ class RemoteScheduler final : public KvConnectorScheduler {
 
 // How long the two sides wait for each other.
 struct RemoteTimeouts {
-  std::chrono::milliseconds io{10000};       // one read or write on a connection
+  std::chrono::milliseconds io{10000};       // a read or write on a connection that makes no progress
+  std::chrono::milliseconds total{120000};   // one request's whole load
   std::chrono::milliseconds staged{5000};    // a server waits this long for a request's blocks to be kept
   std::chrono::milliseconds expiry{120000};  // kept blocks nobody read are dropped after this
 };
@@ -108,23 +117,35 @@ class RemoteWorker final : public KvConnectorWorker {
   struct Staged {
     int64_t num_tokens = 0;
     int64_t num_blocks = 0;
-    std::vector<uint8_t> data;       // num_blocks blocks in `shard_` layout
+    std::array<uint8_t, 32> prompt_hash{};  // only a reader that names the same prompt gets it
+    // num_blocks blocks in `shard_` layout; shared so that a reader copies out of it without
+    // holding the lock.
+    std::shared_ptr<const std::vector<uint8_t>> data;
     std::vector<uint64_t> read_by;   // per head of shard_: the decode ranks that read it
     std::chrono::steady_clock::time_point expires;
+  };
+  struct Connection {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    int fd = -1;
   };
   struct Fetch {
     KvRemoteRecv recv;
     std::vector<uint8_t> data;       // the received blocks in `shard_` layout
     std::atomic<bool> cancelled{false};
+    std::mutex fd_mu;
+    int fd = -1;                     // the connection in use (guarded by fd_mu), shut down by cancel()
+    void cancel();
     std::atomic<int> state{0};       // KvLoadState, set by the fetch thread
     std::string error;               // why it failed (set before state)
+    std::chrono::steady_clock::time_point deadline;  // of the whole load (RemoteTimeouts::total)
     int64_t received_bytes = 0;
     double seconds = 0;
     std::thread thread;
   };
 
   void serve_loop();
-  void serve_connection(int fd);
+  void serve_connection(Connection* c);
   void fetch(Fetch* f);
   // Reads heads [begin, end) of every block from prefill rank `rank` into f->data, or with
   // read_them false only tells it they are read (another rank of it had them).
@@ -145,14 +166,15 @@ class RemoteWorker final : public KvConnectorWorker {
   mutable std::mutex mu_;
   std::condition_variable staged_cv_;
   std::unordered_map<uint64_t, Staged> staged_;  // guarded by mu_
+  // Transfers whose prompt was not kept (kv_buffer_size was full): a read is answered at once.
+  std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> not_kept_;  // guarded by mu_
   int64_t staged_bytes_ = 0;                     // guarded by mu_
   int64_t served_blocks_ = 0, served_bytes_ = 0; // guarded by mu_, since the last finish_step
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread server_;
-  std::list<std::thread> connections_;  // guarded by mu_
-  std::vector<int> connection_fds_;     // guarded by mu_
+  std::list<std::unique_ptr<Connection>> connections_;  // guarded by mu_; finished ones are joined as new ones come
 
   // Fetching (consumer): engine thread only.
   std::unordered_map<RequestId, std::unique_ptr<Fetch>> fetches_;

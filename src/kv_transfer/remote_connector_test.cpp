@@ -185,7 +185,7 @@ TEST(RemoteWorker, MovesEveryHeadAcrossTensorParallelSplits) {
         prefill.push_back(make_rank(dtype, r, from, worker_config("TcpConnector", "kv_producer", port)));
         for (int64_t b = 0; b < 3; ++b) fill(*prefill.back(), static_cast<BlockId>(b + 2), b);
         KvConnectorMetadata keep;
-        keep.sends = {KvRemoteSend{42, 3 * kBlockSize - 1, {2, 3, 4}}};
+        keep.sends = {KvRemoteSend{.transfer_id = 42, .num_tokens = 3 * kBlockSize - 1, .blocks = {2, 3, 4}}};
         prefill.back()->worker->start_step(keep, false);
         const KvConnectorOutput out = prefill.back()->worker->finish_step(keep);
         EXPECT_EQ(out.counters.staged_blocks, 3);
@@ -220,7 +220,7 @@ TEST(RemoteWorker, PartialReadsExpiryUnknownRequestsAndTheBufferBound) {
   auto prefill = make_rank(KvCacheDtype::kF16, 0, 1, pc, t);
   for (int64_t b = 0; b < 3; ++b) fill(*prefill, static_cast<BlockId>(b), b);
   KvConnectorMetadata keep;
-  keep.sends = {KvRemoteSend{5, 12, {0, 1, 2}}, KvRemoteSend{6, 12, {0, 1, 2}}};
+  keep.sends = {KvRemoteSend{.transfer_id = 5, .num_tokens = 12, .blocks = {0, 1, 2}}, KvRemoteSend{.transfer_id = 6, .num_tokens = 12, .blocks = {0, 1, 2}}};
   prefill->worker->start_step(keep, false);
   prefill->worker->finish_step(keep);
   EXPECT_EQ(prefill->worker->num_staged(), 2u);
@@ -234,7 +234,7 @@ TEST(RemoteWorker, PartialReadsExpiryUnknownRequestsAndTheBufferBound) {
   // Transfer 6 is never read: gone once it expires (checked when something is next kept).
   std::this_thread::sleep_for(350ms);
   KvConnectorMetadata later;
-  later.sends = {KvRemoteSend{8, 4, {0}}};
+  later.sends = {KvRemoteSend{.transfer_id = 8, .num_tokens = 4, .blocks = {0}}};
   prefill->worker->start_step(later, false);
   prefill->worker->finish_step(later);
   EXPECT_EQ(prefill->worker->num_staged(), 1u);  // 8 alone
@@ -248,13 +248,37 @@ TEST(RemoteWorker, PartialReadsExpiryUnknownRequestsAndTheBufferBound) {
   EXPECT_EQ(bounded->worker->num_staged(), 0u);
 }
 
+// A reader that names another prompt (another hash of the salt and tokens) gets nothing.
+TEST(RemoteWorker, OnlyTheSamePromptIsRead) {
+  const int port = free_port();
+  auto prefill = make_rank(KvCacheDtype::kF32, 0, 1, worker_config("TcpConnector", "kv_producer", port),
+                           RemoteTimeouts{10000ms, 120000ms, 50ms, 120000ms});
+  fill(*prefill, 0, 0);
+  KvConnectorMetadata keep;
+  KvRemoteSend send{.transfer_id = 12, .num_tokens = 3, .blocks = {0}};
+  const std::vector<TokenId> tokens{5, 6, 7};
+  send.prompt_hash = prompt_hash("", tokens);
+  keep.sends = {send};
+  prefill->worker->start_step(keep, false);
+  prefill->worker->finish_step(keep);
+  auto decode = make_rank(KvCacheDtype::kF32, 0, 1, worker_config("TcpConnector", "kv_consumer", 0));
+  KvRemoteRecv other = recv_of(port, 1, 12, {2});
+  other.num_tokens = 3;
+  other.prompt_hash = prompt_hash("tenant", tokens);  // the same tokens under another salt
+  EXPECT_EQ(wait_load(*decode, other), KvLoadState::kFailed);
+  KvRemoteRecv same = other;
+  same.prompt_hash = prompt_hash("", tokens);
+  EXPECT_EQ(wait_load(*decode, same), KvLoadState::kDone);
+  EXPECT_TRUE(holds(*decode, 2, 0));
+}
+
 // Another model or KV layout is refused at the handshake: the load fails, nothing is read.
 TEST(RemoteWorker, AMismatchedLayoutIsRefused) {
   const int port = free_port();
   auto prefill = make_rank(KvCacheDtype::kF32, 0, 1, worker_config("TcpConnector", "kv_producer", port, 1));
   fill(*prefill, 0, 0);
   KvConnectorMetadata keep;
-  keep.sends = {KvRemoteSend{9, 4, {0}}};
+  keep.sends = {KvRemoteSend{.transfer_id = 9, .num_tokens = 4, .blocks = {0}}};
   prefill->worker->start_step(keep, false);
   prefill->worker->finish_step(keep);
   auto decode = make_rank(KvCacheDtype::kF32, 0, 1, worker_config("TcpConnector", "kv_consumer", 0, 2));
@@ -332,7 +356,7 @@ std::function<void(int)> answer_with(std::vector<uint8_t> payload, uint64_t clai
     put<int64_t>(ok, 0);
     put<int64_t>(ok, kHeads);
     ::send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
-    skip_bytes(fd, 1 + 8 + 8 + 8);
+    skip_bytes(fd, 1 + 8 + 32 + 8 + 8);
     std::vector<uint8_t> a;
     put<uint8_t>(a, 0);
     put<int64_t>(a, kBlockSize - 1);
@@ -350,7 +374,7 @@ std::function<void(int)> answer_with(std::vector<uint8_t> payload, uint64_t clai
 
 TEST(RemoteWorker, FaultsFailTheLoadAndASlowLinkOnlyDelaysIt) {
   auto decode = make_rank(KvCacheDtype::kF32, 0, 1, worker_config("TcpConnector", "kv_consumer", 0),
-                          RemoteTimeouts{300ms, 50ms, 1000ms});
+                          RemoteTimeouts{300ms, 120000ms, 50ms, 1000ms});
   const int64_t bytes = decode->layout.block_bytes();
   std::vector<uint8_t> good(static_cast<size_t>(bytes));
   for (size_t i = 0; i < good.size(); ++i) good[i] = static_cast<uint8_t>(i * 7 + 3);

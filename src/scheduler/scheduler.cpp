@@ -256,6 +256,8 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
         }
         r->status = RequestStatus::kRunning;
         running_.push_back(r);
+        // Not loaded again after a preemption: the prefill instance let go of it.
+        if (r->kv_transfer) r->kv_transfer->do_remote_prefill = false;
         // A whole prompt received: it goes on from the prefill instance's first token, or (without
         // one) computes its last token again for the logits. After a failed load the first token
         // still stands (the prompt is computed, its last logits unused), so the request gives

@@ -1,5 +1,6 @@
 #include "server/disagg_proxy.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -71,6 +72,7 @@ class Upstream {
     tcp::resolver resolver(socket_.get_executor());
     const auto endpoints = resolver.resolve(to.host, to.port, ec);
     if (ec) return unavailable(to.url + ": " + ec.message());
+    std::string why = "no address";
     // A bounded connect: non-blocking with a wait, then blocking reads and writes with timeouts.
     for (const auto& e : endpoints) {
       socket_.open(e.endpoint().protocol(), ec);
@@ -78,12 +80,14 @@ class Upstream {
       socket_.non_blocking(true, ec);
       socket_.connect(e.endpoint(), ec);
       if (ec == asio::error::would_block || ec == asio::error::in_progress) {
-        socket_.wait(tcp::socket::wait_write, ec);  // bounded below by the socket's send timeout
-        if (!ec) {
+        pollfd p{socket_.native_handle(), POLLOUT, 0};
+        if (::poll(&p, 1, static_cast<int>(config_.connect_timeout.count())) != 1) {
+          ec = asio::error::timed_out;
+        } else {
           int err = 0;
           socklen_t len = sizeof err;
           ::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
-          if (err != 0) ec = boost::system::error_code(err, boost::system::system_category());
+          ec = err != 0 ? boost::system::error_code(err, boost::system::system_category()) : boost::system::error_code();
         }
       }
       if (!ec) {
@@ -91,15 +95,20 @@ class Upstream {
         set_timeouts(config_.io_timeout);
         return Status::ok_status();
       }
-      socket_.close(ec);
+      why = ec.message();
+      boost::system::error_code ignored;
+      socket_.close(ignored);
     }
-    return unavailable(to.url + ": cannot connect (" + (ec ? ec.message() : std::string("no address")) + ")");
+    return unavailable(to.url + ": cannot connect (" + why + ")");
   }
 
-  Status send(const std::string& method, const std::string& path, const std::string& host, const std::string& body) {
+  // `authorization`: the client's header, passed on (instances started with --api-key want it).
+  Status send(const std::string& method, const std::string& path, const std::string& host, const std::string& body,
+              std::string_view authorization = {}) {
     http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post, path, 11};
     req.set(http::field::host, host);
     req.set(http::field::content_type, "application/json");
+    if (!authorization.empty()) req.set(http::field::authorization, authorization);
     req.body() = body;
     req.prepare_payload();
     boost::system::error_code ec;
@@ -201,7 +210,7 @@ struct DisaggProxy::Impl {
 
   void handle(HttpRequest request, std::shared_ptr<Exchange> exchange);
   void generate(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange);
-  void forward_get(const std::string& path, const std::shared_ptr<Exchange>& exchange);
+  void forward_get(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange);
 };
 
 namespace {
@@ -221,19 +230,44 @@ struct Busy {
 
 }  // namespace
 
-void DisaggProxy::Impl::forward_get(const std::string& path, const std::shared_ptr<Exchange>& exchange) {
+void DisaggProxy::Impl::forward_get(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
+  const std::string& path = request.path;
   asio::io_context io;
   std::vector<Instance*> tried;
+  // As in generate(): a client (or stop()) that goes away aborts the instance connection.
+  struct Cancel {
+    std::mutex mu;
+    Upstream* current = nullptr;
+    bool closed = false;
+  };
+  auto cancel = std::make_shared<Cancel>();
+  exchange->on_close([cancel] {
+    std::lock_guard<std::mutex> lock(cancel->mu);
+    cancel->closed = true;
+    if (cancel->current != nullptr) cancel->current->abort();
+  });
   while (Instance* d = pick(decode, tried)) {
     tried.push_back(d);
     Upstream up(io, config);
+    {
+      std::lock_guard<std::mutex> lock(cancel->mu);
+      if (cancel->closed) return;
+      cancel->current = &up;
+    }
+    struct Clear {
+      Cancel& c;
+      ~Clear() {
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.current = nullptr;
+      }
+    } clear{*cancel};
     int status = 0;
     std::string type, body;
     if (Status st = up.connect(*d); !st.ok()) {
       mark_down(d, st.message());
       continue;
     }
-    if (up.send("GET", path, d->host, "").ok() && up.read_header(&status, &type).ok() && up.read_all(&body).ok()) {
+    if (up.send("GET", path, d->host, "", request.header("authorization")).ok() && up.read_header(&status, &type).ok() && up.read_all(&body).ok()) {
       exchange->respond(HttpResponse{status, type.empty() ? "application/json" : type, body, {}});
       return;
     }
@@ -296,7 +330,7 @@ void DisaggProxy::Impl::generate(const HttpRequest& request, const std::shared_p
     int status = 0;
     std::string type, answer;
     Status st = up.connect(*p);
-    if (st.ok()) st = up.send("POST", request.path, p->host, prefill_text);
+    if (st.ok()) st = up.send("POST", request.path, p->host, prefill_text, request.header("authorization"));
     if (st.ok()) st = up.read_header(&status, &type);
     if (st.ok()) st = up.read_all(&answer);
     use(nullptr);
@@ -317,6 +351,9 @@ void DisaggProxy::Impl::generate(const HttpRequest& request, const std::shared_p
     if (!kv.is_object()) {
       mark_down(p, "answered without kv_transfer_params (is it started with --kv-transfer-config kv_producer?)");
       kv = nullptr;
+    } else if (kv.contains("remote_host") && kv["remote_host"].is_string() &&
+               (kv["remote_host"] == "0.0.0.0" || kv["remote_host"] == "::")) {
+      kv["remote_host"] = p->host;  // it listens everywhere: reach it where the proxy did
     }
   }
   if (closed) {
@@ -343,7 +380,7 @@ void DisaggProxy::Impl::generate(const HttpRequest& request, const std::shared_p
     int status = 0;
     std::string type;
     Status st = up.connect(*d);
-    if (st.ok()) st = up.send("POST", request.path, d->host, decode_text);
+    if (st.ok()) st = up.send("POST", request.path, d->host, decode_text, request.header("authorization"));
     if (st.ok()) st = up.read_header(&status, &type);
     if (!st.ok() || status == 502 || status == 503) {
       use(nullptr);
@@ -378,8 +415,13 @@ void DisaggProxy::Impl::generate(const HttpRequest& request, const std::shared_p
 void DisaggProxy::Impl::handle(HttpRequest request, std::shared_ptr<Exchange> exchange) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (stopping) {
-      exchange->respond(HttpResponse{503, "application/json", error_body("the proxy is stopping", "ServiceUnavailableError", 503), {}});
+    // One thread a request, so a bound on them.
+    constexpr int kMaxActive = 1024;
+    if (stopping || active >= kMaxActive) {
+      exchange->respond(HttpResponse{503, "application/json",
+                                     error_body(stopping ? "the proxy is stopping" : "too many requests in flight",
+                                                "ServiceUnavailableError", 503),
+                                     {}});
       return;
     }
     ++active;
@@ -397,10 +439,14 @@ void DisaggProxy::Impl::handle(HttpRequest request, std::shared_ptr<Exchange> ex
     } else if (request.method == "GET" && request.path == "/metrics") {
       exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry.render(), {}});
     } else if (request.method == "GET" && (request.path == "/v1/models" || request.path == "/version")) {
-      forward_get(request.path, exchange);
+      forward_get(request, exchange);
     } else {
       exchange->respond(HttpResponse{404, "application/json", error_body("no route " + request.method + " " + request.path, "NotFoundError", 404), {}});
     }
+    // The exchange holds the connection, which lives on the HTTP server's threads: let go of it
+    // before stop() may take the server down.
+    exchange.reset();
+    request = HttpRequest{};
     std::lock_guard<std::mutex> lock(mu);
     --active;
     idle.notify_all();

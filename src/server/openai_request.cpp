@@ -8,7 +8,6 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -994,8 +993,10 @@ ApiResult<ParsedRequest> with_kv_transfer(ApiResult<ParsedRequest> parsed, const
                        "--kv-transfer-config kv_role kv_producer or kv_both)", param);
   }
   if (r->stream) return bad_request("kv_transfer_params.do_remote_decode: a prefill request is not streamed", "stream");
-  static std::atomic<uint64_t> next_transfer{std::random_device{}() * 0x9e3779b97f4a7c15ULL};
-  p.transfer_id = next_transfer.fetch_add(1) & 0x7fffffffffffffffULL;
+  // Unpredictable ids (std::random_device reads the kernel's generator), and a decode instance
+  // must name the very prompt too (remote_connector.h's prompt hash) to read what is kept.
+  std::random_device entropy;
+  p.transfer_id = ((static_cast<uint64_t>(entropy()) << 32) | entropy()) & 0x7fffffffffffffffULL;
   g.params.max_tokens = 1;
   g.params.min_tokens = std::min<int64_t>(g.params.min_tokens, 1);
   KvTransferParams answer;

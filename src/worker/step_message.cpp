@@ -144,6 +144,7 @@ void put_connector(ByteWriter& w, const KvConnectorMetadata& m) {
     w.put<int32_t>(v.port);
     w.put<int32_t>(v.tp_size);
     w.put<uint64_t>(v.transfer_id);
+    for (uint8_t b : v.prompt_hash) w.put<uint8_t>(b);
     w.put<int64_t>(v.num_tokens);
     w.put<int64_t>(v.first_block);
     w.put_vector(v.blocks);
@@ -151,6 +152,7 @@ void put_connector(ByteWriter& w, const KvConnectorMetadata& m) {
   w.put<uint64_t>(m.sends.size());
   for (const KvRemoteSend& v : m.sends) {
     w.put<uint64_t>(v.transfer_id);
+    for (uint8_t b : v.prompt_hash) w.put<uint8_t>(b);
     w.put<int64_t>(v.num_tokens);
     w.put_vector(v.blocks);
   }
@@ -186,7 +188,7 @@ KvConnectorMetadata get_connector(ByteReader& r) {
   }
   const uint64_t num_removes = r.get_count(kKeyBytes);
   for (uint64_t i = 0; i < num_removes && r.ok(); ++i) m.disk_removes.push_back(get_key(r));
-  const uint64_t num_recvs = r.get_count(sizeof(RequestId) + 8 + 4 + 4 + 8 + 8 + 8 + 8);
+  const uint64_t num_recvs = r.get_count(sizeof(RequestId) + 8 + 4 + 4 + 8 + 32 + 8 + 8 + 8);
   for (uint64_t i = 0; i < num_recvs && r.ok(); ++i) {
     KvRemoteRecv v;
     v.request_id = r.get<RequestId>();
@@ -194,15 +196,17 @@ KvConnectorMetadata get_connector(ByteReader& r) {
     v.port = r.get<int32_t>();
     v.tp_size = r.get<int32_t>();
     v.transfer_id = r.get<uint64_t>();
+    for (uint8_t& b : v.prompt_hash) b = r.get<uint8_t>();
     v.num_tokens = r.get<int64_t>();
     v.first_block = r.get<int64_t>();
     v.blocks = r.get_vector<BlockId>();
     m.recvs.push_back(std::move(v));
   }
-  const uint64_t num_sends = r.get_count(8 + 8 + 8);
+  const uint64_t num_sends = r.get_count(8 + 32 + 8 + 8);
   for (uint64_t i = 0; i < num_sends && r.ok(); ++i) {
     KvRemoteSend v;
     v.transfer_id = r.get<uint64_t>();
+    for (uint8_t& b : v.prompt_hash) b = r.get<uint8_t>();
     v.num_tokens = r.get<int64_t>();
     v.blocks = r.get_vector<BlockId>();
     m.sends.push_back(std::move(v));
@@ -223,6 +227,8 @@ void put_connector_output(ByteWriter& w, const KvConnectorOutput& o) {
   w.put<double>(c.load_seconds);
   w.put<double>(c.store_seconds);
   w.put<double>(c.transfer_seconds);
+  w.put<uint64_t>(o.disk_dropped.size());
+  for (const KvBlockKey& k : o.disk_dropped) put_key(w, k);
 }
 
 KvConnectorOutput get_connector_output(ByteReader& r) {
@@ -243,6 +249,8 @@ KvConnectorOutput get_connector_output(ByteReader& r) {
   c.load_seconds = r.get<double>();
   c.store_seconds = r.get<double>();
   c.transfer_seconds = r.get<double>();
+  const uint64_t num_dropped = r.get_count(kKeyBytes);
+  for (uint64_t i = 0; i < num_dropped && r.ok(); ++i) o.disk_dropped.push_back(get_key(r));
   return o;
 }
 
