@@ -49,6 +49,11 @@ Result<KvConnectorPlan> plan_connector(const EngineConfig& config, const Executo
   if (executor.max_in_flight() > 1) {
     return invalid_argument(flag + " with pipeline parallelism is not supported (--pipeline-parallel-size 1)");
   }
+  if (config.speculative.uses_draft_model()) {
+    // The draft model keeps a KV cache of its own, which loaded blocks would not fill.
+    return invalid_argument(flag + " with a draft model (--speculative-config) is not supported yet; n-gram "
+                                   "speculation works with it");
+  }
   const bool disk = config.kv_transfer.offloading() && !config.kv_transfer.offloading_part()->disk_path.empty();
   if ((disk || config.kv_transfer.remote()) && config.model_fingerprint == Sha256Digest{}) {
     return invalid_argument(flag + ": a disk tier or a transfer between instances needs the model's fingerprint, which this engine was not given");
