@@ -330,8 +330,26 @@ void rmsnorm(double* x, const double* w, int64_t n, double eps) {
 }
 
 double ref_inv_freq(const ModelConfig& c, int64_t i) {
-  double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
   const RopeScaling& s = c.rope_scaling;
+  const double d = static_cast<double>(c.head_dim);
+  if (s.type == RopeScaling::Type::kDynamic) {
+    // NTK-aware: theta' = theta * (factor * L / L0 - (factor - 1))^(d / (d - 2)) at L = factor * L0.
+    const double theta = c.rope_theta * std::pow(s.factor * s.factor - s.factor + 1, d / (d - 2));
+    return 1.0 / std::pow(theta, 2.0 * i / d);
+  }
+  double f = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
+  if (s.type == RopeScaling::Type::kYarn) {
+    // Dimension pair i turns L0 * f / (2 pi) times over the original context: kept (extrapolated)
+    // above beta_fast turns, interpolated below beta_slow, a linear blend between, the bounds
+    // taken as dimension indices (floor / ceil), as in the YaRN paper's reference code.
+    const double L0 = static_cast<double>(s.original_max_position_embeddings);
+    auto dim_at = [&](double turns) { return d * std::log(L0 / (turns * 2 * std::numbers::pi)) / (2 * std::log(c.rope_theta)); };
+    const double lo = std::max(0.0, std::floor(dim_at(s.beta_fast)));
+    double hi = std::min(d - 1, std::ceil(dim_at(s.beta_slow)));
+    if (hi == lo) hi += 0.001;
+    const double ramp = std::min(1.0, std::max(0.0, (i - lo) / (hi - lo)));
+    return f * (1 - ramp) + f / s.factor * ramp;
+  }
   if (s.type == RopeScaling::Type::kLinear) return f / s.factor;
   if (s.type != RopeScaling::Type::kLlama3) return f;
   double wavelen = 2 * std::numbers::pi / f, orig = s.original_max_position_embeddings;
@@ -339,6 +357,15 @@ double ref_inv_freq(const ModelConfig& c, int64_t i) {
   if (wavelen > orig / s.low_freq_factor) return f / s.factor;
   double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return (1 - smooth) * f / s.factor + smooth * f;
+}
+
+// YaRN's cos and sin are multiplied by 0.1 ln(factor) + 1 (or the attention_factor given), so
+// q.k by its square.
+double attention_mscale2(const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != RopeScaling::Type::kYarn) return 1.0;
+  const double m = s.attention_factor > 0 ? s.attention_factor : 0.1 * std::log(s.factor) + 1;
+  return m * m;
 }
 
 void ref_rope(double* v, const ModelConfig& c, int64_t pos) {
@@ -388,7 +415,7 @@ std::vector<Mat> reference_logits(const ModelConfig& c, const RefWeights& w, con
         for (int64_t u = first; u <= t; ++u) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i) d += q[t][hh * hd + i] * k[u][kvh * hd + i];
-          s.push_back(d / std::sqrt(static_cast<double>(hd)));
+          s.push_back(d * attention_mscale2(c) / std::sqrt(static_cast<double>(hd)));
           mx = std::max(mx, s.back());
         }
         for (auto& e : s) sum += (e = std::exp(e - mx));
@@ -526,8 +553,31 @@ TEST(ModelReference, LlamaInterleavedRope) {
 TEST(ModelReference, LlamaRotateHalfWithLlama3Scaling) {
   ModelConfig c = base_config();
   c.rope_theta = 500000;
-  c.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 16};
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 16;
   expect_matches_reference(c, 2);
+}
+
+// YaRN over an original context of 16 positions (so the ramp crosses the head's dimensions), with
+// the default attention factor and with a given one; and dynamic NTK.
+TEST(ModelReference, YarnAndDynamicNtkScaling) {
+  ModelConfig c = base_config();
+  c.rope_theta = 10000;
+  c.rope_scaling.type = RopeScaling::Type::kYarn;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 16;
+  expect_matches_reference(c, 14);
+  c.rope_scaling.attention_factor = 1.3;
+  c.rope_scaling.beta_fast = 8;
+  c.rope_scaling.beta_slow = 2;
+  expect_matches_reference(c, 15);
+  ModelConfig d = base_config();
+  d.rope_scaling.type = RopeScaling::Type::kDynamic;
+  d.rope_scaling.factor = 3.0;
+  expect_matches_reference(d, 16);
 }
 
 TEST(ModelReference, Qwen2BiasTiedEmbeddings) {

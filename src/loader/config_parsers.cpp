@@ -69,14 +69,39 @@ Status hf_rope_scaling(const json& j, const std::string& source, RopeScaling* ou
   }
   if (!type) return data_loss(where + " has no rope_type");
   if (*type == "default") return {};
-  if (*type != "linear" && *type != "llama3") {
-    return unimplemented(source + ": unsupported rope_scaling type " + *type);
+  if (*type != "linear" && *type != "llama3" && *type != "dynamic" && *type != "yarn") {
+    return unimplemented(source + ": unsupported rope_scaling type " + *type +
+                         " (supported: linear, dynamic, yarn, llama3)");
   }
   PAGODA_ASSIGN_OR_RETURN(std::optional<double> factor, json_number(rs, "factor", where));
   if (!factor) return data_loss(where + " has no factor");
   out->factor = *factor;
   if (*type == "linear") {
     out->type = RopeScaling::Type::kLinear;
+    return {};
+  }
+  if (*type == "dynamic") {
+    out->type = RopeScaling::Type::kDynamic;
+    return {};
+  }
+  if (*type == "yarn") {
+    out->type = RopeScaling::Type::kYarn;
+    // DeepSeek's mscale variant scales differently: refused rather than computed wrong.
+    for (const char* k : {"mscale", "mscale_all_dim"}) {
+      if (rs.contains(k)) return unimplemented(where + ": yarn with " + k + " is not supported yet");
+    }
+    PAGODA_ASSIGN_OR_RETURN(std::optional<int64_t> orig, json_int(rs, "original_max_position_embeddings", where));
+    PAGODA_ASSIGN_OR_RETURN(std::optional<double> fast, json_number(rs, "beta_fast", where));
+    PAGODA_ASSIGN_OR_RETURN(std::optional<double> slow, json_number(rs, "beta_slow", where));
+    PAGODA_ASSIGN_OR_RETURN(std::optional<double> attention, json_number(rs, "attention_factor", where));
+    if (!orig) {
+      // Hugging Face's default: the model's own context (read after this; see the caller).
+      PAGODA_ASSIGN_OR_RETURN(orig, json_int(j, "max_position_embeddings", source));
+    }
+    if (orig) out->original_max_position_embeddings = *orig;
+    if (fast) out->beta_fast = *fast;
+    if (slow) out->beta_slow = *slow;
+    if (attention) out->attention_factor = *attention;
     return {};
   }
   out->type = RopeScaling::Type::kLlama3;

@@ -70,6 +70,16 @@ Status ModelConfig::validate(const std::string& source) const {
       return bad("rope_scaling factor " + std::to_string(rs.factor) + " is not a positive number");
     }
   }
+  if (rs.type == RopeScaling::Type::kYarn) {
+    if (!(rs.beta_fast > rs.beta_slow && rs.beta_slow > 0 && std::isfinite(rs.beta_fast))) {
+      return bad("yarn rope_scaling needs beta_fast > beta_slow > 0");
+    }
+    if (!(rs.attention_factor >= 0 && std::isfinite(rs.attention_factor))) {
+      return bad("yarn rope_scaling attention_factor " + std::to_string(rs.attention_factor) + " is not >= 0");
+    }
+    PAGODA_RETURN_IF_ERROR(in_range("rope_scaling.original_max_position_embeddings",
+                                    rs.original_max_position_embeddings, 1, kMaxPositions));
+  }
   if (rs.type == RopeScaling::Type::kLlama3) {
     if (!(rs.low_freq_factor > 0 && std::isfinite(rs.low_freq_factor)) ||
         !(rs.high_freq_factor > rs.low_freq_factor && std::isfinite(rs.high_freq_factor))) {
@@ -79,6 +89,12 @@ Status ModelConfig::validate(const std::string& source) const {
                                     rs.original_max_position_embeddings, 1, kMaxPositions));
   }
   return {};
+}
+
+double RopeScaling::attention_scale() const {
+  if (type != Type::kYarn) return 1.0;
+  const double a = attention_factor > 0 ? attention_factor : factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0;
+  return a * a;
 }
 
 bool ModelConfig::is_sparse_layer(int64_t layer) const {

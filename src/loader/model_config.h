@@ -10,13 +10,25 @@
 
 namespace pagoda {
 
+// The rotary embedding's scaling, as config.json's rope_scaling declares it (Hugging Face's
+// names): linear, dynamic (NTK-aware, vLLM's static form: the base raised for the longest
+// context), yarn (Peng et al.: frequencies blended between interpolation and extrapolation by
+// their rotations over the original context, and the attention logits scaled by
+// attention_factor squared) and llama3 (Llama 3.1's).
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  enum class Type { kNone, kLinear, kLlama3, kDynamic, kYarn };
   Type type = Type::kNone;
   double factor = 1.0;
   double low_freq_factor = 1.0;                    // llama3
   double high_freq_factor = 4.0;                   // llama3
-  int64_t original_max_position_embeddings = 8192; // llama3
+  int64_t original_max_position_embeddings = 8192; // llama3, yarn
+  double beta_fast = 32.0;                         // yarn
+  double beta_slow = 1.0;                          // yarn
+  double attention_factor = 0.0;                   // yarn; 0: 0.1 ln(factor) + 1 (1 for factor <= 1)
+
+  // What q.k is multiplied by on top of 1 / sqrt(head_dim): attention_factor squared for yarn
+  // (Hugging Face scales cos and sin, so both q and k, by it), else 1.
+  double attention_scale() const;
 };
 
 // The quantization a checkpoint declares in config.json's quantization_config (vLLM detects a

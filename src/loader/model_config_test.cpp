@@ -72,6 +72,11 @@ TEST(ModelConfig, Validate) {
   c.rope_scaling.high_freq_factor = 1;  // == low
   expect_bad(c, "llama3");
   c = small_config();
+  c.rope_scaling.type = RopeScaling::Type::kYarn;
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.beta_slow = 40;  // above beta_fast
+  expect_bad(c, "yarn");
+  c = small_config();
   c.architecture = "";
   expect_bad(c, "architecture");
 }
@@ -139,6 +144,37 @@ TEST(ConfigFromHf, Llama32) {
   EXPECT_FALSE(c.attention_bias);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_EQ(c.sliding_window, 0);
+}
+
+// Qwen2.5's YaRN (its model card's rope_scaling), dynamic NTK, and refusals.
+TEST(ConfigFromHf, YarnAndDynamicRopeScaling) {
+  const std::string head = R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 32768,
+      "rope_scaling": )";
+  auto with = [&](const std::string& rs) { return config_from_hf_json(head + rs + "}", "dir/config.json"); };
+  auto yarn = with(R"({"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"})");
+  ASSERT_TRUE(yarn.ok()) << yarn.status().message();
+  EXPECT_EQ(yarn->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_DOUBLE_EQ(yarn->rope_scaling.factor, 4.0);
+  EXPECT_EQ(yarn->rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(yarn->rope_scaling.beta_fast, 32);
+  EXPECT_DOUBLE_EQ(yarn->rope_scaling.beta_slow, 1);
+  const double m = 0.1 * std::log(4.0) + 1;
+  EXPECT_NEAR(yarn->rope_scaling.attention_scale(), m * m, 1e-12);
+  auto given = with(R"({"rope_type": "yarn", "factor": 2.0, "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.5})");
+  ASSERT_TRUE(given.ok()) << given.status().message();
+  EXPECT_EQ(given->rope_scaling.original_max_position_embeddings, 32768);  // the model's, by default
+  EXPECT_DOUBLE_EQ(given->rope_scaling.attention_scale(), 2.25);
+  auto dynamic = with(R"({"type": "dynamic", "factor": 2.0})");
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status().message();
+  EXPECT_EQ(dynamic->rope_scaling.type, RopeScaling::Type::kDynamic);
+  EXPECT_DOUBLE_EQ(dynamic->rope_scaling.attention_scale(), 1.0);
+  auto deepseek = with(R"({"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0})");
+  ASSERT_FALSE(deepseek.ok());
+  EXPECT_NE(deepseek.status().message().find("mscale"), std::string::npos);
+  auto unknown = with(R"({"type": "longrope", "factor": 2.0})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("longrope"), std::string::npos);
 }
 
 // compressed-tensors' quantization_config (shared/docs/quantization-formats.md 4.1): int8 W8A8
@@ -405,10 +441,10 @@ TEST(ConfigFromHf, Errors) {
   expect_error(R"({"model_type": "llama", "hidden_size": "64", "vocab_size": 100, "intermediate_size": 128,
       "num_hidden_layers": 2, "num_attention_heads": 4})",
                StatusCode::kDataLoss, "hidden_size must be an integer");
-  expect_error(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}, )" + base + "}",
-               StatusCode::kUnimplemented, "unsupported rope_scaling type yarn");
-  expect_error(R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 4}, )" + base + "}",
-               StatusCode::kUnimplemented, "dynamic");
+  expect_error(R"({"model_type": "llama", "rope_scaling": {"rope_type": "longrope", "factor": 4}, )" + base + "}",
+               StatusCode::kUnimplemented, "unsupported rope_scaling type longrope");
+  expect_error(R"({"model_type": "llama", "rope_scaling": {"type": "su", "factor": 4}, )" + base + "}",
+               StatusCode::kUnimplemented, "su");
   expect_error(R"({"model_type": "llama", "num_key_value_heads": 3, )" + base + "}",
                StatusCode::kInvalidArgument, "num_kv_heads");
   expect_error(R"({"model_type": "llama", "hidden_act": "gelu", )" + base + "}",

@@ -19,8 +19,10 @@ Result<AttentionBlock> AttentionBlock::load(WeightLoader& w, const std::string& 
   // This rank's heads (all of them without tensor parallelism) as rows of q, k, v and columns of o.
   const IndexRange q_part{shard.q_heads.begin * hd, shard.q_heads.end * hd};
   const IndexRange kv_part{shard.kv_heads.begin * hd, shard.kv_heads.end * hd};
+  // YaRN scales q.k on top of 1 / sqrt(head_dim) (as scaling both rotated q and k would).
   b.params_ = AttentionParams{shard.q_heads.size(), shard.kv_heads.size(), hd,
-                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), cfg.sliding_window};
+                              static_cast<float>(cfg.rope_scaling.attention_scale() / std::sqrt(static_cast<double>(hd))),
+                              cfg.sliding_window};
   b.hidden_ = hidden;
   b.eps_ = static_cast<float>(cfg.rms_norm_eps);
   b.rope_interleaved_ = cfg.rope_interleaved;
