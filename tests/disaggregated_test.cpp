@@ -4,11 +4,6 @@
 // engine's, token for token, on stories260K's golden text, greedy and seeded, and on a mixture of
 // experts; it computes none of the prompt; when the prefill engine is gone the request computes
 // its prompt and still gives the same tokens; no block leaks on either side.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,22 +12,13 @@
 
 #include "engine/llm.h"
 #include "support/engine_core.h"
+#include "support/free_ports.h"
 #include "support/test_data.h"
 
 namespace pagoda {
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int free_port() { return testing::free_tcp_ports(1); }
 
 // The model's whole context.
 EngineConfig plain() {

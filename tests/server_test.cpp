@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "support/free_ports.h"
 #include "support/server_process.h"
 #include "support/test_data.h"
 
@@ -377,7 +378,7 @@ TEST(Server, KvOffloadingServesEvictedPrefixesAndExportsItsMetrics) {
 TEST(Server, ProxyPrefillDecodeKeepsTheGoldenTextAndSurvivesAPrefillInstance) {
   PAGODA_TEST_FILE(model_path, "stories260K/stories260K.gguf");
   PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
-  const int kv_port = 23000 + static_cast<int>(::getpid() % 2000) * 4;  // 2 ranks, then 1
+  const int kv_port = testing::free_tcp_ports(3);  // 2 ranks, then 1
   auto config = [](const std::string& connector, const std::string& role, int port) {
     return "{\"kv_connector\": \"" + connector + "\", \"kv_role\": \"" + role + "\"" +
            (port > 0 ? ", \"kv_port\": " + std::to_string(port) : std::string()) + "}";

@@ -20,6 +20,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "model/kv_cache.h"
 #include "model/tensor_parallel.h"
+#include "support/free_ports.h"
 
 namespace pagoda {
 namespace {
@@ -36,22 +37,7 @@ const Kernels& kernels() {
   return backend->kernels();
 }
 
-// A port nobody listens on now (and, for a base, the next few too, as far as one can tell).
-int free_port() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    const int port = ntohs(a.sin_port);
-    ::close(fd);
-    if (port > 0 && port < 65000) return port;
-  }
-  return 0;
-}
+int free_port(int n = 8) { return testing::free_tcp_ports(n); }
 
 // One rank's KV cache (its heads of kHeads) filled with bytes that say where they are.
 struct Rank {
