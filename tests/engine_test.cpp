@@ -83,6 +83,35 @@ std::vector<std::vector<TokenId>> run_alone(LLM& llm, const std::vector<Generate
   return out;
 }
 
+// --max-model-len beyond the trained context only as far as the rope scaling stretches it
+// (vLLM's derived max_model_len): its default, its bound, and the message when past it.
+TEST(Engine, MaxModelLenFollowsRopeScaling) {
+  ModelConfig m;
+  m.max_position_embeddings = 32768;
+  EngineConfig plain;
+  plain.scheduler.max_model_len = 0;
+  ASSERT_TRUE(plain.validate(&m).ok());
+  EXPECT_EQ(plain.scheduler.max_model_len, 32768);
+  m.rope_scaling.type = RopeScaling::Type::kYarn;
+  m.rope_scaling.factor = 4;
+  m.rope_scaling.original_max_position_embeddings = 32768;
+  EngineConfig yarn;
+  yarn.scheduler.max_model_len = 0;
+  ASSERT_TRUE(yarn.validate(&m).ok());
+  EXPECT_EQ(yarn.scheduler.max_model_len, 131072);
+  EngineConfig too_long;
+  too_long.scheduler.max_model_len = 131073;
+  const Status st = too_long.validate(&m);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("[1, 131072] (the model's context length, with its rope scaling)"), std::string::npos)
+      << st.message();
+  m.rope_scaling.type = RopeScaling::Type::kLlama3;  // Llama 3.1's declares its context as it is
+  EngineConfig llama3;
+  llama3.scheduler.max_model_len = 0;
+  ASSERT_TRUE(llama3.validate(&m).ok());
+  EXPECT_EQ(llama3.scheduler.max_model_len, 32768);
+}
+
 TEST(Engine, BatchOf32EqualsEachAlone) {
   PAGODA_TEST_FILE(model, kModel);
   LLM llm(make_core(model, {}));

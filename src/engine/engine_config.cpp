@@ -7,10 +7,13 @@ Status EngineConfig::validate(const ModelConfig* model, const ModelConfig* draft
   SchedulerConfig& sc = scheduler;
   if (sc.max_model_len < 0) return invalid_argument("--max-model-len must be positive");
   if (model != nullptr) {
-    if (sc.max_model_len == 0) sc.max_model_len = model->max_position_embeddings;
-    if (sc.max_model_len < 1 || sc.max_model_len > model->max_position_embeddings) {
-      return invalid_argument("--max-model-len must be in [1, " + std::to_string(model->max_position_embeddings) +
-                              "] (the model's context length)");
+    // Beyond the trained context only as far as the checkpoint's rope scaling stretches it.
+    const int64_t longest = model->max_context_len();
+    if (sc.max_model_len == 0) sc.max_model_len = longest;
+    if (sc.max_model_len < 1 || sc.max_model_len > longest) {
+      return invalid_argument("--max-model-len must be in [1, " + std::to_string(longest) + "] (the model's context length" +
+                              (longest != model->max_position_embeddings ? std::string(", with its rope scaling") : "") +
+                              ")");
     }
   }
   if (block_size < 1 || block_size > 256) return invalid_argument("--block-size must be in [1, 256]");

@@ -97,6 +97,14 @@ double RopeScaling::attention_scale() const {
   return a * a;
 }
 
+int64_t ModelConfig::max_context_len() const {
+  const RopeScaling& s = rope_scaling;
+  double n = static_cast<double>(max_position_embeddings);
+  if (s.type == RopeScaling::Type::kLinear || s.type == RopeScaling::Type::kDynamic) n *= s.factor;
+  if (s.type == RopeScaling::Type::kYarn) n = static_cast<double>(s.original_max_position_embeddings) * s.factor;
+  return static_cast<int64_t>(std::clamp(n, 1.0, static_cast<double>(kMaxPositions)));
+}
+
 bool ModelConfig::is_sparse_layer(int64_t layer) const {
   layer += first_layer;
   if (num_experts <= 0 || decoder_sparse_step <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;

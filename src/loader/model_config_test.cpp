@@ -165,10 +165,15 @@ TEST(ConfigFromHf, YarnAndDynamicRopeScaling) {
   ASSERT_TRUE(given.ok()) << given.status().message();
   EXPECT_EQ(given->rope_scaling.original_max_position_embeddings, 32768);  // the model's, by default
   EXPECT_DOUBLE_EQ(given->rope_scaling.attention_scale(), 2.25);
+  EXPECT_EQ(yarn->max_context_len(), 4 * 32768);  // vLLM's derived max_model_len
   auto dynamic = with(R"({"type": "dynamic", "factor": 2.0})");
   ASSERT_TRUE(dynamic.ok()) << dynamic.status().message();
   EXPECT_EQ(dynamic->rope_scaling.type, RopeScaling::Type::kDynamic);
   EXPECT_DOUBLE_EQ(dynamic->rope_scaling.attention_scale(), 1.0);
+  EXPECT_EQ(dynamic->max_context_len(), 2 * 32768);
+  auto plain_config = config_from_hf_json(head + "null}", "dir/config.json");
+  ASSERT_TRUE(plain_config.ok()) << plain_config.status().message();
+  EXPECT_EQ(plain_config->max_context_len(), 32768);
   auto deepseek = with(R"({"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0})");
   ASSERT_FALSE(deepseek.ok());
   EXPECT_NE(deepseek.status().message().find("mscale"), std::string::npos);
