@@ -11,6 +11,8 @@
 #include <functional>
 #include <string>
 
+#include "base/sha256.h"
+
 namespace pagoda {
 
 struct KvBlockKey {
@@ -18,15 +20,7 @@ struct KvBlockKey {
 
   bool operator==(const KvBlockKey&) const = default;
   // 64 lowercase hex digits.
-  std::string hex() const {
-    static const char* digits = "0123456789abcdef";
-    std::string out(64, '0');
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      out[2 * i] = digits[bytes[i] >> 4];
-      out[2 * i + 1] = digits[bytes[i] & 15];
-    }
-    return out;
-  }
+  std::string hex() const { return to_hex(bytes); }
 };
 
 }  // namespace pagoda

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/types.h"
@@ -108,6 +109,22 @@ struct KvTransferCounters {
   double transfer_seconds = 0;                        // receives, from start to the last byte
   double load_seconds = 0, store_seconds = 0;         // time spent copying (engine thread)
 
+  KvTransferCounters& operator+=(const KvTransferCounters& c) {
+    for (auto [to, from] : {std::pair{&loaded_blocks, c.loaded_blocks}, {&loaded_bytes, c.loaded_bytes},
+                            {&disk_loaded_blocks, c.disk_loaded_blocks}, {&disk_loaded_bytes, c.disk_loaded_bytes},
+                            {&stored_blocks, c.stored_blocks}, {&stored_bytes, c.stored_bytes},
+                            {&disk_stored_blocks, c.disk_stored_blocks}, {&disk_stored_bytes, c.disk_stored_bytes},
+                            {&failed_blocks, c.failed_blocks}, {&staged_blocks, c.staged_blocks},
+                            {&staged_bytes, c.staged_bytes}, {&sent_blocks, c.sent_blocks}, {&sent_bytes, c.sent_bytes},
+                            {&received_blocks, c.received_blocks}, {&received_bytes, c.received_bytes},
+                            {&failed_transfers, c.failed_transfers}}) {
+      *to += from;
+    }
+    transfer_seconds += c.transfer_seconds;
+    load_seconds += c.load_seconds;
+    store_seconds += c.store_seconds;
+    return *this;
+  }
   bool operator==(const KvTransferCounters&) const = default;
 };
 

@@ -5,31 +5,6 @@
 #include "base/check.h"
 
 namespace pagoda {
-namespace {
-
-void add(KvTransferCounters& to, const KvTransferCounters& c) {
-  to.loaded_blocks += c.loaded_blocks;
-  to.loaded_bytes += c.loaded_bytes;
-  to.disk_loaded_blocks += c.disk_loaded_blocks;
-  to.disk_loaded_bytes += c.disk_loaded_bytes;
-  to.stored_blocks += c.stored_blocks;
-  to.stored_bytes += c.stored_bytes;
-  to.disk_stored_blocks += c.disk_stored_blocks;
-  to.disk_stored_bytes += c.disk_stored_bytes;
-  to.failed_blocks += c.failed_blocks;
-  to.staged_blocks += c.staged_blocks;
-  to.staged_bytes += c.staged_bytes;
-  to.sent_blocks += c.sent_blocks;
-  to.sent_bytes += c.sent_bytes;
-  to.received_blocks += c.received_blocks;
-  to.received_bytes += c.received_bytes;
-  to.failed_transfers += c.failed_transfers;
-  to.load_seconds += c.load_seconds;
-  to.store_seconds += c.store_seconds;
-  to.transfer_seconds += c.transfer_seconds;
-}
-
-}  // namespace
 
 MultiScheduler::MultiScheduler(std::vector<std::unique_ptr<KvConnectorScheduler>> parts) : parts_(std::move(parts)) {}
 
@@ -87,7 +62,8 @@ void MultiScheduler::update_connector_output(const KvConnectorMetadata& meta, co
   for (size_t i = 0; i < parts_.size(); ++i) {
     const KvConnectorMetadata& mine = i < last_.size() ? last_[i] : KvConnectorMetadata{};
     KvConnectorOutput slice;
-    slice.counters = output.counters;  // each part reads only its own counters
+    // The step's moves once, in the first part's totals (stats() sums the parts).
+    if (i == 0) slice.counters = output.counters;
     slice.disk_dropped = output.disk_dropped;
     if (matches) {
       slice.load_states.assign(output.load_states.begin() + static_cast<ptrdiff_t>(at),
@@ -120,7 +96,7 @@ KvConnectorStats MultiScheduler::stats() const {
     s.disk_blocks += one.disk_blocks;
     s.disk_capacity += one.disk_capacity;
     s.requests_waiting += one.requests_waiting;
-    add(s.moved, one.moved);
+    s.moved += one.moved;
   }
   return s;
 }
@@ -154,7 +130,7 @@ KvConnectorOutput MultiWorker::finish_step(const KvConnectorMetadata& meta) {
     out.load_states.push_back(o != nullptr && i < o->load_states.size() ? o->load_states[i] : KvLoadState::kFailed);
   }
   for (const KvConnectorOutput& o : outs) {
-    add(out.counters, o.counters);
+    out.counters += o.counters;
     out.disk_dropped.insert(out.disk_dropped.end(), o.disk_dropped.begin(), o.disk_dropped.end());
   }
   return out;

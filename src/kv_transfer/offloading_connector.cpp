@@ -146,7 +146,6 @@ int64_t OffloadingScheduler::take_slot() {
     const int64_t slot = *it;
     host_.erase(s.key);
     lru_.erase(it);
-    s.used = false;
     return slot;
   }
   return -1;
@@ -197,7 +196,6 @@ void OffloadingScheduler::on_scheduled(const KvRequest& request, int64_t num_com
     if (slot < 0) break;  // every slot is being loaded from: save the rest when next scheduled
     Slot& s = slots_[static_cast<size_t>(slot)];
     s.key = key;
-    s.used = true;
     s.storing = true;
     lru_.push_back(slot);
     s.lru = std::prev(lru_.end());
@@ -246,19 +244,7 @@ void OffloadingScheduler::end_load(PerRequest& r, KvLoadState outcome) {
 
 void OffloadingScheduler::update_connector_output(const KvConnectorMetadata& meta, const KvConnectorOutput& output,
                                                   std::vector<RequestId>& done, std::vector<RequestId>& failed) {
-  const KvTransferCounters& c = output.counters;
-  KvTransferCounters& m = stats_.moved;
-  m.loaded_blocks += c.loaded_blocks;
-  m.loaded_bytes += c.loaded_bytes;
-  m.disk_loaded_blocks += c.disk_loaded_blocks;
-  m.disk_loaded_bytes += c.disk_loaded_bytes;
-  m.stored_blocks += c.stored_blocks;
-  m.stored_bytes += c.stored_bytes;
-  m.disk_stored_blocks += c.disk_stored_blocks;
-  m.disk_stored_bytes += c.disk_stored_bytes;
-  m.failed_blocks += c.failed_blocks;
-  m.load_seconds += c.load_seconds;
-  m.store_seconds += c.store_seconds;
+  stats_.moved += output.counters;
   // Files the disk tier did not write after all are not in it.
   for (const KvBlockKey& key : output.disk_dropped) {
     auto it = disk_.find(key);

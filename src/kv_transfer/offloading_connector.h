@@ -73,7 +73,6 @@ class OffloadingScheduler final : public KvConnectorScheduler {
     int pins = 0;                        // loads reading it
     bool storing = false;                // a store of the step being built writes it: not evicted
     std::list<int64_t>::iterator lru;    // valid while the slot holds a key
-    bool used = false;
   };
   struct DiskEntry {
     std::list<KvBlockKey>::iterator lru;

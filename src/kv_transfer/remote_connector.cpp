@@ -248,16 +248,7 @@ KvConnectorMetadata RemoteScheduler::build_meta() {
 
 void RemoteScheduler::update_connector_output(const KvConnectorMetadata& meta, const KvConnectorOutput& output,
                                               std::vector<RequestId>& done, std::vector<RequestId>& failed) {
-  const KvTransferCounters& c = output.counters;
-  KvTransferCounters& m = stats_.moved;
-  m.staged_blocks += c.staged_blocks;
-  m.staged_bytes += c.staged_bytes;
-  m.sent_blocks += c.sent_blocks;
-  m.sent_bytes += c.sent_bytes;
-  m.received_blocks += c.received_blocks;
-  m.received_bytes += c.received_bytes;
-  m.failed_transfers += c.failed_transfers;
-  m.transfer_seconds += c.transfer_seconds;
+  stats_.moved += output.counters;
   const bool matches = output.load_states.size() == meta.awaiting.size();
   for (size_t i = 0; i < meta.awaiting.size(); ++i) {
     const RequestId id = meta.awaiting[i];
@@ -721,7 +712,6 @@ void RemoteWorker::fetch(Fetch* f) {
   }
   if (!st.ok() && !f->cancelled) log_line(LogLevel::kWarning, "kv", st.message() + " (the request computes its prompt)");
   f->seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  f->error = st.message();
   {
     std::lock_guard<std::mutex> lock(fetch_mu_);
     f->state = static_cast<int>(st.ok() ? KvLoadState::kDone : KvLoadState::kFailed);

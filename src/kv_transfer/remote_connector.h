@@ -137,7 +137,6 @@ class RemoteWorker final : public KvConnectorWorker {
     int fd = -1;                     // the connection in use (guarded by fd_mu), shut down by cancel()
     void cancel();
     std::atomic<int> state{0};       // KvLoadState, set by the fetch thread
-    std::string error;               // why it failed (set before state)
     std::chrono::steady_clock::time_point deadline;  // of the whole load (RemoteTimeouts::total)
     int64_t received_bytes = 0;
     double seconds = 0;
