@@ -1,6 +1,6 @@
 // The AVX2 + FMA paged-attention leaf: one sequence, one kv head, a tile of query rows and the
-// query heads that read that kv head (GQA). Built with -mavx2 -mfma; read x86_kernels.h before
-// adding an #include.
+// query heads that read that kv head (GQA); and the conversion of a non-f32 cache's rows to f32.
+// Built with -mavx2 -mfma -mf16c; read x86_kernels.h before adding an #include.
 //
 // Keys are visited in tiles of kKeyTile positions aligned to absolute positions, each tile's K and
 // V rows (a few KiB) staying in L1 while every query vector of the tile passes over them, so GQA
@@ -207,8 +207,84 @@ struct Avx2Lanes {
   }
 };
 
+// ---- Cache rows to f32 ----
+
+constexpr float kTwoTo120 = 1.329228e36f;  // 2^120: an e4m3 code's bits moved into f32's, rebiased
+constexpr float kTwoTo112 = 5.1922969e33f;  // 2^112: the same for e5m2
+
+// 8 elements of a cache row as f32, from their bytes at p; int8 codes times `scale`.
+template <KvRowFormat F>
+PAGODA_ATT_INLINE __m256 row8_to_f32(const uint8_t* p, __m256 scale) {
+  if constexpr (F == KvRowFormat::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else if constexpr (F == KvRowFormat::kBF16) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  } else if constexpr (F == KvRowFormat::kInt8) {
+    const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)));
+  } else {
+    // fp8: the exponent and mantissa bits moved to the top of f32's (a subnormal code lands on an
+    // f32 subnormal of the same mantissa), then rebiased by an exact multiply by a power of two;
+    // the sign ORed in last. E4M3 has NaN only at S.1111.111; E5M2 has fp16's infinities and NaNs.
+    const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x80)), 24);
+    const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7F));
+    __m256 v;
+    __m256i nan;
+    if constexpr (F == KvRowFormat::kFp8E4M3) {
+      v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(kTwoTo120));
+      nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
+    } else {
+      v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 21)), _mm256_set1_ps(kTwoTo112));
+      const __m256i inf = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7C));
+      v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_inff()), _mm256_castsi256_ps(inf));
+      nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7C));
+    }
+    v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), _mm256_castsi256_ps(nan));
+    return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+  }
+}
+
+template <KvRowFormat F>
+void rows_to_f32(const KvRowSource& r, int64_t first, int64_t count, float* out) {
+  constexpr int64_t kWidth = F == KvRowFormat::kF16 || F == KvRowFormat::kBF16 ? 2 : 1;  // bytes
+  const int64_t hd = r.head_dim;
+  const auto* base = static_cast<const uint8_t*>(r.data);
+  int64_t block = first / r.block_size, offset = first % r.block_size;
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t row = (static_cast<int64_t>(r.block_table[block]) * r.block_size + offset) * r.num_kv_heads + r.kv_head;
+    const uint8_t* p = base + row * hd * kWidth;
+    const __m256 scale = _mm256_set1_ps(F == KvRowFormat::kInt8 ? r.scales[row] : 1.0f);
+    float* o = out + t * hd;
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(o + d, row8_to_f32<F>(p + d * kWidth, scale));
+    if (d < hd) {  // the tail through a zero-padded copy
+      alignas(32) uint8_t tail[8 * kWidth] = {};
+      alignas(32) float tail_out[8];
+      for (int64_t i = 0; i < (hd - d) * kWidth; ++i) tail[i] = p[d * kWidth + i];
+      _mm256_store_ps(tail_out, row8_to_f32<F>(tail, scale));
+      for (int64_t i = 0; i < hd - d; ++i) o[d + i] = tail_out[i];
+    }
+    if (++offset == r.block_size) {
+      ++block;
+      offset = 0;
+    }
+  }
+}
+
 }  // namespace
 
 void attention_tile_lanes_avx2(const AttentionTile& a) { attention_tile_lanes<Avx2Lanes>(a); }
+
+void kv_rows_to_f32_avx2(const KvRowSource& rows, int64_t first, int64_t count, float* out) {
+  switch (rows.format) {
+    case KvRowFormat::kF16: return rows_to_f32<KvRowFormat::kF16>(rows, first, count, out);
+    case KvRowFormat::kBF16: return rows_to_f32<KvRowFormat::kBF16>(rows, first, count, out);
+    case KvRowFormat::kFp8E4M3: return rows_to_f32<KvRowFormat::kFp8E4M3>(rows, first, count, out);
+    case KvRowFormat::kFp8E5M2: return rows_to_f32<KvRowFormat::kFp8E5M2>(rows, first, count, out);
+    case KvRowFormat::kInt8: return rows_to_f32<KvRowFormat::kInt8>(rows, first, count, out);
+  }
+}
 
 }  // namespace pagoda::cpu

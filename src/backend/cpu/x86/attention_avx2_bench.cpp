@@ -11,6 +11,7 @@
 
 #include "backend/kernels.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/testing_context.h"
 #include "backend/cpu/x86/x86_kernels.h"
 
@@ -22,22 +23,35 @@ constexpr int64_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
 using PooledAttention = void (*)(const float*, const AttentionSeq*, int64_t, const KvLayerView&, const AttentionParams&,
                                  float*, ThreadPool*);
 
-// Args: context length, query tokens (1 = decode; = context: a whole prefill), threaded.
+// Args: context length, query tokens (1 = decode; = context: a whole prefill), threaded, the
+// cache's KvCacheDtype (0 = f32).
 void run_paged_attention(benchmark::State& state, PooledAttention attention) {
   const int64_t context = state.range(0), num_query = state.range(1);
   const bool threaded = state.range(2) != 0;
+  const auto dtype = static_cast<KvCacheDtype>(state.range(3));
   const int64_t blocks = (context + kBlock - 1) / kBlock;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> key(static_cast<size_t>(blocks * kBlock * kKvHeads * kHeadDim));
-  std::vector<float> value(key.size());
-  for (auto& v : key) v = dist(rng);
-  for (auto& v : value) v = dist(rng);
+  const auto rows = static_cast<size_t>(blocks * kBlock * kKvHeads);
+  std::vector<uint8_t> key(rows * kHeadDim * static_cast<size_t>(kv_cache_elem_bytes(dtype)));
+  std::vector<uint8_t> value(key.size());
+  std::vector<float> key_scales(rows), value_scales(rows);
+  const bool int8 = dtype == KvCacheDtype::kInt8;
+  const KvLayerView cache{key.data(),  value.data(), blocks, kBlock, kKvHeads, kHeadDim, dtype,
+                          int8 ? key_scales.data() : nullptr, int8 ? value_scales.data() : nullptr};
+  std::vector<float> row(kHeadDim);
+  for (int64_t slot = 0; slot < blocks * kBlock; ++slot) {
+    for (int64_t h = 0; h < kKvHeads; ++h) {
+      for (bool is_value : {false, true}) {
+        for (auto& v : row) v = dist(rng);
+        write_kv_row(cache, is_value, slot, h, row.data());
+      }
+    }
+  }
   std::vector<BlockId> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
   std::vector<float> q(static_cast<size_t>(num_query * kHeads * kHeadDim), 0.1f);
   std::vector<float> out(q.size());
-  const KvLayerView cache{key.data(), value.data(), blocks, kBlock, kKvHeads, kHeadDim};
   const AttentionSeq seq{0, num_query, context, table.data()};
   const AttentionParams params{kHeads, kKvHeads, kHeadDim, 0.125f, 0};
   for (auto _ : state) {
@@ -50,8 +64,9 @@ void run_paged_attention(benchmark::State& state, PooledAttention attention) {
   int64_t keys_read = 0;
   for (int64_t j = 0; j < num_query; ++j) keys_read += first + j + 1;
   state.SetItemsProcessed(state.iterations() * keys_read * kHeads * kHeadDim * 2);
-  state.SetBytesProcessed(state.iterations() * context * kKvHeads * kHeadDim * 4 * 2);
-  state.SetLabel(threaded ? "threads=" + std::to_string(testing_context().pool().num_threads()) : "1 thread");
+  state.SetBytesProcessed(state.iterations() * context * kKvHeads * kHeadDim * kv_cache_elem_bytes(dtype) * 2);
+  state.SetLabel(std::string(kv_cache_dtype_name(dtype)) + ", " +
+                 (threaded ? "threads=" + std::to_string(testing_context().pool().num_threads()) : "1 thread"));
 }
 
 void BM_PagedAttentionAvx2(benchmark::State& state) {
@@ -70,13 +85,17 @@ void BM_PagedAttentionAvx512(benchmark::State& state) {
   run_paged_attention(state, paged_attention_avx512_pooled);
 }
 
-#define PAGODA_ATTENTION_BENCH_ARGS                 \
-  Args({512, 1, 1})                                 \
-      ->Args({4096, 1, 0})                          \
-      ->Args({4096, 1, 1})                          \
-      ->Args({512, 512, 1})                         \
-      ->Args({2048, 2048, 1})                       \
-      ->ArgNames({"context", "query", "threaded"}) \
+#define PAGODA_ATTENTION_BENCH_ARGS                          \
+  Args({512, 1, 1, 0})                                       \
+      ->Args({4096, 1, 0, 0})                                \
+      ->Args({4096, 1, 1, 0})                                \
+      ->Args({512, 512, 1, 0})                               \
+      ->Args({2048, 2048, 1, 0})                             \
+      ->Args({8192, 512, 1, 0})                              \
+      ->Args({8192, 512, 1, 3})                              \
+      ->Args({8192, 512, 1, 5})                              \
+      ->Args({32768, 1, 1, 3})                               \
+      ->ArgNames({"context", "query", "threaded", "dtype"}) \
       ->UseRealTime()
 BENCHMARK(BM_PagedAttentionAvx2)->PAGODA_ATTENTION_BENCH_ARGS;
 BENCHMARK(BM_PagedAttentionAvx512)->PAGODA_ATTENTION_BENCH_ARGS;

@@ -5,7 +5,6 @@
 
 #include "backend/kernels.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
@@ -44,27 +43,65 @@ struct LaneKernel {
   void (*narrow)(const AttentionTile&) = nullptr;
 };
 
+// The row format of a cache that is not f32.
+KvRowFormat row_format(KvCacheDtype t) {
+  switch (t) {
+    case KvCacheDtype::kF16: return KvRowFormat::kF16;
+    case KvCacheDtype::kBF16: return KvRowFormat::kBF16;
+    case KvCacheDtype::kFp8E4M3: return KvRowFormat::kFp8E4M3;
+    case KvCacheDtype::kFp8E5M2: return KvRowFormat::kFp8E5M2;
+    case KvCacheDtype::kInt8: return KvRowFormat::kInt8;
+    case KvCacheDtype::kF32: break;
+  }
+  PAGODA_CHECK(false && "an f32 cache is read in place");
+  return KvRowFormat::kF16;
+}
+
+// Positions converted per unit of work when a sequence's rows are converted in parallel.
+constexpr int64_t kConvertChunk = 256;
+
 void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs, const KvLayerView& cache,
                             const AttentionParams& p, float* out, ThreadPool* pool, LaneKernel lane_kernel) {
   const int64_t group = p.num_heads / p.num_kv_heads;
   PAGODA_CHECK(group * p.num_kv_heads == p.num_heads);
   const int64_t heads_per_tile = std::min(group, kMaxGroupHeads);
   const int64_t rows_per_tile = std::max<int64_t>(1, kVectorsPerTile / heads_per_tile);
+  const bool f32_cache = cache.dtype == KvCacheDtype::kF32;
 
-  // Reused across calls (one per layer per step). A reference, so that the workers running
-  // `run` below read the calling thread's list, not their own thread_local one.
-  thread_local std::vector<WorkItem> items_of_this_thread;
+  // A cache of another dtype is read as f32 rows. A sequence with one tile of rows per kv head
+  // (decode) has them converted by its tile, 16 positions at a time (AttentionTile::key_rows), so
+  // they stay in L1; one with several (a prefill chunk) has them converted once, in parallel, into
+  // `shared` ([position][head_dim], read through an identity block table), and its tiles then run
+  // over that copy one kv head at a time, so that a long prompt's K and V are not converted again
+  // by each of its tiles. Either way the tiles read the same f32 values.
+  auto source = [&](const AttentionSeq& seq, int64_t kv_head, bool value) {
+    return KvRowSource{row_format(cache.dtype), value ? cache.value : cache.key,
+                       value ? cache.value_scales : cache.key_scales, cache.num_kv_heads, cache.head_dim,
+                       cache.block_size, kv_head, seq.block_table};
+  };
+  auto shares_conversion = [&](const AttentionSeq& seq) { return !f32_cache && seq.num_query > rows_per_tile; };
+
+  // Reused across calls (one per layer per step). References, so that the workers running `run`
+  // below read the calling thread's lists and copies, not their own thread_local ones.
+  thread_local std::vector<WorkItem> items_of_this_thread, shared_items_of_this_thread;
+  thread_local std::vector<float> shared_keys_of_this_thread, shared_values_of_this_thread;
   std::vector<WorkItem>& items = items_of_this_thread;
+  std::vector<WorkItem>& shared_items = shared_items_of_this_thread;
+  std::vector<float>& shared_keys = shared_keys_of_this_thread;
+  std::vector<float>& shared_values = shared_values_of_this_thread;
   items.clear();
+  auto add_tiles = [&](int64_t s, int64_t kvh, std::vector<WorkItem>& to) {
+    const AttentionSeq& seq = seqs[s];
+    for (int64_t h0 = 0; h0 < group; h0 += heads_per_tile)
+      for (int64_t r0 = 0; r0 < seq.num_query; r0 += rows_per_tile)
+        to.push_back({s, kvh, h0, std::min(heads_per_tile, group - h0), r0, std::min(rows_per_tile, seq.num_query - r0)});
+  };
   int64_t macs = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];
     macs += seq.num_query * seq.context_len * p.num_heads * p.head_dim * 2;
-    for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
-      for (int64_t h0 = 0; h0 < group; h0 += heads_per_tile)
-        for (int64_t r0 = 0; r0 < seq.num_query; r0 += rows_per_tile)
-          items.push_back({s, kvh, h0, std::min(heads_per_tile, group - h0), r0,
-                           std::min(rows_per_tile, seq.num_query - r0)});
+    if (shares_conversion(seq)) continue;
+    for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh) add_tiles(s, kvh, items);
   }
 
   const int64_t row_stride = p.num_heads * p.head_dim;
@@ -78,17 +115,23 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
   auto lane_scratch = [&](int64_t w) { return (kMaxVectors + w - 1) / w * (2 * w * p.head_dim + 2 * w); };
   const auto scratch_floats =
       static_cast<size_t>(lanes ? std::max(lane_scratch(lane_kernel.lanes), lane_scratch(8)) : 2 * kMaxVectors);
-  const bool f32_cache = cache.dtype == KvCacheDtype::kF32;
-  auto run = [&](int64_t begin, int64_t end) {
+  // The identity block table of converted rows, long enough for every sequence.
+  thread_local std::vector<int32_t> identity_of_this_thread;
+  std::vector<int32_t>& identity = identity_of_this_thread;
+  int64_t most_blocks = 0;
+  for (int64_t s = 0; s < num_seqs; ++s)
+    most_blocks = std::max(most_blocks, (seqs[s].context_len + cache.block_size - 1) / cache.block_size);
+  for (auto b = static_cast<int64_t>(identity.size()); b < most_blocks; ++b) identity.push_back(static_cast<int32_t>(b));
+
+  // Runs tiles [begin, end) of `list`; converted: their keys and values are `shared`.
+  auto run = [&](const std::vector<WorkItem>& list, bool converted, int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch_of_this_thread;  // each worker's own
     std::vector<float>& scratch = scratch_of_this_thread;
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-    // A cache of another dtype: the tile's kv head's keys and values up to its last position,
-    // converted to f32 rows [position][head_dim], read through an identity block table.
-    thread_local std::vector<float> keys_of_this_thread, values_of_this_thread;
-    thread_local std::vector<int32_t> identity_of_this_thread;
+    thread_local std::vector<float> converted_of_this_thread;  // a key tile's rows, converted
+    std::vector<float>& converted_rows = converted_of_this_thread;
     for (int64_t i = begin; i < end; ++i) {
-      const WorkItem& w = items[static_cast<size_t>(i)];
+      const WorkItem& w = list[static_cast<size_t>(i)];
       const AttentionSeq& seq = seqs[w.seq];
       const int64_t head = w.kv_head * group + w.head_begin;
       const int64_t row = seq.query_start + w.row_begin;
@@ -96,30 +139,24 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
       const int64_t first_pos = seq.context_len - seq.num_query + w.row_begin;
       const float* key = nullptr;
       const float* value = nullptr;
-      int64_t kv_slot_stride = slot_stride;
-      const int32_t* block_table = seq.block_table;
-      if (f32_cache) {
+      int64_t kv_slot_stride = p.head_dim;
+      const int32_t* block_table = identity.data();
+      KvRowSource key_rows{}, value_rows{};
+      if (converted) {
+        key = shared_keys.data();
+        value = shared_values.data();
+      } else if (f32_cache) {
         key = static_cast<const float*>(cache.key) + w.kv_head * cache.head_dim;
         value = static_cast<const float*>(cache.value) + w.kv_head * cache.head_dim;
-      } else {
-        const int64_t positions = first_pos + w.num_rows;  // 0 .. the tile's last position
-        std::vector<float>& keys = keys_of_this_thread;
-        std::vector<float>& values = values_of_this_thread;
-        std::vector<int32_t>& identity = identity_of_this_thread;
-        keys.resize(static_cast<size_t>(positions * p.head_dim));
-        values.resize(keys.size());
-        for (int64_t t = 0; t < positions; ++t) {
-          const int64_t slot = seq.block_table[t / cache.block_size] * cache.block_size + t % cache.block_size;
-          read_kv_row(cache, false, slot, w.kv_head, keys.data() + t * p.head_dim);
-          read_kv_row(cache, true, slot, w.kv_head, values.data() + t * p.head_dim);
-        }
-        const int64_t blocks = (positions + cache.block_size - 1) / cache.block_size;
-        for (auto b = static_cast<int64_t>(identity.size()); b < blocks; ++b) identity.push_back(static_cast<int32_t>(b));
-        key = keys.data();
-        value = values.data();
-        kv_slot_stride = p.head_dim;
-        block_table = identity.data();
+        kv_slot_stride = slot_stride;
+        block_table = seq.block_table;
+      } else {  // converted by the tile, a key tile at a time
+        key_rows = source(seq, w.kv_head, false);
+        value_rows = source(seq, w.kv_head, true);
+        if (converted_rows.size() < static_cast<size_t>(2 * kAttentionKeyTile * p.head_dim))
+          converted_rows.resize(static_cast<size_t>(2 * kAttentionKeyTile * p.head_dim));
       }
+      const bool own_conversion = !converted && !f32_cache;
       const AttentionTile tile{
           .q = q + offset,
           .out = out + offset,
@@ -136,6 +173,9 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
           .scale = p.scale,
           .sliding_window = p.sliding_window,
           .scratch = scratch.data(),
+          .key_rows = own_conversion ? &key_rows : nullptr,
+          .value_rows = own_conversion ? &value_rows : nullptr,
+          .converted = own_conversion ? converted_rows.data() : nullptr,
       };
       if (lanes) {
         const bool narrow = lane_kernel.narrow != nullptr && w.num_rows * w.num_heads <= 8;
@@ -145,11 +185,41 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
       }
     }
   };
-  const auto n = static_cast<int64_t>(items.size());
-  if (pool == nullptr || macs < kMinParallelMacs) {
-    run(0, n);
-  } else {
-    pool->parallel_for(n, run);
+  const bool threaded = pool != nullptr && macs >= kMinParallelMacs;
+  auto run_all = [&](const std::vector<WorkItem>& list, bool converted) {
+    const auto n = static_cast<int64_t>(list.size());
+    if (threaded) {
+      pool->parallel_for(n, [&](int64_t begin, int64_t end) { run(list, converted, begin, end); });
+    } else {
+      run(list, converted, 0, n);
+    }
+  };
+  run_all(items, false);
+
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const AttentionSeq& seq = seqs[s];
+    if (!shares_conversion(seq)) continue;
+    shared_keys.resize(static_cast<size_t>(seq.context_len * p.head_dim));
+    shared_values.resize(shared_keys.size());
+    for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+      const KvRowSource keys = source(seq, kvh, false), values = source(seq, kvh, true);
+      auto convert = [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          const int64_t first = c * kConvertChunk, count = std::min(kConvertChunk, seq.context_len - first);
+          kv_rows_to_f32_avx2(keys, first, count, shared_keys.data() + first * p.head_dim);
+          kv_rows_to_f32_avx2(values, first, count, shared_values.data() + first * p.head_dim);
+        }
+      };
+      const int64_t chunks = (seq.context_len + kConvertChunk - 1) / kConvertChunk;
+      if (threaded) {
+        pool->parallel_for(chunks, convert);
+      } else {
+        convert(0, chunks);
+      }
+      shared_items.clear();
+      add_tiles(s, kvh, shared_items);
+      run_all(shared_items, true);
+    }
   }
 }
 

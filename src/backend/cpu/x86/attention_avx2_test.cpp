@@ -3,7 +3,8 @@
 // 4 and up: query vectors across the lanes, 8 or 16 of them), block sizes around the 16-key tile,
 // prefill chunks, sliding windows, several sequences at once and threaded; that a query's result
 // is the same bits whatever else is in the batch, however its prefill is chunked, and whatever
-// the thread count; and that the two give the same bits.
+// the thread count; and that the two give the same bits. Long prompts (8k and 32k tokens, a
+// needle at position 30,000) and the conversion of non-f32 caches' rows too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -319,6 +320,153 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, SameBitsAsTheAvx2Kernel, "avx512"
       EXPECT_EQ(differ, 0) << "of " << q.size() << " outputs";
     }
   }
+}
+
+// kv_rows_to_f32_avx2 reads what read_kv_row reads: every fp8 code, every fp16 and bf16 bit
+// pattern, int8 rows with their scales; head sizes with a tail; positions across scattered
+// blocks. A NaN must stay a NaN (its payload is not part of the contract).
+PAGODA_KERNEL_TABLE_TEST(KvRowsToF32Avx2, ReadsWhatReadKvRowReads, "avx2", "paged_attention") {
+  std::mt19937 rng(77);
+  for (KvCacheDtype dtype : {KvCacheDtype::kF16, KvCacheDtype::kBF16, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2,
+                             KvCacheDtype::kInt8}) {
+    for (int64_t hd : {int64_t{64}, int64_t{36}, int64_t{5}}) {
+      SCOPED_TRACE(std::string(kv_cache_dtype_name(dtype)) + " head_dim " + std::to_string(hd));
+      const int64_t block_size = 16, kv_heads = 2, elem = kv_cache_elem_bytes(dtype);
+      const int64_t patterns = elem == 2 ? 65536 : 256;
+      // Every bit pattern at least once, in the rows of kv head 1 of one sequence's positions.
+      const int64_t positions = (patterns + hd - 1) / hd + 3;
+      const int64_t blocks = (positions + block_size - 1) / block_size + 2;
+      std::vector<uint8_t> keys(static_cast<size_t>(blocks * block_size * kv_heads * hd * elem));
+      std::vector<float> scales(static_cast<size_t>(blocks * block_size * kv_heads));
+      for (size_t i = 0; i < keys.size(); i += static_cast<size_t>(elem)) {
+        const auto code = static_cast<uint32_t>((i / static_cast<size_t>(elem)) % static_cast<size_t>(patterns));
+        std::memcpy(keys.data() + i, &code, static_cast<size_t>(elem));  // little-endian low bytes
+      }
+      std::uniform_real_distribution<float> scale(0.001f, 3.0f);
+      for (auto& v : scales) v = scale(rng);
+      const KvLayerView view{keys.data(), keys.data(), blocks, block_size, kv_heads, hd, dtype, scales.data(),
+                             scales.data()};
+      std::vector<BlockId> table(static_cast<size_t>(blocks));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      static constexpr KvRowFormat kFormats[] = {KvRowFormat::kF16, KvRowFormat::kF16, KvRowFormat::kBF16,
+                                                 KvRowFormat::kFp8E4M3, KvRowFormat::kFp8E5M2, KvRowFormat::kInt8};
+      const KvRowSource source{kFormats[static_cast<int>(dtype)], keys.data(), scales.data(), kv_heads, hd, block_size, 1,
+                               table.data()};
+      for (auto [first, count] : {std::pair<int64_t, int64_t>{0, positions}, {13, 7}, {17, 1}}) {
+        std::vector<float> got(static_cast<size_t>(count * hd), -1.0f), want(got.size());
+        kv_rows_to_f32_avx2(source, first, count, got.data());
+        for (int64_t t = 0; t < count; ++t) {
+          const int64_t pos = first + t;
+          const int64_t slot = table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size;
+          read_kv_row(view, false, slot, 1, want.data() + t * hd);
+        }
+        int64_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+          differ += !both_nan && std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differ, 0) << "positions " << first << " + " << count;
+      }
+    }
+  }
+}
+
+// Long prompts: one sequence of 8,192 and of 32,768 tokens (scattered blocks), a kv head group
+// of 8 (the lane kernels) and of 2 (one vector at a time), f32 and fp8 caches. Query rows around
+// position 30,000 (8,000 at 8k) and the last one, computed as one prefill chunk, as chunks of
+// other sizes and as decode steps: the same bits every way, and each within 2e-5 of the float64
+// attention. At position 30,000 sits a needle: its key is the probe query's own direction, so
+// the query after it must attend to it as the reference does (its output is that row's value).
+void long_prompt_attention(PooledAttention attention) {
+  ThreadPool pool(2);
+  for (int64_t ctx : {int64_t{8192}, int64_t{32768}}) {
+    for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{8, 1}, {4, 2}}) {
+      for (KvCacheDtype dtype : {KvCacheDtype::kF32, KvCacheDtype::kFp8E4M3}) {
+        SCOPED_TRACE("context " + std::to_string(ctx) + " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) +
+                     " " + std::string(kv_cache_dtype_name(dtype)));
+        const int64_t hd = 64, bs = 16;
+        const int64_t needle = ctx > 30000 ? 30000 : 8000;
+        std::mt19937 rng(static_cast<uint32_t>(ctx + heads));
+        Cache c = make_cache(bs, kv_heads, hd, {ctx}, rng);
+        // Small random keys, so that no key but the needle stands out; the needle's key is a unit
+        // direction, scaled up.
+        std::vector<float> direction(static_cast<size_t>(hd));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        double norm = 0;
+        for (auto& v : direction) {
+          v = normal(rng);
+          norm += static_cast<double>(v) * v;
+        }
+        for (auto& v : direction) v = static_cast<float>(v / std::sqrt(norm));
+        for (auto& v : c.key) v *= 0.25f;
+        const auto& table = c.tables[0];
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          const int64_t slot = table[static_cast<size_t>(needle / bs)] * bs + needle % bs;
+          float* k = c.key.data() + (slot * kv_heads + h) * hd;
+          for (int64_t d = 0; d < hd; ++d) k[d] = 16.0f * direction[static_cast<size_t>(d)];
+        }
+        convert_cache(c, dtype);
+        const AttentionParams p{heads, kv_heads, hd, 0.125f, 0};
+        const int64_t row_floats = heads * hd;
+        // Rows [needle - 3, needle + 5) and [ctx - 4, ctx): the probe rows.
+        const std::vector<std::pair<int64_t, int64_t>> spans = {{needle - 3, needle + 5}, {ctx - 4, ctx}};
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        for (auto [begin, end] : spans) {
+          std::vector<float> q(static_cast<size_t>((end - begin) * row_floats));
+          for (auto& v : q) v = dist(rng);
+          // Every head of the row after the needle asks for the needle's direction.
+          if (begin <= needle + 1 && needle + 1 < end) {
+            for (int64_t h = 0; h < heads; ++h) {
+              float* qh = q.data() + ((needle + 1 - begin) * heads + h) * hd;
+              for (int64_t d = 0; d < hd; ++d) qh[d] = 16.0f * direction[static_cast<size_t>(d)];
+            }
+          }
+          // One chunk of the span.
+          std::vector<float> whole(q.size(), NAN);
+          AttentionSeq seq{0, end - begin, end, table.data()};
+          attention(q.data(), &seq, 1, c.view, p, whole.data(), &pool);
+          // Chunks of 3 and the rest, on the calling thread; then each row as a decode step.
+          std::vector<float> split(q.size(), NAN), steps(q.size(), NAN);
+          for (auto [b, e] : {std::pair<int64_t, int64_t>{begin, begin + 3}, {begin + 3, end}}) {
+            AttentionSeq part{0, e - b, e, table.data()};
+            attention(q.data() + (b - begin) * row_floats, &part, 1, c.view, p, split.data() + (b - begin) * row_floats, nullptr);
+          }
+          for (int64_t r = begin; r < end; ++r) {
+            AttentionSeq one{0, 1, r + 1, table.data()};
+            attention(q.data() + (r - begin) * row_floats, &one, 1, c.view, p, steps.data() + (r - begin) * row_floats, &pool);
+          }
+          EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float))) << "rows " << begin << "..";
+          EXPECT_EQ(0, std::memcmp(whole.data(), steps.data(), whole.size() * sizeof(float))) << "rows " << begin << "..";
+          double worst = 0;
+          for (int64_t r = begin; r < end; ++r) {
+            for (int64_t h = 0; h < heads; ++h) {
+              const float* qh = q.data() + ((r - begin) * heads + h) * hd;
+              const std::vector<double> want = expected(qh, c, table, r, h / (heads / kv_heads), p);
+              const float* got = whole.data() + ((r - begin) * heads + h) * hd;
+              for (int64_t d = 0; d < hd; ++d) worst = std::max(worst, std::fabs(got[d] - want[static_cast<size_t>(d)]));
+              if (r == needle + 1) {  // the needle's value row, as the reference and the kernel see it
+                const int64_t slot = table[static_cast<size_t>(needle / bs)] * bs + needle % bs;
+                const float* v = c.value.data() + (slot * kv_heads + h / (heads / kv_heads)) * hd;
+                for (int64_t d = 0; d < hd; ++d) {
+                  EXPECT_NEAR(want[static_cast<size_t>(d)], v[d], 0.05) << "the reference misses the needle";
+                  EXPECT_NEAR(got[d], v[d], 0.05) << "head " << h << " element " << d;
+                }
+              }
+            }
+          }
+          EXPECT_LT(worst, 2e-5) << "rows " << begin << "..";
+        }
+      }
+    }
+  }
+}
+
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, LongPromptsAt8kAnd32k, "avx2", "paged_attention") {
+  long_prompt_attention(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, LongPromptsAt8kAnd32k, "avx512", "paged_attention") {
+  long_prompt_attention(paged_attention_avx512_pooled);
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ namespace {  // internal linkage: each leaf file has its own copy, built with it
 
 #define PAGODA_LANES_INLINE inline __attribute__((always_inline))
 
-constexpr int64_t kKeyTile = 16;  // key positions per tile (also the most scores kept at once)
+constexpr int64_t kKeyTile = kAttentionKeyTile;  // (also the most scores kept at once)
 // The most query vectors of one tile (x86_kernels.h).
 constexpr int64_t kMaxLaneVectors = 8 * kMaxLaneGroups;
 
@@ -67,8 +67,20 @@ PAGODA_LANES_INLINE void lane_weigh_values(float* ot, typename V::vec scale, con
 // (tile_rows and kKeyTile serve attention_avx2.cpp's one-vector kernel too.)
 // kp[t - t0] and vp[t - t0]: the cached K and V rows of positions t in [first, last], all in the
 // tile starting at t0 (one division a tile, not one a key).
+// A cache of another dtype: those rows converted into a.converted first.
 PAGODA_LANES_INLINE void tile_rows(const AttentionTile& a, int64_t t0, int64_t first, int64_t last,
                                    const float** kp, const float** vp) {
+  if (a.key_rows != nullptr) {
+    float* keys = a.converted;
+    float* values = a.converted + kKeyTile * a.head_dim;
+    kv_rows_to_f32_avx2(*a.key_rows, first, last - first + 1, keys);
+    kv_rows_to_f32_avx2(*a.value_rows, first, last - first + 1, values);
+    for (int64_t t = first; t <= last; ++t) {
+      kp[t - t0] = keys + (t - first) * a.head_dim;
+      vp[t - t0] = values + (t - first) * a.head_dim;
+    }
+    return;
+  }
   int64_t block = first / a.block_size, offset = first % a.block_size;
   for (int64_t t = first; t <= last; ++t) {
     const int64_t slot = static_cast<int64_t>(a.block_table[block]) * a.block_size + offset;

@@ -278,9 +278,31 @@ void matmul_avx512_grouped(const ExecContext& ctx, const float* x, const MatmulG
 void matmul_avx512vnni_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
 void matmul_avx512bf16_grouped(const ExecContext& ctx, const float* x, const MatmulGroup* groups, int count);
 
+// One kv head's rows of a paged KV cache of a 16- or 8-bit dtype (KvCacheDtype's names), as
+// kv_rows_to_f32_avx2 reads them.
+enum class KvRowFormat : uint8_t { kF16, kBF16, kFp8E4M3, kFp8E5M2, kInt8 };
+struct KvRowSource {
+  KvRowFormat format;
+  const void* data;            // the cache's keys or values
+  const float* scales;         // int8: one per (slot, kv head) row; else unused
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t block_size;
+  int64_t kv_head;
+  const int32_t* block_table;  // the sequence's
+};
+
+// AVX2 + F16C. out[t - first][0, head_dim) = the row of the sequence's position t, for t in
+// [first, first + count), as f32: read_kv_row's values bit for bit (a NaN as the quiet NaN of its
+// sign, as fp8.h decodes one). What the attention of a non-f32 cache reads.
+void kv_rows_to_f32_avx2(const KvRowSource& rows, int64_t first, int64_t count, float* out);
+
 // One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
 // one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
 // query heads that read one kv head. Plain data, filled by the driver; every field is set.
+// Key positions per tile of the attention kernels (aligned to absolute positions).
+inline constexpr int64_t kAttentionKeyTile = 16;
+
 struct AttentionTile {
   const float* q;        // query row 0, first head of the group; row r at q + r * row_stride
   float* out;            // same layout as q
@@ -297,6 +319,13 @@ struct AttentionTile {
   float scale;
   int64_t sliding_window;  // 0 = full causal
   float* scratch;          // see the kernel taking the tile
+  // A cache of another dtype than f32, read through kv_rows_to_f32_avx2 one key tile at a time
+  // (then key, value and block_table are unused), into converted: 2 * kAttentionKeyTile *
+  // head_dim floats.
+  // nullptr: the rows are f32 at key / value.
+  const KvRowSource* key_rows = nullptr;
+  const KvRowSource* value_rows = nullptr;
+  float* converted = nullptr;
 };
 
 // AVX2 + FMA. Causal softmax attention of the tile's query vectors over their sequence's cache
