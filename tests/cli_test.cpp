@@ -14,6 +14,7 @@
 #include <regex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -81,6 +82,45 @@ TEST(Cli, GoldenTextWithEveryKernelTableAndThreadCount) {
   RunResult bad_threads = run_pagoda(args + " --threads 0");
   EXPECT_NE(bad_threads.exit_code, 0);
   EXPECT_NE(bad_threads.err.find("--threads"), std::string::npos) << bad_threads.err;
+}
+
+// vLLM's --hf-overrides, --rope-scaling and --rope-theta on a GGUF file: stories260K's context
+// (2,048) stretched by linear scaling takes --max-model-len 8192, which it refuses unscaled; the
+// two spellings of one scaling give the same text, and it is not the unscaled text (positions are
+// divided by 4); the file's own theta keeps the golden text and another does not; a field that
+// cannot be overridden, or a bad value, is refused before anything loads.
+TEST(Cli, RopeScalingFlagsAndHfOverridesStretchTheContext) {
+  PAGODA_TEST_FILE(model, "stories260K/stories260K.gguf");
+  PAGODA_TEST_FILE(txt, "stories260K/greedy-bos-256.txt");
+  const std::string args = greedy_256_args(model);
+  RunResult unscaled = run_pagoda(args + " --max-model-len 8192");
+  EXPECT_NE(unscaled.exit_code, 0);
+  EXPECT_NE(unscaled.err.find("--max-model-len must be in [1, 2048]"), std::string::npos) << unscaled.err;
+  RunResult overrides =
+      run_pagoda(args + " --max-model-len 8192 --hf-overrides " + quote(R"({"rope_scaling": {"rope_type": "linear", "factor": 4}})"));
+  ASSERT_EQ(overrides.exit_code, 0) << overrides.err;
+  RunResult flag = run_pagoda(args + " --max-model-len 8192 --rope-scaling " + quote(R"({"type": "linear", "factor": 4.0})"));
+  ASSERT_EQ(flag.exit_code, 0) << flag.err;
+  EXPECT_EQ(overrides.out, flag.out);
+  EXPECT_NE(overrides.out, golden_text(txt));
+  RunResult own_theta = run_pagoda(args + " --rope-theta 10000");
+  ASSERT_EQ(own_theta.exit_code, 0) << own_theta.err;
+  EXPECT_EQ(own_theta.out, golden_text(txt));
+  RunResult other_theta = run_pagoda(args + " --rope-theta 20000");
+  ASSERT_EQ(other_theta.exit_code, 0) << other_theta.err;
+  EXPECT_NE(other_theta.out, golden_text(txt));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {" --hf-overrides " + quote(R"({"num_hidden_layers": 2})"), "num_hidden_layers"},
+      {" --rope-theta -1", "--rope-theta"},
+      {" --rope-scaling " + quote(R"({"rope_type": "longrope", "factor": 2})"), "longrope"},
+      {" --hf-overrides " + quote("{"), "--hf-overrides"}};
+  for (const auto& [bad, named] : refused) {
+    RunResult r = run_pagoda(args + bad);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_TRUE(r.out.empty()) << bad;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(named), std::string::npos) << r.err;
+  }
 }
 
 // Where stdout and stderr meet (`2>&1`, as a terminal shows them), the stats line starts a line of

@@ -22,7 +22,7 @@ __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingPa
 # Keywords of vLLM's LLM / EngineArgs that have no flag here and change nothing on a CPU (those
 # with a flag, swap_space or tokenizer_mode, go to it and are checked there).
 _ACCEPTED_WITHOUT_EFFECT = {"cpu_offload_gb", "disable_custom_all_reduce", "disable_log_stats",
-                            "compilation_config", "hf_overrides", "mm_processor_kwargs", "task"}
+                            "compilation_config", "mm_processor_kwargs", "task"}
 # Keywords whose meaning Pagoda does not have: refused rather than silently ignored.
 _UNSUPPORTED = {"skip_tokenizer_init", "allowed_local_media_path", "override_pooler_config"}
 

@@ -410,6 +410,20 @@ class ModelChatTemplateTest(unittest.TestCase):
         self.assertEqual(thinking_off.prompt, no_thinking)
 
 
+class HfOverridesTest(unittest.TestCase):
+    def test_rope_scaling_stretches_the_context(self):
+        """hf_overrides reaches --hf-overrides: stories260K's 2,048 positions stretched 4 times."""
+        with self.assertRaisesRegex(ValueError, "max-model-len"):
+            LLM(model=STORIES, max_model_len=8192, kv_cache_memory_bytes=64 << 20)
+        llm = LLM(model=STORIES, max_model_len=8192, kv_cache_memory_bytes=64 << 20,
+                  hf_overrides={"rope_scaling": {"rope_type": "linear", "factor": 4}})
+        out = llm.generate("Once upon a time " * 600, SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
+        self.assertGreater(len(out[0].prompt_token_ids), 2048)
+        self.assertEqual(len(out[0].outputs[0].token_ids), 4)
+        with self.assertRaisesRegex(ValueError, "num_hidden_layers"):
+            LLM(model=STORIES, hf_overrides={"num_hidden_layers": 2})
+
+
 class LifetimeTest(unittest.TestCase):
     def test_a_collected_llm_frees_its_memory(self):
         gc.collect()

@@ -47,6 +47,15 @@ void add_model_flags(CLI::App& app, ModelFlags& f, bool weights) {
                  "file type with its mix of tensor types: q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, q2_k, q3_k_m, "
                  "q4_k_m, q5_k_m; fp8 is not a CPU type")
       ->group(kModelConfig);
+  app.add_option("--hf-overrides", f.hf_overrides,
+                 "JSON object of config.json fields that replace the model's (GGUF files too): rope_scaling, "
+                 "rope_theta, max_position_embeddings")
+      ->group(kModelConfig);
+  app.add_option("--rope-scaling", f.rope_scaling,
+                 "JSON rope_scaling as config.json has it, e.g. '{\"rope_type\":\"yarn\",\"factor\":4,"
+                 "\"original_max_position_embeddings\":32768}' (types linear, dynamic, yarn, llama3)")
+      ->group(kModelConfig);
+  app.add_option("--rope-theta", f.rope_theta, "RoPE base frequency, replacing the model's")->group(kModelConfig);
   app.add_option("--weights-seed", f.weights_seed, "seed of dummy weights")->capture_default_str()->group(kLoadConfig);
   app.add_option("--backend", f.backend, "compute backend")->capture_default_str()->group(kPagodaGroup);
   app.add_option("--threads", f.threads, "CPU backend threads (default: one per physical core)")

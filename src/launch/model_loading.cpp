@@ -1,5 +1,7 @@
 #include "launch/model_loading.h"
 
+#include <cmath>
+
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -27,9 +29,28 @@ std::string checkpoint_method(const std::string& flag) {
 
 }  // namespace
 
+Status ModelFlags::apply_config_overrides(ModelConfig* c) const {
+  if (!hf_overrides.empty()) PAGODA_RETURN_IF_ERROR(apply_hf_overrides(hf_overrides, "--hf-overrides", c));
+  if (!rope_scaling.empty()) {
+    PAGODA_RETURN_IF_ERROR(apply_hf_overrides("{\"rope_scaling\": " + rope_scaling + "}", "--rope-scaling", c));
+  }
+  if (rope_theta) {
+    if (!(*rope_theta > 0) || !std::isfinite(*rope_theta)) {
+      return invalid_argument("--rope-theta must be a positive number, got " + std::to_string(*rope_theta));
+    }
+    c->rope_theta = *rope_theta;
+  }
+  return {};
+}
+
 Status ModelFlags::check() const {
   if (model.empty()) {
     return invalid_argument("no model given: pass a GGUF file, a Hugging Face directory or a built-in config name");
+  }
+  {
+    // The overrides' JSON and keys, checked on a stand-in config before anything is read.
+    ModelConfig probe = *dummy_preset("demo-random");
+    PAGODA_RETURN_IF_ERROR(apply_config_overrides(&probe));
   }
   if (quantization == "fp8" || quantization == "fbgemm_fp8" || quantization == "modelopt") {
     return unimplemented("--quantization " + quantization +
@@ -176,6 +197,7 @@ Result<LoadedModel> load(const ModelFlags& flags, bool with_tokenizer,
 
   PAGODA_ASSIGN_OR_RETURN(out.backend, create_backend(flags.backend, BackendOptions{flags.threads}));
   PAGODA_ASSIGN_OR_RETURN(ModelSource source, load_model(flags.model, options));
+  PAGODA_RETURN_IF_ERROR(flags.apply_config_overrides(&source.config));
   // As vLLM: a checkpoint's declared method and --quantization must agree.
   const std::string& declared = source.config.quantization.method;
   const std::string named = checkpoint_method(flags.quantization);
@@ -287,6 +309,10 @@ ModelFlags draft_flags(const ModelFlags& model, const SpeculativeConfig& spec) {
   d.model = spec.model;
   d.tokenizer.clear();
   d.quantization = spec.quantization;
+  // The config overrides name the target's fields; the draft keeps its own config.
+  d.hf_overrides.clear();
+  d.rope_scaling.clear();
+  d.rope_theta.reset();
   return d;
 }
 

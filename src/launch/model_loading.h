@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -29,12 +30,19 @@ struct ModelFlags {
   std::string tokenizer_mode = "auto";
   bool trust_remote_code = false;  // accepted: nothing from a model folder is ever run
   std::string revision, tokenizer_revision, code_revision, download_dir;  // accepted: nothing is downloaded
+  // vLLM's --hf-overrides (a JSON object of config.json fields), --rope-scaling (JSON) and
+  // --rope-theta, applied to the model's config in that order (loader/config_parsers.h's
+  // apply_hf_overrides: rope_scaling, rope_theta, max_position_embeddings).
+  std::string hf_overrides, rope_scaling;
+  std::optional<double> rope_theta;
   // Benchmarks on a built-in config without a tokenizer use the byte tokenizer (their prompts
   // are random ids; only the output text, which nobody reads, suffers).
   bool byte_tokenizer_fallback = false;
 
   // Fails on a value Pagoda does not support (yet), before anything is read.
   Status check() const;
+  // Applies the config overrides (hf_overrides, rope_scaling, rope_theta) to *c.
+  Status apply_config_overrides(ModelConfig* c) const;
   // Logs a warning for each accepted flag that has no effect here but might be expected to
   // (--revision, --tokenizer-revision, --download-dir).
   void warn_no_effect() const;

@@ -175,7 +175,10 @@ std::string rank_fingerprint_text(const ModelFlags& model, const EngineFlags& en
   return model.model + " (" + c.architecture + ", " + std::to_string(c.num_layers) + " layers, hidden " +
          std::to_string(c.hidden_size) + ", vocab " + std::to_string(c.vocab_size) + "), load format " +
          model.load_format + ", dtype " + model.dtype + ", weights seed " + std::to_string(model.weights_seed) +
-         ", quantization " + (model.quantization.empty() ? "none" : model.quantization) + ", tensor parallel " +
+         ", quantization " + (model.quantization.empty() ? "none" : model.quantization) +
+         (model.hf_overrides.empty() ? "" : ", hf overrides " + model.hf_overrides) +
+         (model.rope_scaling.empty() ? "" : ", rope scaling " + model.rope_scaling) +
+         (model.rope_theta ? ", rope theta " + std::to_string(*model.rope_theta) : "") + ", tensor parallel " +
          std::to_string(engine.tensor_parallel_size) + ", pipeline parallel " +
          std::to_string(engine.pipeline_parallel_size) + ", data parallel " +
          std::to_string(engine.data_parallel_size) + layers + ", KV cache " + engine.kv_cache_dtype + " in blocks of " +

@@ -459,6 +459,31 @@ Result<ModelConfig> config_from_hf_json(const std::string& json_text, const std:
   return c;
 }
 
+Status apply_hf_overrides(const std::string& json_text, const std::string& source, ModelConfig* c) {
+  PAGODA_ASSIGN_OR_RETURN(json j, parse_json(json_text, source));
+  if (!j.is_object()) return invalid_argument(source + " must be a JSON object, got " + json_text);
+  for (const auto& [k, v] : j.items()) {
+    if (k != "rope_scaling" && k != "rope_theta" && k != "max_position_embeddings") {
+      return unimplemented(source + ": overriding " + k +
+                           " is not supported (supported: rope_scaling, rope_theta, max_position_embeddings)");
+    }
+  }
+  ModelConfig out = *c;
+  PAGODA_ASSIGN_OR_RETURN(std::optional<int64_t> max_pos, json_int(j, "max_position_embeddings", source));
+  if (max_pos) out.max_position_embeddings = *max_pos;
+  PAGODA_ASSIGN_OR_RETURN(std::optional<double> theta, json_number(j, "rope_theta", source));
+  if (theta) out.rope_theta = *theta;
+  if (j.contains("rope_scaling")) {
+    // Read as config.json's, with the model's context as yarn's default original length.
+    json scaling = {{"rope_scaling", j["rope_scaling"]}, {"max_position_embeddings", out.max_position_embeddings}};
+    out.rope_scaling = RopeScaling{};
+    PAGODA_RETURN_IF_ERROR(hf_rope_scaling(scaling, source, &out.rope_scaling));
+  }
+  PAGODA_RETURN_IF_ERROR(out.validate(source));
+  *c = out;
+  return {};
+}
+
 Result<ModelConfig> config_from_hf_file(const std::string& path) {
   PAGODA_ASSIGN_OR_RETURN(std::string text, read_file(path));
   return config_from_hf_json(text, path);
@@ -533,8 +558,28 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
       c.rope_scaling.type = RopeScaling::Type::kLinear;
       c.rope_scaling.factor = factor;
     }
+  } else if (scaling_type == "yarn") {
+    // llama.cpp's keys for YaRN as its converter writes them from config.json's rope_scaling
+    // (factor, original_context_length, and the betas when the checkpoint names them); its ramp
+    // and magnitude are Hugging Face's (rope_freqs.h). What would change them is refused.
+    RopeScaling& r = c.rope_scaling;
+    r.type = RopeScaling::Type::kYarn;
+    r.factor = factor;
+    PAGODA_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                            gguf_int_or(g, key("rope.scaling.original_context_length"), c.max_position_embeddings));
+    PAGODA_ASSIGN_OR_RETURN(r.beta_fast, gguf_float_or(g, key("rope.scaling.yarn_beta_fast"), r.beta_fast));
+    PAGODA_ASSIGN_OR_RETURN(r.beta_slow, gguf_float_or(g, key("rope.scaling.yarn_beta_slow"), r.beta_slow));
+    for (const char* k : {"rope.scaling.attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"}) {
+      PAGODA_ASSIGN_OR_RETURN(double v, gguf_float_or(g, key(k), 1.0));
+      if (v != 1.0) return unimplemented(path + ": yarn with " + key(k) + " " + std::to_string(v) + " is not supported");
+    }
+    PAGODA_ASSIGN_OR_RETURN(double log_multiplier, gguf_float_or(g, key("rope.scaling.yarn_log_multiplier"), 0.0));
+    if (log_multiplier != 0.0) {
+      return unimplemented(path + ": yarn with " + key("rope.scaling.yarn_log_multiplier") +
+                           " (DeepSeek's mscale variant) is not supported yet");
+    }
   } else if (scaling_type != "none") {
-    return unimplemented(path + ": unsupported rope scaling type " + scaling_type);
+    return unimplemented(path + ": unsupported rope scaling type " + scaling_type + " (supported: none, linear, yarn)");
   }
 
   // Vocabulary size: explicit, else the tokenizer's, else the embedding's rows.

@@ -1,7 +1,7 @@
 // Reading a ModelConfig from a Hugging Face config.json or from GGUF metadata.
 //
 // Both return a config that already passed ModelConfig::validate. Unknown architectures and
-// unsupported features (rope scaling types other than linear/llama3, partial rotary, MLP
+// unsupported features (rope scaling types other than linear/llama3/dynamic/yarn, partial rotary, MLP
 // biases) fail with kUnimplemented naming them; missing or mistyped fields fail with kDataLoss
 // naming the source and the field. Stateless free functions: thread-safe.
 #pragma once
@@ -32,5 +32,12 @@ Result<ModelConfig> config_from_hf_file(const std::string& path);
 // true for the llama arch; a llama3 rope_freqs.weight tensor is recognized when it matches
 // Llama 3's scaling with low_freq_factor 1, high_freq_factor 4 and an original context of 8192.
 Result<ModelConfig> config_from_gguf(const GgufFile& gguf);
+
+// vLLM's --hf-overrides (and --rope-scaling / --rope-theta, which it folds into them): a JSON
+// object of config.json fields that replace the checkpoint's, whatever its format. Supported:
+// rope_scaling (config.json's form, or null for none), rope_theta, max_position_embeddings; any
+// other key is kUnimplemented naming it, bad JSON or values kInvalidArgument / kDataLoss. `source`
+// (the flag's name) prefixes errors; *c is changed only on success.
+Status apply_hf_overrides(const std::string& json_text, const std::string& source, ModelConfig* c);
 
 }  // namespace pagoda

@@ -611,6 +611,94 @@ TEST_F(ConfigFromGgufCrafted, Errors) {
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
 }
 
+// llama.cpp's YaRN keys, as its converter writes them for Qwen2.5's rope_scaling (type, factor,
+// original_context_length) and the betas where a checkpoint names them; what would change the
+// ramp or the magnitude is refused by name.
+TEST_F(ConfigFromGgufCrafted, YarnKeys) {
+  GgufWriter w = base("qwen2");
+  w.add_u32("qwen2.context_length", 32768);
+  w.add_string("qwen2.rope.scaling.type", "yarn");
+  w.add_f32("qwen2.rope.scaling.factor", 4.0f);
+  w.add_u32("qwen2.rope.scaling.original_context_length", 32768);
+  auto r = parse(w);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.factor, 4.0);
+  EXPECT_EQ(r->rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.beta_slow, 1.0);
+  EXPECT_EQ(r->max_context_len(), 4 * 32768);
+
+  // Betas from the file; without original_context_length, the file's context.
+  w = base("llama");
+  w.add_u32("llama.context_length", 4096);
+  w.add_string("llama.rope.scaling.type", "yarn");
+  w.add_f32("llama.rope.scaling.factor", 2.0f);
+  w.add_f32("llama.rope.scaling.yarn_beta_fast", 16.0f);
+  w.add_f32("llama.rope.scaling.yarn_beta_slow", 2.0f);
+  w.add_f32("llama.rope.scaling.yarn_ext_factor", 1.0f);
+  r = parse(w);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(r->rope_scaling.beta_slow, 2.0);
+
+  for (const char* k : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor", "rope.scaling.attn_factor"}) {
+    w = base("qwen2");
+    w.add_string("qwen2.rope.scaling.type", "yarn");
+    w.add_f32("qwen2.rope.scaling.factor", 4.0f);
+    w.add_f32(std::string("qwen2.") + k, 0.5f);
+    r = parse(w);
+    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << k;
+    EXPECT_NE(r.status().message().find(k), std::string::npos) << r.status().message();
+  }
+  w = base("qwen2");
+  w.add_string("qwen2.rope.scaling.type", "longrope");
+  r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("longrope"), std::string::npos);
+}
+
+// vLLM's --hf-overrides: config.json fields over any checkpoint's config.
+TEST(ApplyHfOverrides, RopeFieldsReplaceTheCheckpointsAndOthersAreRefused) {
+  ModelConfig c = *dummy_preset("qwen2.5-0.5b");
+  const ModelConfig before = c;
+  ASSERT_TRUE(apply_hf_overrides(R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}, "rope_theta": 20000})",
+                                 "--hf-overrides", &c)
+                  .ok());
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  // yarn's original length defaults to the model's context, as in config.json.
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, before.max_position_embeddings);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 20000.0);
+  EXPECT_EQ(c.max_context_len(), 4 * before.max_position_embeddings);
+
+  ASSERT_TRUE(apply_hf_overrides(R"({"max_position_embeddings": 1024, "rope_scaling": {"type": "linear", "factor": 2}})",
+                                 "--hf-overrides", &c)
+                  .ok());
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(c.max_context_len(), 2048);
+  ASSERT_TRUE(apply_hf_overrides(R"({"rope_scaling": null})", "--hf-overrides", &c).ok());
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+
+  // Refused, naming what: another field, bad JSON, a bad value, an unknown scaling; c unchanged.
+  const ModelConfig kept = c;
+  Status st = apply_hf_overrides(R"({"num_hidden_layers": 3})", "--hf-overrides", &c);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("num_hidden_layers"), std::string::npos) << st.message();
+  st = apply_hf_overrides(R"({"rope_theta": )", "--hf-overrides", &c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--hf-overrides"), std::string::npos) << st.message();
+  st = apply_hf_overrides(R"({"rope_theta": -1})", "--hf-overrides", &c);
+  EXPECT_FALSE(st.ok());
+  st = apply_hf_overrides(R"({"rope_scaling": {"rope_type": "longrope", "factor": 2}})", "--rope-scaling", &c);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("longrope"), std::string::npos) << st.message();
+  EXPECT_EQ(c.rope_theta, kept.rope_theta);
+  EXPECT_EQ(c.max_position_embeddings, kept.max_position_embeddings);
+  EXPECT_EQ(c.rope_scaling.type, kept.rope_scaling.type);
+}
+
 // llama.cpp's rope_freqs.weight for Llama 3 scaling, computed the way its converter does.
 std::vector<float> llama3_freq_factors(double theta, int64_t head_dim, double factor) {
   std::vector<float> out;
