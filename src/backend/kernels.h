@@ -180,8 +180,20 @@ struct KernelTable {
   // Causal attention of each sequence's queries over its cached keys/values, read as the f32
   // values of the cache's dtype (GQA: query head h reads kv head h / (num_heads / num_kv_heads)). Query row j of a sequence sits at position
   // context_len - num_query + j. q, out: [num_tokens, num_heads, head_dim] f32.
+  // lse (nullptr: not wanted): [num_tokens, num_heads], each query vector's log-sum-exp of its
+  // scaled scores (the maximum plus the log of the softmax's denominator), which is what
+  // merge_attention needs to combine attention over parts of a context (context parallelism).
+  // Rows that no sequence names are left as they are, in out and lse.
   void (*paged_attention)(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                          const KvLayerView& cache, const AttentionParams& params, float* out);
+                          const KvLayerView& cache, const AttentionParams& params, float* out, float* lse);
+
+  // The attention over a whole context from its parts' (paged_attention's out and lse over each
+  // part of the keys): for each of rows x heads vectors, out = sum over parts p of w_p out_p /
+  // sum of w_p with w_p = exp(lse_p - max lse), the parts in order. A part whose lse is -inf
+  // (no keys) weighs 0; a vector no part has keys for is 0. outs: [parts][rows][heads][head_dim],
+  // lses: [parts][rows][heads].
+  void (*merge_attention)(const ExecContext& ctx, const float* outs, const float* lses, int64_t parts, int64_t rows,
+                          int64_t heads, int64_t head_dim, float* out);
 
   // ---- Moving data: how code above the backend reaches device memory ----
 
@@ -269,8 +281,12 @@ class Kernels {
     t_.store_kv(*ctx_, k, v, slot_mapping, num_tokens, cache);
   }
   void paged_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs, const KvLayerView& cache,
-                       const AttentionParams& params, float* out) const {
-    t_.paged_attention(*ctx_, q, seqs, num_seqs, cache, params, out);
+                       const AttentionParams& params, float* out, float* lse = nullptr) const {
+    t_.paged_attention(*ctx_, q, seqs, num_seqs, cache, params, out, lse);
+  }
+  void merge_attention(const float* outs, const float* lses, int64_t parts, int64_t rows, int64_t heads,
+                       int64_t head_dim, float* out) const {
+    t_.merge_attention(*ctx_, outs, lses, parts, rows, heads, head_dim, out);
   }
   void copy_to_device(void* dst, const void* host_src, size_t bytes) const { t_.copy_to_device(*ctx_, dst, host_src, bytes); }
   void copy_to_host(void* host_dst, const void* src, size_t bytes) const { t_.copy_to_host(*ctx_, host_dst, src, bytes); }

@@ -116,6 +116,7 @@ KernelTable guarded_table() {
   t.add = Guarded<&KernelTable::add>::call;
   t.store_kv = Guarded<&KernelTable::store_kv>::call;
   t.paged_attention = Guarded<&KernelTable::paged_attention>::call;
+  t.merge_attention = Guarded<&KernelTable::merge_attention>::call;
   t.copy_to_device = Guarded<&KernelTable::copy_to_device>::call;
   t.copy_to_host = Guarded<&KernelTable::copy_to_host>::call;
   t.zero = Guarded<&KernelTable::zero>::call;

@@ -168,7 +168,7 @@ void store_kv(const ExecContext&, const float* k, const float* v, const int64_t*
 }
 
 void paged_attention(const ExecContext&, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                     const KvLayerView& cache, const AttentionParams& p, float* out) {
+                     const KvLayerView& cache, const AttentionParams& p, float* out, float* lse) {
   const int64_t hd = p.head_dim;
   const int64_t group = p.num_heads / p.num_kv_heads;
   std::vector<float> scores, kt(static_cast<size_t>(hd)), vt(static_cast<size_t>(hd));
@@ -196,6 +196,7 @@ void paged_attention(const ExecContext&, const float* q, const AttentionSeq* seq
           scores[t] = std::exp(scores[t] - max_score);
           denom += scores[t];
         }
+        if (lse != nullptr) lse[row * p.num_heads + h] = static_cast<float>(max_score + std::log(denom));
         float* oh = out + (row * p.num_heads + h) * hd;
         std::fill(oh, oh + hd, 0.0f);
         for (int64_t t = first; t <= pos; ++t) {
@@ -206,6 +207,28 @@ void paged_attention(const ExecContext&, const float* q, const AttentionSeq* seq
         }
       }
     }
+  }
+}
+
+void merge_attention(const ExecContext&, const float* outs, const float* lses, int64_t parts, int64_t rows,
+                     int64_t heads, int64_t head_dim, float* out) {
+  const int64_t vectors = rows * heads;
+  for (int64_t v = 0; v < vectors; ++v) {
+    float most = -std::numeric_limits<float>::infinity();
+    for (int64_t part = 0; part < parts; ++part) most = std::max(most, lses[part * vectors + v]);
+    float* o = out + v * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    if (most == -std::numeric_limits<float>::infinity()) continue;
+    float sum = 0;
+    for (int64_t part = 0; part < parts; ++part) {
+      const float lse = lses[part * vectors + v];
+      if (lse == -std::numeric_limits<float>::infinity()) continue;
+      const float w = std::exp(lse - most);
+      sum += w;
+      const float* op = outs + (part * vectors + v) * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) o[d] += w * op[d];
+    }
+    for (int64_t d = 0; d < head_dim; ++d) o[d] /= sum;
   }
 }
 
@@ -315,6 +338,7 @@ const KernelTable& reference_kernels() {
       .add = add,
       .store_kv = store_kv,
       .paged_attention = paged_attention,
+      .merge_attention = merge_attention,
       .copy_to_device = copy_to_device,
       .copy_to_host = copy_to_host,
       .zero = zero,

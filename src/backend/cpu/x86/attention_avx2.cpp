@@ -172,6 +172,9 @@ void attention_tile_avx2(const AttentionTile& a) {
       float* o = a.out + r * a.row_stride + g * hd;
       const float inv = denom[vi] > 0 ? 1.0f / denom[vi] : 0.0f;
       for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      if (a.lse != nullptr) {
+        a.lse[r * a.lse_row_stride + g] = denom[vi] > 0 ? max_score[vi] + __builtin_logf(denom[vi]) : -__builtin_inff();
+      }
     }
 }
 

@@ -21,7 +21,7 @@ namespace {
 constexpr int64_t kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
 
 using PooledAttention = void (*)(const float*, const AttentionSeq*, int64_t, const KvLayerView&, const AttentionParams&,
-                                 float*, ThreadPool*);
+                                 float*, float*, ThreadPool*);
 
 // Args: context length, query tokens (1 = decode; = context: a whole prefill), threaded, the
 // cache's KvCacheDtype (0 = f32).
@@ -55,7 +55,7 @@ void run_paged_attention(benchmark::State& state, PooledAttention attention) {
   const AttentionSeq seq{0, num_query, context, table.data()};
   const AttentionParams params{kHeads, kKvHeads, kHeadDim, 0.125f, 0};
   for (auto _ : state) {
-    attention(q.data(), &seq, 1, cache, params, out.data(), threaded ? &testing_context().pool() : nullptr);
+    attention(q.data(), &seq, 1, cache, params, out.data(), nullptr, threaded ? &testing_context().pool() : nullptr);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

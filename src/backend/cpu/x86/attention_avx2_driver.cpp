@@ -61,7 +61,7 @@ KvRowFormat row_format(KvCacheDtype t) {
 constexpr int64_t kConvertChunk = 256;
 
 void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs, const KvLayerView& cache,
-                            const AttentionParams& p, float* out, ThreadPool* pool, LaneKernel lane_kernel) {
+                            const AttentionParams& p, float* out, float* lse, ThreadPool* pool, LaneKernel lane_kernel) {
   const int64_t group = p.num_heads / p.num_kv_heads;
   PAGODA_CHECK(group * p.num_kv_heads == p.num_heads);
   const int64_t heads_per_tile = std::min(group, kMaxGroupHeads);
@@ -176,6 +176,8 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
           .key_rows = own_conversion ? &key_rows : nullptr,
           .value_rows = own_conversion ? &value_rows : nullptr,
           .converted = own_conversion ? converted_rows.data() : nullptr,
+          .lse = lse != nullptr ? lse + row * p.num_heads + head : nullptr,
+          .lse_row_stride = p.num_heads,
       };
       if (lanes) {
         const bool narrow = lane_kernel.narrow != nullptr && w.num_rows * w.num_heads <= 8;
@@ -226,26 +228,26 @@ void paged_attention_pooled(const float* q, const AttentionSeq* seqs, int64_t nu
 }  // namespace
 
 void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                                 const KvLayerView& cache, const AttentionParams& params, float* out,
+                                 const KvLayerView& cache, const AttentionParams& params, float* out, float* lse,
                                  ThreadPool* pool) {
-  paged_attention_pooled(q, seqs, num_seqs, cache, params, out, pool, {attention_tile_lanes_avx2, 8});
+  paged_attention_pooled(q, seqs, num_seqs, cache, params, out, lse, pool, {attention_tile_lanes_avx2, 8});
 }
 
 void paged_attention_avx2(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                          const KvLayerView& cache, const AttentionParams& params, float* out) {
-  paged_attention_avx2_pooled(q, seqs, num_seqs, cache, params, out, &pool_of(ctx));
+                          const KvLayerView& cache, const AttentionParams& params, float* out, float* lse) {
+  paged_attention_avx2_pooled(q, seqs, num_seqs, cache, params, out, lse, &pool_of(ctx));
 }
 
 void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                                   const KvLayerView& cache, const AttentionParams& params, float* out,
+                                   const KvLayerView& cache, const AttentionParams& params, float* out, float* lse,
                                    ThreadPool* pool) {
-  paged_attention_pooled(q, seqs, num_seqs, cache, params, out, pool,
+  paged_attention_pooled(q, seqs, num_seqs, cache, params, out, lse, pool,
                          {attention_tile_lanes_avx512, 16, attention_tile_lanes_avx2});
 }
 
 void paged_attention_avx512(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                            const KvLayerView& cache, const AttentionParams& params, float* out) {
-  paged_attention_avx512_pooled(q, seqs, num_seqs, cache, params, out, &pool_of(ctx));
+                            const KvLayerView& cache, const AttentionParams& params, float* out, float* lse) {
+  paged_attention_avx512_pooled(q, seqs, num_seqs, cache, params, out, lse, &pool_of(ctx));
 }
 
 }  // namespace pagoda::cpu

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,8 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernel_table_test_support.h"
 #include "backend/cpu/kv_rows.h"
+#include "backend/cpu/scalar/reference_kernels.h"
+#include "backend/cpu/testing_context.h"
 #include "backend/cpu/x86/x86_kernels.h"
 #include "base/thread_pool.h"
 
@@ -111,7 +114,7 @@ std::vector<double> expected(const float* qh, const Cache& c, const std::vector<
 
 // A Kernels::paged_attention entry with its pool (paged_attention_avx2_pooled, ..._avx512_pooled).
 using PooledAttention = void (*)(const float*, const AttentionSeq*, int64_t, const KvLayerView&, const AttentionParams&,
-                                 float*, ThreadPool*);
+                                 float*, float*, ThreadPool*);
 
 struct Case {
   int64_t heads, kv_heads, hd, block_size, window;
@@ -144,7 +147,7 @@ void check_case(PooledAttention attention, const Case& cs, ThreadPool* pool, uin
   std::vector<float> q(static_cast<size_t>(rows * cs.heads * cs.hd));
   for (auto& v : q) v = dist(rng);
   std::vector<float> out(q.size(), NAN);
-  attention(q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), c.view, p, out.data(), pool);
+  attention(q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), c.view, p, out.data(), nullptr, pool);
   int failures = 0;
   for (size_t s = 0; s < seqs.size() && failures < 5; ++s) {
     for (int64_t j = 0; j < seqs[s].num_query; ++j) {
@@ -237,14 +240,14 @@ void result_does_not_depend_on_batch_chunking_or_threads(PooledAttention attenti
     // Alone, whole prefill, calling thread.
     std::vector<float> alone(probe_q.size());
     AttentionSeq whole{0, ctx, ctx, c.tables[0].data()};
-    attention(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr);
+    attention(probe_q.data(), &whole, 1, c.view, p, alone.data(), nullptr, nullptr);
 
     // In chunks of 40, 56 and 1 rows (the last a decode step), 3 threads.
     ThreadPool pool(3);
     std::vector<float> chunked(probe_q.size());
     for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 40}, {40, ctx - 1}, {ctx - 1, ctx}}) {
       AttentionSeq chunk{0, end - begin, end, c.tables[0].data()};
-      attention(probe_q.data() + begin * row_floats, &chunk, 1, c.view, p, chunked.data() + begin * row_floats,
+      attention(probe_q.data() + begin * row_floats, &chunk, 1, c.view, p, chunked.data() + begin * row_floats, nullptr,
                 &pool);
     }
     EXPECT_EQ(alone, chunked);
@@ -257,7 +260,7 @@ void result_does_not_depend_on_batch_chunking_or_threads(PooledAttention attenti
                                       {31, ctx, ctx, c.tables[0].data()}};
     std::vector<float> batch_out(batch_q.size());
     ThreadPool two(2);
-    attention(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), &two);
+    attention(batch_q.data(), seqs.data(), 3, c.view, p, batch_out.data(), nullptr, &two);
     EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch_out.begin() + 31 * row_floats));
   }
 }
@@ -313,8 +316,8 @@ PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, SameBitsAsTheAvx2Kernel, "avx512"
       std::vector<float> q(static_cast<size_t>(132 * sh.heads * sh.hd));
       for (auto& v : q) v = dist(rng);
       std::vector<float> avx2(q.size(), NAN), avx512(q.size(), NAN);
-      paged_attention_avx2_pooled(q.data(), seqs.data(), 3, c.view, p, avx2.data(), nullptr);
-      paged_attention_avx512_pooled(q.data(), seqs.data(), 3, c.view, p, avx512.data(), &pool);
+      paged_attention_avx2_pooled(q.data(), seqs.data(), 3, c.view, p, avx2.data(), nullptr, nullptr);
+      paged_attention_avx512_pooled(q.data(), seqs.data(), 3, c.view, p, avx512.data(), nullptr, &pool);
       int64_t differ = 0;
       for (size_t i = 0; i < q.size(); ++i) differ += std::memcmp(&avx2[i], &avx512[i], sizeof(float)) != 0;
       EXPECT_EQ(differ, 0) << "of " << q.size() << " outputs";
@@ -425,16 +428,16 @@ void long_prompt_attention(PooledAttention attention) {
           // One chunk of the span.
           std::vector<float> whole(q.size(), NAN);
           AttentionSeq seq{0, end - begin, end, table.data()};
-          attention(q.data(), &seq, 1, c.view, p, whole.data(), &pool);
+          attention(q.data(), &seq, 1, c.view, p, whole.data(), nullptr, &pool);
           // Chunks of 3 and the rest, on the calling thread; then each row as a decode step.
           std::vector<float> split(q.size(), NAN), steps(q.size(), NAN);
           for (auto [b, e] : {std::pair<int64_t, int64_t>{begin, begin + 3}, {begin + 3, end}}) {
             AttentionSeq part{0, e - b, e, table.data()};
-            attention(q.data() + (b - begin) * row_floats, &part, 1, c.view, p, split.data() + (b - begin) * row_floats, nullptr);
+            attention(q.data() + (b - begin) * row_floats, &part, 1, c.view, p, split.data() + (b - begin) * row_floats, nullptr, nullptr);
           }
           for (int64_t r = begin; r < end; ++r) {
             AttentionSeq one{0, 1, r + 1, table.data()};
-            attention(q.data() + (r - begin) * row_floats, &one, 1, c.view, p, steps.data() + (r - begin) * row_floats, &pool);
+            attention(q.data() + (r - begin) * row_floats, &one, 1, c.view, p, steps.data() + (r - begin) * row_floats, nullptr, &pool);
           }
           EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float))) << "rows " << begin << "..";
           EXPECT_EQ(0, std::memcmp(whole.data(), steps.data(), whole.size() * sizeof(float))) << "rows " << begin << "..";
@@ -460,6 +463,99 @@ void long_prompt_attention(PooledAttention attention) {
       }
     }
   }
+}
+
+// Context parallelism's arithmetic: a context's keys dealt to `parts` caches by position (t to
+// part t % parts, as local position t / parts), each part's attention with its log-sum-exp, and
+// merge_attention of the parts equal the attention over the whole context. A query at position p
+// reads in part r the local positions up to (p - r) / parts, so the queries of one residue class
+// (p % parts) make one ordinary causal sequence there; a query with none of a part's keys leaves
+// that part's row at -inf and weighs nothing.
+void parts_merge_to_the_whole(PooledAttention attention) {
+  const KernelTable& reference = reference_kernels();
+  for (int64_t parts : {int64_t{2}, int64_t{3}, int64_t{4}}) {
+    for (auto [heads, kv_heads, hd] : {std::tuple<int64_t, int64_t, int64_t>{32, 4, 64}, {4, 2, 36}}) {
+      SCOPED_TRACE("parts " + std::to_string(parts) + " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads));
+      const int64_t ctx = 150, num_query = 23, bs = 16;  // the last 23 positions: a prefill chunk
+      std::mt19937 rng(static_cast<uint32_t>(parts * 100 + heads));
+      Cache whole = make_cache(bs, kv_heads, hd, {ctx}, rng);
+      const AttentionParams p{heads, kv_heads, hd, 0.125f, 0};
+      const int64_t row_floats = heads * hd;
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      std::vector<float> q(static_cast<size_t>(num_query * row_floats));
+      for (auto& v : q) v = dist(rng);
+      const int64_t first = ctx - num_query;
+      std::vector<float> outs(static_cast<size_t>(parts * num_query * row_floats), 0.0f);
+      std::vector<float> lses(static_cast<size_t>(parts * num_query * heads), -INFINITY);
+      for (int64_t r = 0; r < parts; ++r) {
+        // Part r's cache: its positions in order, blocks in order.
+        const int64_t local_len = (ctx - r + parts - 1) / parts;
+        const int64_t blocks = (local_len + bs - 1) / bs;
+        std::vector<float> key(static_cast<size_t>(blocks * bs * kv_heads * hd)), value(key.size());
+        for (int64_t j = 0; j < local_len; ++j) {
+          const int64_t t = j * parts + r;
+          const int64_t slot = whole.tables[0][static_cast<size_t>(t / bs)] * bs + t % bs;
+          std::copy_n(whole.key.data() + slot * kv_heads * hd, kv_heads * hd, key.data() + j * kv_heads * hd);
+          std::copy_n(whole.value.data() + slot * kv_heads * hd, kv_heads * hd, value.data() + j * kv_heads * hd);
+        }
+        std::vector<BlockId> table(static_cast<size_t>(blocks));
+        std::iota(table.begin(), table.end(), 0);
+        const KvLayerView local{key.data(), value.data(), blocks, bs, kv_heads, hd};
+        // The queries of each residue class, in order, as one sequence each.
+        std::vector<float> class_q, class_out, class_lse;
+        std::vector<int64_t> row_of;  // class-ordered row -> chunk row
+        std::vector<AttentionSeq> seqs;
+        for (int64_t cls = 0; cls < parts; ++cls) {
+          const auto start = static_cast<int64_t>(row_of.size());
+          int64_t last_limit = -1;
+          for (int64_t row = 0; row < num_query; ++row) {
+            const int64_t pos = first + row;
+            if (pos % parts != cls || pos < r) continue;  // another class, or no key of part r
+            row_of.push_back(row);
+            class_q.insert(class_q.end(), q.begin() + row * row_floats, q.begin() + (row + 1) * row_floats);
+            last_limit = (pos - r) / parts;
+          }
+          const int64_t count = static_cast<int64_t>(row_of.size()) - start;
+          if (count > 0) seqs.push_back({start, count, last_limit + 1, table.data()});
+        }
+        class_out.assign(class_q.size(), NAN);
+        class_lse.assign(row_of.size() * static_cast<size_t>(heads), NAN);
+        ThreadPool pool(2);
+        attention(class_q.data(), seqs.data(), static_cast<int64_t>(seqs.size()), local, p, class_out.data(),
+                  class_lse.data(), r % 2 == 0 ? &pool : nullptr);
+        for (size_t i = 0; i < row_of.size(); ++i) {
+          const int64_t row = row_of[i];
+          std::copy_n(class_out.data() + i * row_floats, row_floats, outs.data() + (r * num_query + row) * row_floats);
+          std::copy_n(class_lse.data() + i * heads, heads, lses.data() + (r * num_query + row) * heads);
+        }
+      }
+      std::vector<float> merged(q.size(), NAN);
+      reference.merge_attention(testing_context(), outs.data(), lses.data(), parts, num_query, heads, hd, merged.data());
+      double worst = 0;
+      for (int64_t row = 0; row < num_query; ++row) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const std::vector<double> want =
+              expected(q.data() + (row * heads + h) * hd, whole, whole.tables[0], first + row, h / (heads / kv_heads), p);
+          for (int64_t d = 0; d < hd; ++d)
+            worst = std::max(worst, std::fabs(merged[static_cast<size_t>((row * heads + h) * hd + d)] - want[static_cast<size_t>(d)]));
+        }
+      }
+      EXPECT_LT(worst, 2e-5);
+    }
+  }
+}
+
+void reference_attention(const float* q, const AttentionSeq* seqs, int64_t num_seqs, const KvLayerView& cache,
+                         const AttentionParams& p, float* out, float* lse, ThreadPool*) {
+  reference_kernels().paged_attention(testing_context(), q, seqs, num_seqs, cache, p, out, lse);
+}
+
+TEST(PagedAttentionReference, PartsMergeToTheWhole) { parts_merge_to_the_whole(reference_attention); }
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, PartsMergeToTheWhole, "avx2", "paged_attention") {
+  parts_merge_to_the_whole(paged_attention_avx2_pooled);
+}
+PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx512, PartsMergeToTheWhole, "avx512", "paged_attention") {
+  parts_merge_to_the_whole(paged_attention_avx512_pooled);
 }
 
 PAGODA_KERNEL_TABLE_TEST(PagedAttentionAvx2, LongPromptsAt8kAnd32k, "avx2", "paged_attention") {

@@ -192,6 +192,7 @@ PAGODA_LANES_INLINE void attention_tile_lanes(const AttentionTile& a) {
     const float* o_lane = ot + grp * hd * L + lane;
     float* out = a.out + r * a.row_stride + g * hd;
     for (int64_t d = 0; d < hd; ++d) out[d] = o_lane[L * d] * inv;
+    if (a.lse != nullptr) a.lse[r * a.lse_row_stride + g] = den[v] > 0 ? mx[v] + __builtin_logf(den[v]) : -__builtin_inff();
   }
 }
 

@@ -326,6 +326,10 @@ struct AttentionTile {
   const KvRowSource* key_rows = nullptr;
   const KvRowSource* value_rows = nullptr;
   float* converted = nullptr;
+  // nullptr, or where row r's head g log-sum-exp goes: lse[r * lse_row_stride + g] (the maximum
+  // scaled score plus the log of the denominator; -inf for a vector with no keys).
+  float* lse = nullptr;
+  int64_t lse_row_stride = 0;
 };
 
 // AVX2 + FMA. Causal softmax attention of the tile's query vectors over their sequence's cache
@@ -346,16 +350,16 @@ void attention_tile_lanes_avx512(const AttentionTile& tile);
 // and group of query rows) over `pool` (nullptr: the calling thread only).
 void paged_attention_avx2_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
                                  const KvLayerView& cache, const AttentionParams& params,
-                                 float* out, ThreadPool* pool);
+                                 float* out, float* lse, ThreadPool* pool);
 void paged_attention_avx2(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                          const KvLayerView& cache, const AttentionParams& params, float* out);
+                          const KvLayerView& cache, const AttentionParams& params, float* out, float* lse);
 // The same with attention_tile_lanes_avx512 for the groups of 4 or more (AVX-512 F; a tile of at
 // most 8 query vectors, a decode step's, keeps the 8-lane kernel): the same bits as the AVX2 entry.
 void paged_attention_avx512_pooled(const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                                   const KvLayerView& cache, const AttentionParams& params, float* out,
+                                   const KvLayerView& cache, const AttentionParams& params, float* out, float* lse,
                                    ThreadPool* pool);
 void paged_attention_avx512(const ExecContext& ctx, const float* q, const AttentionSeq* seqs, int64_t num_seqs,
-                            const KvLayerView& cache, const AttentionParams& params, float* out);
+                            const KvLayerView& cache, const AttentionParams& params, float* out, float* lse);
 
 // AVX2 + FMA element-wise leaves, on the calling thread, with the Kernels contracts of rms_norm,
 // silu_mul (over [0, n)) and add. Each element's value does not depend on n or its place in the
