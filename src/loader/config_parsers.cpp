@@ -562,6 +562,9 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
     // llama.cpp's keys for YaRN as its converter writes them from config.json's rope_scaling
     // (factor, original_context_length, and the betas when the checkpoint names them); its ramp
     // and magnitude are Hugging Face's (rope_freqs.h). What would change them is refused.
+    if (!g.find(key("rope.scaling.factor"))) {
+      return data_loss(path + ": rope scaling type yarn without " + key("rope.scaling.factor"));
+    }
     RopeScaling& r = c.rope_scaling;
     r.type = RopeScaling::Type::kYarn;
     r.factor = factor;

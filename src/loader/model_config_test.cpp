@@ -583,10 +583,16 @@ TEST_F(ConfigFromGgufCrafted, Errors) {
   EXPECT_NE(r.status().message().find("unsupported architecture gpt2"), std::string::npos);
 
   w = base("llama");
-  w.add_string("llama.rope.scaling.type", "yarn");
+  w.add_string("llama.rope.scaling.type", "longrope");
   r = parse(w);
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("yarn"), std::string::npos);
+  EXPECT_NE(r.status().message().find("longrope"), std::string::npos);
+
+  w = base("llama");
+  w.add_string("llama.rope.scaling.type", "yarn");  // without its factor
+  r = parse(w);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("llama.rope.scaling.factor"), std::string::npos) << r.status().message();
 
   w = base("llama");
   w.add_u32("llama.rope.dimension_count", 8);
