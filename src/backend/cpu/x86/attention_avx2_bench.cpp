@@ -95,6 +95,7 @@ void BM_PagedAttentionAvx512(benchmark::State& state) {
       ->Args({8192, 512, 1, 3})                              \
       ->Args({8192, 512, 1, 5})                              \
       ->Args({32768, 1, 1, 3})                               \
+      ->Args({131072, 1, 1, 0})                              \
       ->Args({1024, 1024, 1, 0})                             \
       ->Args({8192, 8192, 1, 0})                             \
       ->Args({32768, 32768, 1, 0})                           \

@@ -93,6 +93,46 @@ PAGODA_LANES_INLINE void tile_rows(const AttentionTile& a, int64_t t0, int64_t f
   }
 }
 
+// Key tiles ahead of the one computed whose rows are prefetched (a tile of a decode step's 8
+// vectors computes for a few hundred nanoseconds, about one DRAM latency).
+constexpr int64_t kPrefetchTiles = 2;
+
+// Starts loading the K and V rows of positions [first, last] into the caches. A kernel walks one
+// kv head's rows, num_kv_heads * head_dim elements apart (1 KiB for TinyLlama's f32 cache), and
+// the hardware prefetchers follow such strides only within a 4 KiB page: without this a long
+// context's decode, whose rows come from DRAM, waited on every tile (7 to 10 GB/s of a 52 GB/s
+// machine, docs/benchmarks.md).
+PAGODA_LANES_INLINE void prefetch_rows(const AttentionTile& a, int64_t first, int64_t last) {
+  const KvRowSource* rows = a.key_rows;
+  const int64_t elem = rows == nullptr ? 4
+                       : rows->format == KvRowFormat::kF16 || rows->format == KvRowFormat::kBF16 ? 2
+                                                                                                 : 1;
+  const int64_t bytes = a.head_dim * elem;
+  const int32_t* table = rows == nullptr ? a.block_table : rows->block_table;
+  int64_t block = first / a.block_size, offset = first % a.block_size;
+  for (int64_t t = first; t <= last; ++t) {
+    const int64_t slot = static_cast<int64_t>(table[block]) * a.block_size + offset;
+    const char* k;
+    const char* v;
+    if (rows == nullptr) {
+      k = reinterpret_cast<const char*>(a.key + slot * a.kv_slot_stride);
+      v = reinterpret_cast<const char*>(a.value + slot * a.kv_slot_stride);
+    } else {
+      const int64_t at = (slot * rows->num_kv_heads + rows->kv_head) * bytes;
+      k = static_cast<const char*>(rows->data) + at;
+      v = static_cast<const char*>(a.value_rows->data) + at;
+    }
+    for (int64_t b = 0; b < bytes; b += 64) {
+      __builtin_prefetch(k + b);
+      __builtin_prefetch(v + b);
+    }
+    if (++offset == a.block_size) {
+      ++block;
+      offset = 0;
+    }
+  }
+}
+
 // The tile's attention, its scratch ceil(num_vectors / L) * (2 L head_dim + 2 L) floats.
 template <class V>
 PAGODA_LANES_INLINE void attention_tile_lanes(const AttentionTile& a) {
@@ -137,11 +177,16 @@ PAGODA_LANES_INLINE void attention_tile_lanes(const AttentionTile& a) {
   const float* vp[kKeyTile];
   alignas(64) float tile[kKeyTile * L];  // per key: its L lanes' score, then weight
   const vec neg_inf = V::set1(-__builtin_inff());
-  for (int64_t t0 = lowest - lowest % kKeyTile; t0 <= last_pos; t0 += kKeyTile) {
+  const int64_t t_begin = lowest - lowest % kKeyTile;
+  prefetch_rows(a, lowest, t_begin + kPrefetchTiles * kKeyTile - 1 < last_pos ? t_begin + kPrefetchTiles * kKeyTile - 1 : last_pos);
+  for (int64_t t0 = t_begin; t0 <= last_pos; t0 += kKeyTile) {
     // Keys [first, last] of this tile are in range for some lane; the others point at `first`'s
     // row (read, then masked) so that every pointer is valid.
     const int64_t first = t0 < lowest ? lowest : t0;
     const int64_t last = t0 + kKeyTile - 1 < last_pos ? t0 + kKeyTile - 1 : last_pos;
+    if (const int64_t ahead = t0 + kPrefetchTiles * kKeyTile; ahead <= last_pos) {
+      prefetch_rows(a, ahead, ahead + kKeyTile - 1 < last_pos ? ahead + kKeyTile - 1 : last_pos);
+    }
     tile_rows(a, t0, first, last, kp, vp);
     for (int64_t t = t0; t < first; ++t) {
       kp[t - t0] = kp[first - t0];
