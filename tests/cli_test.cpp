@@ -123,6 +123,26 @@ TEST(Cli, RopeScalingFlagsAndHfOverridesStretchTheContext) {
   }
 }
 
+// A 32k-token sequence of a TinyLlama-shaped model in a KV budget of 512 MiB: with an 8-bit KV
+// cache (fp8, as int8: 2 x 22 layers x 4 KV heads x 64 bytes a token, 369 MB at 32k) it fits and
+// runs; float32 (1.48 GB) does not, and start-up says so.
+TEST(Cli, A32kSequenceFitsA512MiBBudgetWithAnEightBitKvCache) {
+  PAGODA_TEST_FILE(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+  const std::string args =
+      "generate --model tinyllama-1.1b --tokenizer " + quote(vocab) +
+      " --load-format dummy --dtype q4_0 --max-model-len 32768 "
+      "--hf-overrides '{\"max_position_embeddings\": 32768}' --kv-cache-memory-bytes 512MiB --prompt Hello "
+      "--max-tokens 2 --temperature 0 -v";
+  RunResult fp8 = run_pagoda(args + " --kv-cache-dtype fp8");
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(fp8.err, m, std::regex("up to ([0-9]+) tokens at once"))) << fp8.err;
+  EXPECT_GE(std::stoll(m[1]), 32768);
+  RunResult f32 = run_pagoda(args + " --kv-cache-dtype float32");
+  EXPECT_NE(f32.exit_code, 0);
+  EXPECT_NE(f32.err.find("cannot hold one sequence of --max-model-len 32768"), std::string::npos) << f32.err;
+}
+
 // Where stdout and stderr meet (`2>&1`, as a terminal shows them), the stats line starts a line of
 // its own; stdout alone still holds the text exactly (the golden tests above).
 TEST(Cli, TheStatsLineStartsALineOfItsOwnAfterTheText) {

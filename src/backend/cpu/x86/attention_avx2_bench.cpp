@@ -99,6 +99,7 @@ void BM_PagedAttentionAvx512(benchmark::State& state) {
       ->Args({1024, 1024, 1, 0})                             \
       ->Args({8192, 8192, 1, 0})                             \
       ->Args({32768, 32768, 1, 0})                           \
+      ->Args({32768, 2048, 1, 0})                            \
       ->ArgNames({"context", "query", "threaded", "dtype"}) \
       ->UseRealTime()
 BENCHMARK(BM_PagedAttentionAvx2)->PAGODA_ATTENTION_BENCH_ARGS;
