@@ -113,6 +113,7 @@ TEST(Cli, RopeScalingFlagsAndHfOverridesStretchTheContext) {
       {" --hf-overrides " + quote(R"({"num_hidden_layers": 2})"), "num_hidden_layers"},
       {" --rope-theta -1", "--rope-theta"},
       {" --rope-scaling " + quote(R"({"rope_type": "longrope", "factor": 2})"), "longrope"},
+      {" --rope-scaling " + quote(R"({"type": "linear", "factor": 2}, "rope_theta": 5)"), "--rope-scaling"},
       {" --hf-overrides " + quote("{"), "--hf-overrides"}};
   for (const auto& [bad, named] : refused) {
     RunResult r = run_pagoda(args + bad);

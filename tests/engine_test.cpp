@@ -103,7 +103,7 @@ TEST(Engine, MaxModelLenFollowsRopeScaling) {
   too_long.scheduler.max_model_len = 131073;
   const Status st = too_long.validate(&m);
   EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("[1, 131072] (the model's context length, with its rope scaling)"), std::string::npos)
+  EXPECT_NE(st.message().find("[1, 131072] (the model's context length, with its rope scaling; "), std::string::npos)
       << st.message();
   m.rope_scaling.type = RopeScaling::Type::kLlama3;  // Llama 3.1's declares its context as it is
   EngineConfig llama3;

@@ -34,6 +34,8 @@ def _flag_args(kwargs):
             continue
         if name in _UNSUPPORTED:
             raise ValueError(f"pagoda.LLM does not support {name}")
+        if callable(value):  # vLLM's hf_overrides may be a function of the config
+            raise ValueError(f"pagoda.LLM takes {name} as a dict, not a function")
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             args.append(f"{flag}={'true' if value else 'false'}")

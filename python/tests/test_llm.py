@@ -422,6 +422,8 @@ class HfOverridesTest(unittest.TestCase):
         self.assertEqual(len(out[0].outputs[0].token_ids), 4)
         with self.assertRaisesRegex(ValueError, "num_hidden_layers"):
             LLM(model=STORIES, hf_overrides={"num_hidden_layers": 2})
+        with self.assertRaisesRegex(ValueError, "hf_overrides as a dict"):
+            LLM(model=STORIES, hf_overrides=lambda config: config)
 
 
 class LifetimeTest(unittest.TestCase):

@@ -13,7 +13,7 @@ Status EngineConfig::validate(const ModelConfig* model, const ModelConfig* draft
     if (sc.max_model_len < 1 || sc.max_model_len > longest) {
       return invalid_argument("--max-model-len must be in [1, " + std::to_string(longest) + "] (the model's context length" +
                               (longest != model->max_position_embeddings ? std::string(", with its rope scaling") : "") +
-                              ")");
+                              "; --rope-scaling or --hf-overrides can stretch it)");
     }
   }
   if (block_size < 1 || block_size > 256) return invalid_argument("--block-size must be in [1, 256]");

@@ -1,10 +1,11 @@
 #include "launch/model_loading.h"
 
 #include <cmath>
-
 #include <cstdio>
 #include <filesystem>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "launch/engine_flags.h"
 #include "backend/cpu/cpu_thread_pool.h"
@@ -32,7 +33,12 @@ std::string checkpoint_method(const std::string& flag) {
 Status ModelFlags::apply_config_overrides(ModelConfig* c) const {
   if (!hf_overrides.empty()) PAGODA_RETURN_IF_ERROR(apply_hf_overrides(hf_overrides, "--hf-overrides", c));
   if (!rope_scaling.empty()) {
-    PAGODA_RETURN_IF_ERROR(apply_hf_overrides("{\"rope_scaling\": " + rope_scaling + "}", "--rope-scaling", c));
+    // Parsed on its own first, so that nothing but one rope_scaling object (or null) gets through.
+    const nlohmann::json scaling = nlohmann::json::parse(rope_scaling, nullptr, /*allow_exceptions=*/false);
+    if (scaling.is_discarded() || !(scaling.is_object() || scaling.is_null())) {
+      return invalid_argument("--rope-scaling must be a JSON object (config.json's rope_scaling), got " + rope_scaling);
+    }
+    PAGODA_RETURN_IF_ERROR(apply_hf_overrides(nlohmann::json{{"rope_scaling", scaling}}.dump(), "--rope-scaling", c));
   }
   if (rope_theta) {
     if (!(*rope_theta > 0) || !std::isfinite(*rope_theta)) {

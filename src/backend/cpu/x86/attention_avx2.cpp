@@ -115,9 +115,15 @@ void attention_tile_avx2(const AttentionTile& a) {
   const float* kp[kKeyTile];
   const float* vp[kKeyTile];
   alignas(32) float score[kKeyTile];
-  for (int64_t t0 = lowest - lowest % kKeyTile; t0 <= last_pos; t0 += kKeyTile) {
+  const int64_t t_begin = lowest - lowest % kKeyTile;
+  prefetch_rows(a, lowest,
+                t_begin + kPrefetchTiles * kKeyTile - 1 < last_pos ? t_begin + kPrefetchTiles * kKeyTile - 1 : last_pos);
+  for (int64_t t0 = t_begin; t0 <= last_pos; t0 += kKeyTile) {
     const int64_t t_end = t0 + kKeyTile - 1 < last_pos ? t0 + kKeyTile - 1 : last_pos;  // inclusive
     const int64_t first = t0 < lowest ? lowest : t0;
+    if (const int64_t ahead = t0 + kPrefetchTiles * kKeyTile; ahead <= last_pos) {
+      prefetch_rows(a, ahead, ahead + kKeyTile - 1 < last_pos ? ahead + kKeyTile - 1 : last_pos);
+    }
     tile_rows(a, t0, first, t_end, kp, vp);
     for (int64_t r = 0; r < a.num_rows; ++r) {
       const int64_t pos = a.first_pos + r;
@@ -212,9 +218,6 @@ struct Avx2Lanes {
 
 // ---- Cache rows to f32 ----
 
-constexpr float kTwoTo120 = 1.329228e36f;  // 2^120: an e4m3 code's bits moved into f32's, rebiased
-constexpr float kTwoTo112 = 5.1922969e33f;  // 2^112: the same for e5m2
-
 // 8 elements of a cache row as f32, from their bytes at p; int8 codes times `scale`.
 template <KvRowFormat F>
 PAGODA_ATT_INLINE __m256 row8_to_f32(const uint8_t* p, __m256 scale) {
@@ -227,19 +230,29 @@ PAGODA_ATT_INLINE __m256 row8_to_f32(const uint8_t* p, __m256 scale) {
     const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)));
   } else {
-    // fp8: the exponent and mantissa bits moved to the top of f32's (a subnormal code lands on an
-    // f32 subnormal of the same mantissa), then rebiased by an exact multiply by a power of two;
-    // the sign ORed in last. E4M3 has NaN only at S.1111.111; E5M2 has fp16's infinities and NaNs.
+    // fp8 without a float operation on a subnormal (so a thread with denormals-are-zero set gets
+    // the same values): a normal code's exponent and mantissa bits moved to f32's and rebiased by
+    // an integer add; a subnormal's mantissa converted and scaled by its power of two; the sign
+    // ORed in last. E4M3 (bias 7, 3 mantissa bits) has NaN only at S.1111.111; E5M2 (bias 15, 2
+    // bits) has fp16's infinities and NaNs.
+    constexpr bool e4m3 = F == KvRowFormat::kFp8E4M3;
+    constexpr int kMantissaBits = e4m3 ? 3 : 2;
+    constexpr int kBias = e4m3 ? 7 : 15;
+    constexpr int kExponentMask = e4m3 ? 0x78 : 0x7C;
     const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x80)), 24);
     const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7F));
-    __m256 v;
+    const __m256i normal_bits =
+        _mm256_add_epi32(_mm256_slli_epi32(mag, 23 - kMantissaBits), _mm256_set1_epi32((127 - kBias) << 23));
+    // A subnormal code is its mantissa m times 2^(1 - bias - mantissa bits).
+    const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(e4m3 ? 0x1p-9f : 0x1p-16f));
+    const __m256i is_subnormal = _mm256_cmpeq_epi32(_mm256_and_si256(mag, _mm256_set1_epi32(kExponentMask)),
+                                                    _mm256_setzero_si256());
+    __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal_bits), subnormal, _mm256_castsi256_ps(is_subnormal));
     __m256i nan;
-    if constexpr (F == KvRowFormat::kFp8E4M3) {
-      v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(kTwoTo120));
+    if constexpr (e4m3) {
       nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
     } else {
-      v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 21)), _mm256_set1_ps(kTwoTo112));
       const __m256i inf = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7C));
       v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_inff()), _mm256_castsi256_ps(inf));
       nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7C));

@@ -293,16 +293,18 @@ struct KvRowSource {
 };
 
 // AVX2 + F16C. out[t - first][0, head_dim) = the row of the sequence's position t, for t in
-// [first, first + count), as f32: read_kv_row's values bit for bit (a NaN as the quiet NaN of its
-// sign, as fp8.h decodes one). What the attention of a non-f32 cache reads.
+// [first, first + count), as f32: read_kv_row's values bit for bit, whatever the thread's
+// denormal mode (a NaN stays a NaN; its payload is not part of the contract). What the attention
+// of a non-f32 cache reads.
 void kv_rows_to_f32_avx2(const KvRowSource& rows, int64_t first, int64_t count, float* out);
 
-// One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
-// one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
-// query heads that read one kv head. Plain data, filled by the driver; every field is set.
 // Key positions per tile of the attention kernels (aligned to absolute positions).
 inline constexpr int64_t kAttentionKeyTile = 16;
 
+// One unit of paged-attention work for attention_tile_avx2: query rows [first row, + num_rows) of
+// one sequence (consecutive positions first_pos, first_pos + 1, ...), and the num_group_heads
+// query heads that read one kv head. Plain data, filled by the driver; the fields without a
+// default are always set.
 struct AttentionTile {
   const float* q;        // query row 0, first head of the group; row r at q + r * row_stride
   float* out;            // same layout as q
