@@ -60,7 +60,9 @@ test: test-asan test-tsan test-fuzz npm-deps
 # on the two dummy models (stories260K's runs it under ASan: batching, prefix caching, chunked
 # prefill, preemption, speculation); and the TinyLlama-shaped tensor-parallel logits (three
 # processes computing a 2-layer TinyLlama; the small sharded models of the same test binary run
-# the same slicing and collectives under ASan).
+# the same slicing and collectives under ASan); and prefix caching and preemption at 32k tokens
+# (53 s of attention over stories260K's contexts in Release, whose step and cache code the
+# shorter engine tests run under ASan).
 ASAN_UNIT_TESTS := base_test tensor_test quantize_test kv_test scheduler_test output_processor_test sampler_test metrics_test cpu_kernels_test guarded_backend_test \
   cpu_thread_pool_test engine_test executor_test worker_test shm_communicator_test tensor_parallel_test determinism_test \
   golden_stories_test model_reference_test gguf_hf_equivalence_test cli_test bench_serve_test \
@@ -84,7 +86,7 @@ SANITIZER_BUILD := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHD
 # memcpy. The null-argument checks (a null memcpy source) and the integer, shift, bounds and
 # enum checks stay, and the fuzz build (scripts/fuzz) keeps every UBSan check.
 ASAN_SKIP := vptr,null,alignment
-ASAN_SLOW_TESTS := FastKernels\.TinyLlamaShapedLogitsMatchScalarKernels|Determinism\.DummyQ8GroupOf8|Determinism\.DummyQwen3MoeQ4_0|TensorParallelModel\.TinyLlamaShapedLogitsMatchOneRank
+ASAN_SLOW_TESTS := FastKernels\.TinyLlamaShapedLogitsMatchScalarKernels|Determinism\.DummyQ8GroupOf8|Determinism\.DummyQwen3MoeQ4_0|TensorParallelModel\.TinyLlamaShapedLogitsMatchOneRank|Engine\.PrefixCachingAndPreemptionAt32kTokens
 ASAN_TARGETS := loader_test quant_test tokenizer_test chat_template_test openai_protocol_test output_parsers_test server_test \
   structured_test pagoda \
   cpu_simd_kernels_test $(FUZZ_TARGETS) $(ASAN_UNIT_TESTS)
@@ -100,9 +102,10 @@ test-asan: setup
 # stops the process (halt_on_error) and fails the test. Left out, for Release and ASan to run: one
 # server test that times work TSan slows ten-fold (a 1.1B dummy load within 60 s), and the tests of
 # a rank that dies or hangs, whose threads are those of the tests of a working parallel server
-# (TSAN_SKIP; each loads the slow model into two ranks: 37 to 49 s each under TSan).
+# (TSAN_SKIP; each loads the slow model into two ranks: 37 to 49 s each under TSan), and the 32k
+# engine test (minutes of attention; its threads are the other engine tests').
 TSAN_TARGETS := base_test cpu_thread_pool_test engine_test server_test pagoda
-TSAN_SKIP := Server\.HealthIs503WhileLoading|Server\..*(RankKilled|ReplicaKilled|Hung).*
+TSAN_SKIP := Server\.HealthIs503WhileLoading|Server\..*(RankKilled|ReplicaKilled|Hung).*|Engine\.PrefixCachingAndPreemptionAt32kTokens
 test-tsan: setup
 	cmake -S . -B $(TSAN_DIR) -G Ninja $(SANITIZER_BUILD) -DPAGODA_WERROR=ON \
 	  -DPAGODA_SANITIZE=thread $(CMAKE_FLAGS)

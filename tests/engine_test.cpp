@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -280,6 +281,59 @@ TEST(Engine, QuantizedKvCacheKeepsPreemptionAndPrefixCachingExact) {
     ASSERT_TRUE(fresh.ok());
     EXPECT_EQ((*reused)[0].outputs[0].token_ids, (*fresh)[0].outputs[0].token_ids);
   }
+}
+
+// Prefix caching and preemption at a long context: stories260K stretched 16 times by linear rope
+// scaling (--hf-overrides) to 32,768 positions, an fp8 KV cache in blocks of 16. A 32,000-token
+// prompt run twice: the second finds all its full blocks but the last token's cached and gives
+// the same tokens. Two 16,384-token prompts in a cache of 2,056 blocks (their prompts take 2,048)
+// run out of blocks while decoding, so one is preempted and recomputed: each gives what it gives
+// alone in a roomy cache.
+TEST(Engine, PrefixCachingAndPreemptionAt32kTokens) {
+  PAGODA_TEST_FILE(model, kModel);
+  app::ModelFlags flags;
+  flags.model = model;
+  flags.hf_overrides = R"({"rope_scaling": {"rope_type": "linear", "factor": 16}})";
+  // stories260K: 5 layers, 4 KV heads of 8; fp8: a block of 16 tokens is 2 x 5 x 4 x 16 x 8 bytes.
+  const int64_t block_bytes = 2 * 5 * 4 * 16 * 8;
+  auto config = [&](int64_t blocks) {
+    EngineConfig c;
+    c.block_size = 16;
+    c.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+    c.scheduler.max_model_len = 32768;
+    c.kv_cache_memory = blocks * block_bytes;
+    return c;
+  };
+  std::mt19937 rng(32);
+  std::uniform_int_distribution<TokenId> token(3, 511);
+  auto random_prompt = [&](int64_t n) {
+    GenerateRequest r;
+    for (int64_t i = 0; i < n; ++i) r.prompt_token_ids.push_back(token(rng));
+    r.params = greedy(8);
+    return r;
+  };
+
+  LLM llm(testing::make_engine_core(flags, config(2056)));
+  const GenerateRequest longest = random_prompt(32000);
+  auto first = llm.generate({longest});
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  auto again = llm.generate({longest});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ((*first)[0].cached_tokens, 0);
+  EXPECT_EQ((*again)[0].cached_tokens, 31984);
+  EXPECT_EQ((*again)[0].outputs[0].token_ids, (*first)[0].outputs[0].token_ids);
+
+  std::vector<GenerateRequest> two = {random_prompt(16384), random_prompt(16384)};
+  for (GenerateRequest& r : two) r.params = greedy(200);
+  auto together = llm.generate(two);
+  ASSERT_TRUE(together.ok()) << together.status().message();
+  EXPECT_GT(llm.core().stats().num_preemptions, 0);
+  EngineConfig roomy = config(4200);
+  roomy.enable_prefix_caching = false;
+  LLM alone_llm(testing::make_engine_core(flags, roomy));
+  const auto alone = run_alone(alone_llm, two);
+  for (size_t i = 0; i < two.size(); ++i) EXPECT_EQ((*together)[i].outputs[0].token_ids, alone[i]) << i;
+  EXPECT_EQ(llm.core().stats().kv_usage, 0.0);
 }
 
 TEST(Engine, StopStringSpanningTokens) {
