@@ -200,13 +200,18 @@ TEST(Speculative, TurnsItselfOffAboveDisableByBatchSize) {
 
 // A draft model: stories260K itself, its weights rounded to `dtype` ("auto": as stored, so the
 // draft is the model), with `max_context` positions when set.
-std::unique_ptr<Model> load_draft(const std::string& path, const std::string& dtype, int64_t max_context = 0) {
+std::unique_ptr<Model> load_draft(const std::string& path, const std::string& dtype, int64_t max_context = 0,
+                                  double linear_rope_factor = 0) {
   std::optional<QuantMix> mix;
   if (dtype != "auto") mix = uniform_mix(*dtype_from_name(dtype));
   auto source = load_model(path, LoadOptions{});
   EXPECT_TRUE(source.ok()) << source.status().message();
   if (!source.ok()) return nullptr;
   if (max_context > 0) source->config.max_position_embeddings = max_context;
+  if (linear_rope_factor > 0) {
+    source->config.rope_scaling.type = RopeScaling::Type::kLinear;
+    source->config.rope_scaling.factor = linear_rope_factor;
+  }
   auto backend = create_backend("cpu");
   EXPECT_TRUE(backend.ok());
   auto model = create_model(std::move(*source), **backend, {}, {}, mix);
@@ -489,8 +494,8 @@ TEST(Speculative, DraftModelSamplingKeepsTheModelsDistribution) {
   EXPECT_GT(broken_chi2, chi_square_999(broken_bins)) << broken_bins << " bins";
 }
 
-// A draft of another vocabulary size, or with a shorter context than --max-model-len, is refused
-// with a message naming the problem.
+// A draft of another vocabulary size, or with a shorter context than --max-model-len (as far as
+// its rope scaling stretches it), is refused with a message naming the problem.
 TEST(Speculative, RefusesAMismatchedDraftModel) {
   PAGODA_TEST_FILE(model, kModel);
   cpu::register_cpu_backend({});
@@ -512,6 +517,9 @@ TEST(Speculative, RefusesAMismatchedDraftModel) {
   EXPECT_NE(short_context.status().message().find("has a context of 100 tokens, shorter than --max-model-len 200"),
             std::string::npos)
       << short_context.status().message();
+  // The same context stretched twice by rope scaling is long enough (its derived length counts).
+  auto stretched = draft_core(model, c, load_draft(model, "auto", 100, 2.0));
+  EXPECT_TRUE(stretched.ok()) << stretched.status().message();
   EXPECT_FALSE(draft_core(model, {}, nullptr).ok());  // the method without a draft
 }
 

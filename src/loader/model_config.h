@@ -105,11 +105,11 @@ struct ModelConfig {
   // Of those, the ones a token reads: every expert counted once in num_parameters, only
   // num_experts_per_tok of them here (the same number for a dense model).
   int64_t num_active_parameters() const;
-  // Whether layer `layer`'s feed-forward block is the sparse mixture of experts.
   // The longest context the model takes (vLLM's derived max_model_len): max_position_embeddings,
   // times the rope scaling factor for linear and dynamic scaling, and for yarn
   // original_max_position_embeddings times it; llama3 scaling leaves it as it is.
   int64_t max_context_len() const;
+  // Whether layer `layer`'s feed-forward block is the sparse mixture of experts.
   bool is_sparse_layer(int64_t layer) const;
   // The widest feed-forward intermediate any layer uses (dense, expert or shared expert).
   int64_t max_intermediate_size() const;

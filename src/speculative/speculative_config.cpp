@@ -21,8 +21,8 @@ Status SpeculativeConfig::validate(const ModelConfig* target, const ModelConfig*
       return invalid_argument(name + " has a vocabulary of " + std::to_string(draft->vocab_size) + " tokens, the model " +
                               std::to_string(target->vocab_size) + ": a draft must share the model's vocabulary");
     }
-    if (target != nullptr && draft->max_position_embeddings < max_model_len) {
-      return invalid_argument(name + " has a context of " + std::to_string(draft->max_position_embeddings) +
+    if (target != nullptr && draft->max_context_len() < max_model_len) {
+      return invalid_argument(name + " has a context of " + std::to_string(draft->max_context_len()) +
                               " tokens, shorter than --max-model-len " + std::to_string(max_model_len) +
                               "; lower --max-model-len or use a draft with a longer context");
     }
